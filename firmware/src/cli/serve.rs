@@ -1,0 +1,155 @@
+//! `tether serve`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use nix::unistd::{Group, Uid, User};
+use tether::config::{default_config_file, Config, Profile};
+use tether::daemon::{Daemon, DaemonOptions, Devices, RolePolicy};
+use tether::device::sim::SimPhone;
+use tether::server::{UnixServer, UnixServerConfig};
+use tokio_util::sync::CancellationToken;
+
+/// Flags given to `serve`; each overrides the config file.
+#[derive(Debug)]
+pub struct ServeOptions {
+    pub sim: bool,
+    pub config: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
+    pub socket: Option<PathBuf>,
+    pub listen: Option<SocketAddr>,
+    pub agent_user: Option<String>,
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn resolve_config(opts: &ServeOptions) -> anyhow::Result<Config> {
+    let profile = Profile::detect();
+    let file = opts.config.clone().or_else(|| default_config_file(profile));
+    let mut config = match &file {
+        Some(path) if path.exists() || opts.config.is_some() => Config::load(profile, path)?,
+        _ => Config::defaults(profile),
+    };
+    config.sim |= opts.sim;
+    if let Some(v) = &opts.data_dir {
+        config.data_dir = v.clone();
+    }
+    if let Some(v) = &opts.socket {
+        config.socket = v.clone();
+    }
+    if let Some(v) = opts.listen {
+        config.listen = v;
+    }
+    if let Some(v) = &opts.agent_user {
+        config.agent_user = v.clone();
+    }
+    tracing::info!(profile = ?profile, config_file = ?file, "configuration loaded");
+    Ok(config)
+}
+
+/// Resolves the agent user to a uid. A missing default user is fine (no agent role on this
+/// machine); a missing user that was asked for explicitly is an error.
+fn agent_uid(config: &Config, explicit: bool) -> anyhow::Result<Option<u32>> {
+    let name = config.agent_user.as_str();
+    if let Ok(uid) = name.parse::<u32>() {
+        return Ok(Some(uid));
+    }
+    match User::from_name(name).with_context(|| format!("look up agent user {name:?}"))? {
+        Some(user) => Ok(Some(user.uid.as_raw())),
+        None if explicit => {
+            bail!("agent user {name:?} does not exist (create it, or pass a numeric uid)")
+        }
+        None => {
+            tracing::info!(
+                user = name,
+                "agent user does not exist; no connection gets the agent role"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// Runs the daemon until SIGINT/SIGTERM.
+pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
+    init_logging();
+    let config = resolve_config(&opts)?;
+    let explicit_agent = opts.agent_user.is_some() || opts.config.is_some();
+    let agent_uid = agent_uid(&config, explicit_agent)?;
+    let service_uid = Uid::effective().as_raw();
+    if agent_uid == Some(service_uid) || agent_uid == Some(0) {
+        bail!(
+            "agent user {:?} is root or the daemon's own user; agents must run under a separate uid",
+            config.agent_user
+        );
+    }
+    let operator_gid = Group::from_name(&config.socket_group)
+        .with_context(|| format!("look up group {:?}", config.socket_group))?
+        .map(|g| g.gid.as_raw());
+    if operator_gid.is_none() {
+        tracing::info!(group = %config.socket_group, "operators' group does not exist; only admins can connect");
+    }
+    if !config.sim {
+        bail!(
+            "real hardware backends (USB HID gadget, V4L2 capture) are not in this build yet; \
+             run `tether serve --sim` for the virtual iPhone"
+        );
+    }
+    tracing::info!(listen = %config.listen, "HTTPS console and MCP are not in this build yet; --listen is recorded only");
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let phone = SimPhone::new(config.sim_phone);
+        let devices = Devices {
+            hid: Box::new(phone.hid()),
+            video: Box::new(phone.display()),
+        };
+        let daemon = Daemon::start(devices, DaemonOptions { sim: true }).context("start daemon")?;
+        let mut server_config = UnixServerConfig::new(
+            config.socket.clone(),
+            RolePolicy {
+                service_uid,
+                agent_uid,
+                operator_gid,
+            },
+        );
+        server_config.group = operator_gid;
+        let server = UnixServer::bind(server_config, daemon.clone())?;
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("shutting down");
+            stop.cancel();
+        });
+        server.serve(shutdown).await;
+        daemon.shutdown();
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        // Without signal handlers the daemon runs until killed.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

@@ -1,0 +1,58 @@
+//! `tether status`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde_json::{json, Value};
+use tether::client::ControlClient;
+
+/// Prints the daemon's status.
+pub fn run_status(socket: Option<PathBuf>, as_json: bool) -> anyhow::Result<ExitCode> {
+    let path = super::client_socket(socket);
+    let status = super::client_runtime()?.block_on(async {
+        let mut client = ControlClient::connect(&path).await?;
+        let hello = client
+            .call(
+                "hello",
+                json!({"protocol": "tether/1", "client": "tether status"}),
+            )
+            .await?;
+        let status = client.call("status", json!({})).await?;
+        anyhow::Ok(json!({"hello": hello, "status": status}))
+    })?;
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&status["status"])?);
+    } else {
+        print!("{}", render(&status["hello"], &status["status"]));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn render(hello: &Value, st: &Value) -> String {
+    let size = match (
+        &st["video"]["source_size"]["width"],
+        &st["video"]["source_size"]["height"],
+    ) {
+        (Value::Number(w), Value::Number(h)) => format!("{w}x{h}"),
+        _ => "-".into(),
+    };
+    let age = st["video"]["frame_age_ms"]
+        .as_u64()
+        .map_or("-".into(), |a| format!("{a} ms"));
+    format!(
+        "tether {} ({})\n  you:    {} (uid {})\n  hid:    {} host={}\n  video:  {} signal={} size={} generation={} frame age={}\n  input:  {}\n  task:   {}\n",
+        st["daemon"]["version"].as_str().unwrap_or("?"),
+        if st["daemon"]["sim"] == json!(true) { "virtual iPhone" } else { "hardware" },
+        hello["caller"]["role"].as_str().unwrap_or("?"),
+        hello["caller"]["identity"]["uid"],
+        st["hid"]["backend"].as_str().unwrap_or("?"),
+        st["hid"]["host"].as_str().unwrap_or("?"),
+        st["video"]["backend"].as_str().unwrap_or("?"),
+        st["video"]["signal"].as_str().unwrap_or("?"),
+        size,
+        st["video"]["generation"],
+        age,
+        if st["input"]["busy"] == json!(true) { "busy" } else { "idle" },
+        if st["task"].is_null() { "none".to_string() } else { st["task"].to_string() },
+    )
+}

@@ -1,0 +1,211 @@
+//! The one typed configuration: defaults per profile, then the TOML file, then flags.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::device::sim::SimConfig;
+
+/// Where the daemon runs, which decides the defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// A developer's machine: XDG directories, socket under `$XDG_RUNTIME_DIR`.
+    Laptop,
+    /// The appliance: `/etc/tether/tether.toml`, `/var/lib/tether`, `/run/tether`.
+    Appliance,
+}
+
+/// The appliance's configuration file; its presence selects [`Profile::Appliance`].
+pub const APPLIANCE_CONFIG: &str = "/etc/tether/tether.toml";
+
+impl Profile {
+    /// The appliance profile when its config file exists, the laptop profile otherwise.
+    pub fn detect() -> Profile {
+        if Path::new(APPLIANCE_CONFIG).exists() {
+            Profile::Appliance
+        } else {
+            Profile::Laptop
+        }
+    }
+}
+
+/// The daemon's configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Drive the virtual iPhone instead of hardware.
+    pub sim: bool,
+    /// Persistent state (database, certificates).
+    pub data_dir: PathBuf,
+    /// The control socket.
+    pub socket: PathBuf,
+    /// Group owning the control socket; its members get the `operate` role.
+    pub socket_group: String,
+    /// HTTPS listen address (used once the HTTPS console exists).
+    pub listen: SocketAddr,
+    /// The agent user (name or numeric uid): agent-only on the control socket.
+    pub agent_user: String,
+    /// The virtual iPhone's shape.
+    pub sim_phone: SimConfig,
+}
+
+/// The TOML file: every field optional, unknown fields rejected.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    sim: Option<bool>,
+    data_dir: Option<PathBuf>,
+    socket: Option<PathBuf>,
+    socket_group: Option<String>,
+    listen: Option<SocketAddr>,
+    agent_user: Option<String>,
+    sim_phone: Option<SimConfig>,
+}
+
+/// Errors loading the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("read config file {}", .path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this struct.
+    #[error("config file {}: {message}", .path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's explanation, with line and column.
+        message: String,
+    },
+}
+
+/// The laptop default for the control socket: `$XDG_RUNTIME_DIR/tether/control.sock`, or a
+/// per-user directory under the temp dir when there is no runtime dir.
+pub fn default_socket(profile: Profile) -> PathBuf {
+    match profile {
+        Profile::Appliance => PathBuf::from("/run/tether/control.sock"),
+        Profile::Laptop => match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+            Some(dir) => PathBuf::from(dir).join("tether/control.sock"),
+            None => std::env::temp_dir()
+                .join(format!("tether-{}", nix::unistd::geteuid().as_raw()))
+                .join("control.sock"),
+        },
+    }
+}
+
+fn default_data_dir(profile: Profile) -> PathBuf {
+    match profile {
+        Profile::Appliance => PathBuf::from("/var/lib/tether"),
+        Profile::Laptop => match std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+            Some(dir) => PathBuf::from(dir).join("tether"),
+            None => match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+                Some(home) => PathBuf::from(home).join(".local/share/tether"),
+                None => std::env::temp_dir().join("tether-data"),
+            },
+        },
+    }
+}
+
+/// The config file read when none is given: the appliance's, or the user's XDG one.
+pub fn default_config_file(profile: Profile) -> Option<PathBuf> {
+    match profile {
+        Profile::Appliance => Some(PathBuf::from(APPLIANCE_CONFIG)),
+        Profile::Laptop => {
+            let base = std::env::var_os("XDG_CONFIG_HOME")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+            Some(base.join("tether/tether.toml")).filter(|p| p.exists())
+        }
+    }
+}
+
+impl Config {
+    /// The defaults of `profile`.
+    pub fn defaults(profile: Profile) -> Config {
+        Config {
+            sim: false,
+            data_dir: default_data_dir(profile),
+            socket: default_socket(profile),
+            socket_group: "tether".into(),
+            listen: match profile {
+                Profile::Appliance => SocketAddr::from(([0, 0, 0, 0], 443)),
+                Profile::Laptop => SocketAddr::from(([127, 0, 0, 1], 8443)),
+            },
+            agent_user: "tether-agent".into(),
+            sim_phone: SimConfig::default(),
+        }
+    }
+
+    /// Defaults of `profile` overlaid with the TOML file at `path`.
+    pub fn load(profile: Profile, path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        Config::from_toml(profile, &text).map_err(|message| ConfigError::Parse {
+            path: path.into(),
+            message,
+        })
+    }
+
+    /// Defaults of `profile` overlaid with TOML text; the error is the parser's message.
+    pub fn from_toml(profile: Profile, text: &str) -> Result<Config, String> {
+        let file: ConfigFile = toml::from_str(text).map_err(|e| e.to_string())?;
+        let mut c = Config::defaults(profile);
+        let ConfigFile {
+            sim,
+            data_dir,
+            socket,
+            socket_group,
+            listen,
+            agent_user,
+            sim_phone,
+        } = file;
+        c.sim = sim.unwrap_or(c.sim);
+        c.data_dir = data_dir.unwrap_or(c.data_dir);
+        c.socket = socket.unwrap_or(c.socket);
+        c.socket_group = socket_group.unwrap_or(c.socket_group);
+        c.listen = listen.unwrap_or(c.listen);
+        c.agent_user = agent_user.unwrap_or(c.agent_user);
+        c.sim_phone = sim_phone.unwrap_or(c.sim_phone);
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_overrides_defaults_and_rejects_unknown_keys() {
+        let c = Config::from_toml(
+            Profile::Appliance,
+            "sim = true\nagent_user = \"nobody\"\n[sim_phone]\ncapture_width = 3840\ncapture_height = 2160\n",
+        )
+        .unwrap();
+        assert!(c.sim);
+        assert_eq!(c.agent_user, "nobody");
+        assert_eq!(c.socket, PathBuf::from("/run/tether/control.sock"));
+        assert_eq!(c.sim_phone.capture_width, 3840);
+        assert_eq!(
+            c.sim_phone.phone_width, 1179,
+            "unset sim fields keep defaults"
+        );
+        let err = Config::from_toml(Profile::Laptop, "sim = true\nsimm = 1\n").unwrap_err();
+        assert!(err.contains("simm"), "{err}");
+        assert!(Config::from_toml(Profile::Laptop, "listen = \"nope\"").is_err());
+    }
+
+    #[test]
+    fn appliance_defaults() {
+        let c = Config::defaults(Profile::Appliance);
+        assert_eq!(c.data_dir, PathBuf::from("/var/lib/tether"));
+        assert_eq!(c.listen.port(), 443);
+    }
+}

@@ -1,0 +1,131 @@
+//! Who is calling: identity from the transport, role from policy.
+
+use serde::Serialize;
+
+/// What a caller may do. `Admin` ⊃ `Operate` ⊃ `View`; `Agent` acts only for its own task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Tokens, pairing, settings, and everything `Operate` may do.
+    Admin,
+    /// Drive the phone, open and control tasks, and everything `View` may do.
+    Operate,
+    /// Watch only.
+    View,
+    /// Bound to one task by its task token: may act and finish/stop its own task, never
+    /// pause, resume, approve or take over.
+    Agent,
+}
+
+impl Role {
+    /// Whether this role includes `other` (`Agent` includes only itself).
+    pub fn includes(self, other: Role) -> bool {
+        match (self, other) {
+            (Role::Admin, Role::Agent)
+            | (Role::Operate, Role::Agent)
+            | (Role::View, Role::Agent) => false,
+            (Role::Admin, _) => true,
+            (Role::Operate, r) => r != Role::Admin,
+            (Role::View, r) => r == Role::View,
+            (Role::Agent, r) => r == Role::Agent,
+        }
+    }
+}
+
+/// Process credentials of a Unix-socket peer, from SO_PEERCRED.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PeerCredentials {
+    /// Peer process id (absent on platforms that do not report it).
+    pub pid: Option<i32>,
+    /// Effective user id.
+    pub uid: u32,
+    /// Effective group id.
+    pub gid: u32,
+}
+
+/// How the caller reached the daemon; the daemon does not care beyond logging.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Identity {
+    /// A Unix-socket peer.
+    Unix(PeerCredentials),
+    /// Code inside the daemon process (console routes, MCP).
+    InProcess,
+}
+
+/// An authenticated caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Caller {
+    /// Where it came from.
+    pub identity: Identity,
+    /// What it may do.
+    pub role: Role,
+}
+
+/// Maps Unix credentials to roles (DESIGN.md "Identities and security").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RolePolicy {
+    /// The uid the daemon runs as; it and root are admins.
+    pub service_uid: u32,
+    /// The dedicated agent uid: agent-only, whatever groups it has.
+    pub agent_uid: Option<u32>,
+    /// Members of this group operate.
+    pub operator_gid: Option<u32>,
+}
+
+impl RolePolicy {
+    /// The role of a peer with `creds` whose user belongs to `groups` (supplementary groups
+    /// plus primary). `None`: the peer has no role and is refused.
+    pub fn role_for(&self, creds: &PeerCredentials, groups: &[u32]) -> Option<Role> {
+        // The agent check comes first: the agent uid must never gain more through groups.
+        if self.agent_uid == Some(creds.uid) {
+            return Some(Role::Agent);
+        }
+        if creds.uid == 0 || creds.uid == self.service_uid {
+            return Some(Role::Admin);
+        }
+        match self.operator_gid {
+            Some(gid) if creds.gid == gid || groups.contains(&gid) => Some(Role::Operate),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn creds(uid: u32, gid: u32) -> PeerCredentials {
+        PeerCredentials {
+            pid: Some(1),
+            uid,
+            gid,
+        }
+    }
+
+    #[test]
+    fn maps_uids_and_groups_to_roles() {
+        let p = RolePolicy {
+            service_uid: 1000,
+            agent_uid: Some(999),
+            operator_gid: Some(50),
+        };
+        assert_eq!(p.role_for(&creds(0, 0), &[]), Some(Role::Admin));
+        assert_eq!(p.role_for(&creds(1000, 1000), &[]), Some(Role::Admin));
+        assert_eq!(p.role_for(&creds(1001, 1001), &[50]), Some(Role::Operate));
+        assert_eq!(p.role_for(&creds(1001, 50), &[]), Some(Role::Operate));
+        assert_eq!(p.role_for(&creds(1001, 1001), &[7]), None);
+        // The agent uid stays agent even in the operator group.
+        assert_eq!(p.role_for(&creds(999, 50), &[50]), Some(Role::Agent));
+    }
+
+    #[test]
+    fn role_inclusion() {
+        assert!(Role::Admin.includes(Role::Operate));
+        assert!(Role::Operate.includes(Role::View));
+        assert!(!Role::Operate.includes(Role::Admin));
+        assert!(!Role::View.includes(Role::Operate));
+        assert!(!Role::Admin.includes(Role::Agent));
+        assert!(!Role::Agent.includes(Role::View));
+    }
+}

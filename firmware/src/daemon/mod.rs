@@ -1,0 +1,447 @@
+//! The single execution point.
+//!
+//! The [`Daemon`] owns the devices (behind [`HidSink`] and [`FrameSource`]), serializes input
+//! (one sequence at a time, FIFO), and answers every method for every transport. Transports
+//! hold a [`Daemon`] handle and a [`Session`] per connection; they never see a device.
+#![forbid(unsafe_code)]
+
+mod caller;
+mod input;
+mod status;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::Value;
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+pub use caller::{Caller, Identity, PeerCredentials, Role, RolePolicy};
+pub use input::{InputError, InputLane, InputStep};
+pub use status::{
+    Capabilities, DaemonInfo, HelloResult, HidStatus, InputStatus, StatusResult, VideoStatus,
+};
+
+use crate::device::hid::HidSink;
+use crate::device::video::{FrameHub, FrameReader, FrameSource, SourceGuard, VideoError};
+use crate::protocol::{Call, HelloParams, Limits, Method, PROTOCOL_NAME};
+
+/// Errors the daemon returns to callers. Mapped to wire codes in exactly one place:
+/// `impl From<&DaemonError> for protocol::ErrorBody`.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The caller's role does not allow the method.
+    #[error("{method} needs the {needed:?} role; this caller is {have:?}")]
+    PermissionDenied {
+        /// The method refused.
+        method: &'static str,
+        /// The role it needs.
+        needed: Role,
+        /// The caller's role.
+        have: Role,
+    },
+    /// `hello` asked for another protocol.
+    #[error("protocol {requested:?} is not supported; this daemon speaks {PROTOCOL_NAME}")]
+    UnsupportedProtocol {
+        /// What the client asked for.
+        requested: String,
+    },
+    /// An input sequence failed.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// The daemon is shutting down.
+    #[error("the daemon is shutting down")]
+    ShuttingDown,
+}
+
+impl DaemonError {
+    /// A message safe to send to a remote caller: no paths, errno details or secrets.
+    pub fn public_message(&self) -> String {
+        match self {
+            DaemonError::Input(InputError::Hid { reports_sent, .. }) => format!(
+                "the HID device failed after {reports_sent} reports; held input was released. \
+                 Check `tether status` for the USB host state and retry"
+            ),
+            DaemonError::Input(InputError::HostNotConnected) => {
+                "no phone has enumerated the USB gadget; nothing was sent. Check the cable/hub and \
+                 that the phone is unlocked, then retry"
+                    .to_string()
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
+/// Errors starting the daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The video source did not start.
+    #[error("start video source")]
+    Video(#[from] VideoError),
+}
+
+/// The devices the daemon owns.
+#[derive(Debug)]
+pub struct Devices {
+    /// Where HID reports go.
+    pub hid: Box<dyn HidSink>,
+    /// Where frames come from.
+    pub video: Box<dyn FrameSource>,
+}
+
+/// Start-up options that are not devices.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DaemonOptions {
+    /// Whether the devices are the virtual iPhone (advertised in `hello` and `status`).
+    pub sim: bool,
+}
+
+/// Identifies one session (one connection) for the daemon's lifetime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(transparent)]
+pub struct SessionId(pub u64);
+
+/// One caller's connection to the daemon. Dropping it releases held input it caused and
+/// (once tasks exist) ends its lease.
+#[derive(Debug)]
+pub struct Session {
+    id: SessionId,
+    caller: Caller,
+    cancel: CancellationToken,
+    inner: Arc<Inner>,
+}
+
+impl Session {
+    /// The session's id.
+    pub fn id(&self) -> SessionId {
+        self.id
+    }
+
+    /// The caller.
+    pub fn caller(&self) -> &Caller {
+        &self.caller
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+        self.inner.sessions.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    options: DaemonOptions,
+    started: Instant,
+    hid_backend: &'static str,
+    video_backend: &'static str,
+    lane: Mutex<InputLane>,
+    input_busy: AtomicBool,
+    frames: FrameReader,
+    sessions: AtomicUsize,
+    next_session: AtomicU64,
+    shutdown: CancellationToken,
+    _video: SourceGuard,
+}
+
+/// Handle to the daemon; clones share it.
+#[derive(Debug, Clone)]
+pub struct Daemon {
+    inner: Arc<Inner>,
+}
+
+impl Daemon {
+    /// Starts the daemon over `devices`: the video source starts producing immediately.
+    pub fn start(devices: Devices, options: DaemonOptions) -> Result<Daemon, StartError> {
+        let (hub, frames) = FrameHub::new();
+        let video_backend = devices.video.backend();
+        let hid_backend = devices.hid.backend();
+        let guard = devices.video.start(hub)?;
+        Ok(Daemon {
+            inner: Arc::new(Inner {
+                options,
+                started: Instant::now(),
+                hid_backend,
+                video_backend,
+                lane: Mutex::new(InputLane::new(devices.hid)),
+                input_busy: AtomicBool::new(false),
+                frames,
+                sessions: AtomicUsize::new(0),
+                next_session: AtomicU64::new(1),
+                shutdown: CancellationToken::new(),
+                _video: guard,
+            }),
+        })
+    }
+
+    /// Opens a session for an authenticated caller.
+    pub fn open_session(&self, caller: Caller) -> Session {
+        let id = SessionId(self.inner.next_session.fetch_add(1, Ordering::Relaxed));
+        self.inner.sessions.fetch_add(1, Ordering::Relaxed);
+        Session {
+            id,
+            caller,
+            cancel: self.inner.shutdown.child_token(),
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// Stops accepting work and cancels every running input sequence (held input is
+    /// released by the lane).
+    pub fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+    }
+
+    /// Handles one call for `session`.
+    pub async fn handle(&self, session: &Session, call: &Call) -> Result<Value, DaemonError> {
+        if self.inner.shutdown.is_cancelled() {
+            return Err(DaemonError::ShuttingDown);
+        }
+        let value = match call {
+            Call::Hello(params) => to_value(&self.hello(session, params)?),
+            Call::Status(_) => to_value(&self.status().await),
+        };
+        Ok(value)
+    }
+
+    fn hello(&self, session: &Session, params: &HelloParams) -> Result<HelloResult, DaemonError> {
+        if let Some(requested) = &params.protocol {
+            if requested != PROTOCOL_NAME {
+                return Err(DaemonError::UnsupportedProtocol {
+                    requested: requested.clone(),
+                });
+            }
+        }
+        if let Some(client) = &params.client {
+            tracing::info!(session = session.id.0, client = %client, "hello");
+        }
+        Ok(HelloResult {
+            protocol: PROTOCOL_NAME,
+            version: env!("CARGO_PKG_VERSION"),
+            capabilities: Capabilities {
+                methods: Method::ALL.iter().map(|m| m.as_str()).collect(),
+                sim: self.inner.options.sim,
+                hid_backend: self.inner.hid_backend,
+                video_backend: self.inner.video_backend,
+            },
+            limits: Limits::CURRENT,
+            caller: session.caller,
+            session: session.id,
+        })
+    }
+
+    /// The device and daemon state.
+    pub async fn status(&self) -> StatusResult {
+        let host = match self.inner.lane.try_lock() {
+            Ok(lane) => lane.host_state(),
+            // An input sequence holds the lane; it only runs while a host is attached, and
+            // `status` must never wait behind a long gesture.
+            Err(_) => crate::device::hid::HostState::Configured,
+        };
+        let video = self.inner.frames.state();
+        let latest = self.inner.frames.latest();
+        StatusResult {
+            daemon: DaemonInfo {
+                version: env!("CARGO_PKG_VERSION"),
+                uptime_ms: millis(self.inner.started.elapsed()),
+                sim: self.inner.options.sim,
+                sessions: self.inner.sessions.load(Ordering::Relaxed),
+            },
+            hid: HidStatus {
+                backend: self.inner.hid_backend,
+                bound: host != crate::device::hid::HostState::NotAttached,
+                host,
+            },
+            video: VideoStatus {
+                backend: self.inner.video_backend,
+                signal: video.signal,
+                source_size: video
+                    .source_size
+                    .map(|(width, height)| status::Size { width, height }),
+                generation: video.generation,
+                frame_id: latest.as_ref().map(|f| f.sequence),
+                frame_age_ms: latest.as_ref().map(|f| millis(f.captured_at.elapsed())),
+            },
+            input: InputStatus {
+                busy: self.inner.input_busy.load(Ordering::Relaxed),
+            },
+            task: None,
+        }
+    }
+
+    /// Runs one input sequence for `session`, after every sequence queued before it. The
+    /// session's cancellation (disconnect, shutdown) stops it and releases held input.
+    pub async fn run_input(
+        &self,
+        session: &Session,
+        steps: &[InputStep],
+    ) -> Result<usize, DaemonError> {
+        let role = session.caller.role;
+        if !role.includes(Role::Operate) {
+            return Err(DaemonError::PermissionDenied {
+                method: "input",
+                needed: Role::Operate,
+                have: role,
+            });
+        }
+        let mut lane = tokio::select! {
+            lane = self.inner.lane.lock() => lane,
+            () = session.cancel.cancelled() => return Err(InputError::Cancelled { reports_sent: 0 }.into()),
+        };
+        self.inner.input_busy.store(true, Ordering::Relaxed);
+        let result = lane.run(steps, &session.cancel).await;
+        self.inner.input_busy.store(false, Ordering::Relaxed);
+        Ok(result?)
+    }
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> Value {
+    // Our result types serialize infallibly (string keys, no custom impls that fail).
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::device::hid::{HidReport, HostState, PointerReport, RecordingSink};
+    use crate::device::sim::{SimConfig, SimPhone};
+    use crate::protocol::StatusParams;
+
+    fn daemon_with(rec: &RecordingSink) -> Daemon {
+        let phone = SimPhone::new(SimConfig::default());
+        Daemon::start(
+            Devices {
+                hid: Box::new(rec.clone()),
+                video: Box::new(phone.display()),
+            },
+            DaemonOptions { sim: true },
+        )
+        .unwrap()
+    }
+
+    fn operator() -> Caller {
+        Caller {
+            identity: Identity::InProcess,
+            role: Role::Operate,
+        }
+    }
+
+    fn press() -> InputStep {
+        InputStep::Report(HidReport::Pointer(PointerReport::new(1, 10, 10, 0)))
+    }
+
+    #[tokio::test]
+    async fn hello_reports_caller_and_rejects_other_protocols() {
+        let d = daemon_with(&RecordingSink::default());
+        let s = d.open_session(operator());
+        let v = d
+            .handle(&s, &Call::Hello(HelloParams::default()))
+            .await
+            .unwrap();
+        assert_eq!(v["protocol"], "tether/1");
+        assert_eq!(v["caller"]["role"], "operate");
+        assert_eq!(v["limits"]["max_request_bytes"], 65536);
+        let bad = HelloParams {
+            protocol: Some("tether/2".into()),
+            client: None,
+        };
+        assert!(matches!(
+            d.handle(&s, &Call::Hello(bad)).await,
+            Err(DaemonError::UnsupportedProtocol { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn status_shows_frames_and_sessions() {
+        let d = daemon_with(&RecordingSink::default());
+        let _a = d.open_session(operator());
+        let b = d.open_session(operator());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let st = d.status().await;
+            if st.video.frame_id.is_some() {
+                assert_eq!(st.daemon.sessions, 2);
+                assert_eq!(st.video.generation, 1);
+                assert!(st.video.frame_age_ms.unwrap() < 5000);
+                break;
+            }
+            assert!(Instant::now() < deadline);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(b);
+        let v = d
+            .handle(&d.open_session(operator()), &Call::Status(StatusParams {}))
+            .await
+            .unwrap();
+        assert_eq!(v["daemon"]["sessions"], 2);
+        assert_eq!(v["hid"]["host"], "configured");
+    }
+
+    #[tokio::test]
+    async fn viewers_and_agents_without_a_task_cannot_send_input() {
+        let d = daemon_with(&RecordingSink::default());
+        for role in [Role::View, Role::Agent] {
+            let s = d.open_session(Caller {
+                identity: Identity::InProcess,
+                role,
+            });
+            assert!(matches!(
+                d.run_input(&s, &[press()]).await,
+                Err(DaemonError::PermissionDenied { .. })
+            ));
+        }
+    }
+
+    #[tokio::test]
+    async fn input_is_serialized_and_disconnect_releases() {
+        let rec = RecordingSink::default();
+        let d = daemon_with(&rec);
+        let first = d.open_session(operator());
+        let second = d.open_session(operator());
+        let long = [press(), InputStep::Wait(Duration::from_secs(30))];
+        let d1 = d.clone();
+        let run1 = tokio::spawn(async move { d1.run_input(&first, &long).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(d.status().await.input.busy);
+        // The second sequence waits for the first; dropping the first session (a
+        // disconnect) cancels it, releases the button, then the second runs.
+        let d2 = d.clone();
+        let run2 = tokio::spawn(async move { d2.run_input(&second, &[press()]).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(rec.reports().len(), 1, "second sequence must wait");
+        run1.abort(); // dropping the future drops `first`, like a closed connection
+        let _ = run1.await;
+        assert_eq!(run2.await.unwrap().unwrap(), 1);
+        let kinds: Vec<bool> = rec
+            .reports()
+            .iter()
+            .map(|r| r.report.holds_input())
+            .collect();
+        // press (held) ... released by whoever ran next, press, release.
+        assert_eq!(kinds.first(), Some(&true));
+        assert_eq!(kinds.last(), Some(&false));
+        assert!(!d.status().await.input.busy);
+    }
+
+    #[tokio::test]
+    async fn host_not_connected_is_reported() {
+        let rec = RecordingSink::default();
+        rec.set_host_state(HostState::NotAttached);
+        let d = daemon_with(&rec);
+        let s = d.open_session(operator());
+        let err = d.run_input(&s, &[press()]).await.unwrap_err();
+        assert_eq!(
+            crate::protocol::ErrorBody::from(&err).code,
+            crate::protocol::ErrorCode::HostNotConnected
+        );
+        assert!(!d.status().await.hid.bound);
+    }
+}

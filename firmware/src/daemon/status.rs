@@ -1,0 +1,110 @@
+//! Result types of `hello` and `status`.
+
+use serde::Serialize;
+
+use super::{Caller, SessionId};
+use crate::device::hid::HostState;
+use crate::device::video::Signal;
+use crate::protocol::Limits;
+
+/// What this daemon can do.
+#[derive(Debug, Clone, Serialize)]
+pub struct Capabilities {
+    /// Implemented methods.
+    pub methods: Vec<&'static str>,
+    /// Whether the phone is the virtual iPhone.
+    pub sim: bool,
+    /// HID backend name.
+    pub hid_backend: &'static str,
+    /// Video backend name.
+    pub video_backend: &'static str,
+}
+
+/// Result of `hello`.
+#[derive(Debug, Clone, Serialize)]
+pub struct HelloResult {
+    /// Always `"tether/1"`.
+    pub protocol: &'static str,
+    /// Daemon version.
+    pub version: &'static str,
+    /// Capabilities.
+    pub capabilities: Capabilities,
+    /// Limits this daemon enforces.
+    pub limits: Limits,
+    /// Who the daemon thinks you are.
+    pub caller: Caller,
+    /// Your session id.
+    pub session: SessionId,
+}
+
+/// A size in pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Size {
+    /// Width.
+    pub width: u32,
+    /// Height.
+    pub height: u32,
+}
+
+/// Daemon section of `status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct DaemonInfo {
+    /// Version.
+    pub version: &'static str,
+    /// Milliseconds since start.
+    pub uptime_ms: u64,
+    /// Whether the phone is the virtual iPhone.
+    pub sim: bool,
+    /// Open sessions (connections).
+    pub sessions: usize,
+}
+
+/// HID section of `status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct HidStatus {
+    /// Backend name.
+    pub backend: &'static str,
+    /// Whether a host has the gadget (anything but `not_attached`).
+    pub bound: bool,
+    /// The host's state.
+    pub host: HostState,
+}
+
+/// Video section of `status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct VideoStatus {
+    /// Backend name.
+    pub backend: &'static str,
+    /// Signal state.
+    pub signal: Signal,
+    /// Capture size, when known.
+    pub source_size: Option<Size>,
+    /// Signal/format epoch.
+    pub generation: u32,
+    /// Sequence number of the latest frame.
+    pub frame_id: Option<u64>,
+    /// Age of the latest frame.
+    pub frame_age_ms: Option<u64>,
+}
+
+/// Input section of `status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct InputStatus {
+    /// Whether an input sequence is running.
+    pub busy: bool,
+}
+
+/// Result of `status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusResult {
+    /// Daemon.
+    pub daemon: DaemonInfo,
+    /// HID.
+    pub hid: HidStatus,
+    /// Video.
+    pub video: VideoStatus,
+    /// Input.
+    pub input: InputStatus,
+    /// The active task (none until tasks exist).
+    pub task: Option<serde_json::Value>,
+}

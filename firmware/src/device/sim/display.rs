@@ -1,0 +1,183 @@
+//! Renders the virtual phone into capture frames, pillarboxed like an HDMI mirror.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::phone::PhoneSnapshot;
+use super::SimPhone;
+use crate::device::video::{
+    Frame, FrameHub, FrameSource, PixelFormat, Signal, SourceGuard, VideoError, VideoState,
+};
+
+/// The [`FrameSource`] of a [`SimPhone`]: a thread that publishes frames at the configured
+/// rate, re-rendering only when the phone's state changed.
+#[derive(Debug)]
+pub struct SimDisplay {
+    phone: SimPhone,
+}
+
+impl SimDisplay {
+    pub(super) fn new(phone: SimPhone) -> Self {
+        SimDisplay { phone }
+    }
+}
+
+/// Where the phone sits inside the capture frame: scaled to fit, centred.
+fn active_rect(cw: u32, ch: u32, pw: u32, ph: u32) -> (u32, u32, u32, u32) {
+    let (cw64, ch64, pw64, ph64) = (u64::from(cw), u64::from(ch), u64::from(pw), u64::from(ph));
+    let (w, h) = if cw64 * ph64 > ch64 * pw64 {
+        (pw64 * ch64 / ph64, ch64)
+    } else {
+        (cw64, ph64 * cw64 / pw64)
+    };
+    // w <= cw and h <= ch by construction, so both fit in u32.
+    let (w, h) = (
+        u32::try_from(w).unwrap_or(cw),
+        u32::try_from(h).unwrap_or(ch),
+    );
+    ((cw - w) / 2, (ch - h) / 2, w, h)
+}
+
+/// Draws the capture frame for a phone state.
+fn render(phone: &SimPhone, snap: &PhoneSnapshot) -> Vec<u8> {
+    let cfg = phone.config();
+    let (cw, ch) = (cfg.capture_width as usize, cfg.capture_height as usize);
+    let mut data = vec![0u8; cw * ch * 3];
+    let (x0, y0, w, h) = active_rect(
+        cfg.capture_width,
+        cfg.capture_height,
+        cfg.phone_width,
+        cfg.phone_height,
+    );
+    let (x0, y0, w, h) = (x0 as usize, y0 as usize, w as usize, h as usize);
+    for y in 0..h {
+        // A vertical gradient stands in for the wallpaper.
+        let shade = u8::try_from(40 + y * 120 / h.max(1)).unwrap_or(160);
+        let row = &mut data[((y0 + y) * cw + x0) * 3..((y0 + y) * cw + x0 + w) * 3];
+        for px in row.chunks_exact_mut(3) {
+            px.copy_from_slice(&[20, shade / 2, shade]);
+        }
+    }
+    // The AssistiveTouch-style pointer: a grey disc, darker while pressed.
+    let px = x0 + snap.pointer.0 as usize * w / cfg.phone_width.max(1) as usize;
+    let py = y0 + snap.pointer.1 as usize * h / cfg.phone_height.max(1) as usize;
+    let r = (w / 40).max(3);
+    let colour = if snap.buttons != 0 {
+        [90, 90, 90]
+    } else {
+        [200, 200, 200]
+    };
+    for y in py.saturating_sub(r)..(py + r).min(y0 + h) {
+        for x in px.saturating_sub(r)..(px + r).min(x0 + w) {
+            if (x.abs_diff(px)).pow(2) + (y.abs_diff(py)).pow(2) <= r * r {
+                let i = (y * cw + x) * 3;
+                data[i..i + 3].copy_from_slice(&colour);
+            }
+        }
+    }
+    data
+}
+
+impl FrameSource for SimDisplay {
+    fn backend(&self) -> &'static str {
+        "sim"
+    }
+
+    fn start(self: Box<Self>, hub: FrameHub) -> Result<SourceGuard, VideoError> {
+        let cfg = self.phone.config();
+        if cfg.fps == 0 || cfg.fps > 240 || cfg.capture_width < 64 || cfg.capture_height < 64 {
+            return Err(VideoError::Config(format!(
+                "sim capture {}x{} at {} fps is out of range (64x64 and up, 1-240 fps)",
+                cfg.capture_width, cfg.capture_height, cfg.fps
+            )));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_thread = stop.clone();
+        let phone = self.phone;
+        std::thread::Builder::new()
+            .name("sim-display".into())
+            .spawn(move || {
+                let generation = 1;
+                hub.set_state(VideoState {
+                    signal: Signal::Locked,
+                    source_size: Some((cfg.capture_width, cfg.capture_height)),
+                    generation,
+                });
+                let interval = Duration::from_secs(1) / cfg.fps;
+                let mut rendered: Option<(u64, Arc<[u8]>)> = None;
+                let mut sequence = 0u64;
+                let mut next = Instant::now();
+                while !stop_thread.load(Ordering::Relaxed) {
+                    let snap = phone.snapshot();
+                    let data = match &rendered {
+                        Some((version, data)) if *version == snap.version => data.clone(),
+                        _ => {
+                            let data: Arc<[u8]> = Arc::from(render(&phone, &snap));
+                            rendered = Some((snap.version, data.clone()));
+                            data
+                        }
+                    };
+                    sequence += 1;
+                    hub.publish(Arc::new(Frame {
+                        generation,
+                        sequence,
+                        captured_at: Instant::now(),
+                        width: cfg.capture_width,
+                        height: cfg.capture_height,
+                        format: PixelFormat::Rgb24,
+                        data,
+                    }));
+                    next += interval;
+                    let now = Instant::now();
+                    if next > now {
+                        std::thread::sleep(next - now);
+                    } else {
+                        next = now;
+                    }
+                }
+            })
+            .map_err(VideoError::Spawn)?;
+        Ok(SourceGuard::new(move || {
+            stop.store(true, Ordering::Relaxed)
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::sim::SimConfig;
+
+    #[test]
+    fn pillarbox_centres_a_portrait_phone() {
+        assert_eq!(active_rect(1920, 1080, 1179, 2556), (711, 0, 498, 1080));
+        assert_eq!(active_rect(1080, 1920, 1080, 1920), (0, 0, 1080, 1920));
+    }
+
+    #[test]
+    fn publishes_frames_of_the_configured_size() {
+        let phone = SimPhone::new(SimConfig {
+            fps: 100,
+            ..SimConfig::default()
+        });
+        let (hub, reader) = FrameHub::new();
+        let guard = Box::new(phone.display()).start(hub).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while reader.latest().map_or(true, |f| f.sequence < 3) {
+            assert!(Instant::now() < deadline, "no frames");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let frame = reader.latest().unwrap();
+        assert_eq!(
+            (frame.width, frame.height, frame.data.len()),
+            (1920, 1080, 1920 * 1080 * 3)
+        );
+        // Outside the pillarbox is black, inside is not.
+        assert_eq!(&frame.data[..3], &[0, 0, 0]);
+        let mid = (540 * 1920 + 960) * 3;
+        assert_ne!(&frame.data[mid..mid + 3], &[0, 0, 0]);
+        assert_eq!(reader.state().signal, Signal::Locked);
+        drop(guard);
+    }
+}

@@ -1,0 +1,11 @@
+//! Video: frames from the phone's screen and the sources that produce them.
+//!
+//! A [`FrameSource`] (V4L2 capture on the appliance, the sim's renderer otherwise) publishes
+//! into a [`FrameHub`]: the latest frame for screenshots plus the signal state for `status`.
+
+mod frame;
+
+pub use frame::{
+    Frame, FrameHub, FrameReader, FrameSource, PixelFormat, Signal, SourceGuard, VideoError,
+    VideoState,
+};

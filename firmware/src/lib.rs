@@ -1,0 +1,23 @@
+//! tether: firmware for an appliance that lets AI agents and people drive a real iPhone.
+//!
+//! The appliance presents itself to the phone as a USB HID gadget (keyboard, consumer keys,
+//! absolute pointer), captures the phone's screen over HDMI, and runs one daemon that decides
+//! who may touch the phone. With no hardware, the same daemon drives a virtual iPhone (the sim).
+//!
+//! Data flows one way: [`device`] → [`daemon`] → [`server`]. Transports never touch a device;
+//! the daemon never knows which transport a caller came from, only its
+//! [`Caller`](daemon::Caller).
+//!
+//! - [`protocol`]: the tether/1 wire types, limits and error codes shared by every transport.
+//! - [`device`]: the phone as the appliance sees it (HID reports, video frames, the sim).
+//! - [`daemon`]: the single execution point: identities, input serialization, status.
+//! - [`server`]: transports (today the Unix control socket).
+//! - [`client`]: the remote side used by the CLI.
+//! - [`config`]: the one typed configuration struct (TOML + flags).
+
+pub mod client;
+pub mod config;
+pub mod daemon;
+pub mod device;
+pub mod protocol;
+pub mod server;

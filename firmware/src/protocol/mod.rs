@@ -1,0 +1,21 @@
+//! tether/1: the one protocol every caller speaks.
+//!
+//! JSON lines over the Unix socket, the same JSON as WebSocket text messages. This module
+//! holds the wire types, the limits and the single [`ErrorCode`] enum; it parses untrusted
+//! bytes into validated [`Request`]s and never performs I/O itself.
+#![forbid(unsafe_code)]
+
+mod error;
+mod limits;
+mod message;
+mod request;
+
+pub use error::{ErrorBody, ErrorCode};
+pub use limits::{
+    Limits, MAX_NESTING_DEPTH, MAX_OUTPUT_BYTES, MAX_OUTPUT_MESSAGES, MAX_REQUEST_BYTES,
+    PROTOCOL_NAME, STALL_TIMEOUT,
+};
+pub use message::{Event, Outgoing, Response};
+pub use request::{
+    parse_request, Call, HelloParams, Method, Request, RequestError, RequestId, StatusParams,
+};

@@ -1,0 +1,442 @@
+//! Parsing one untrusted request line into a validated [`Request`].
+//!
+//! The checks run cheapest first: size, nesting depth (a byte scan, before serde builds
+//! anything), JSON syntax, envelope (`id`, `method`, `task_token`), then the method's own
+//! parameters with unknown fields rejected.
+
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::{ErrorBody, ErrorCode, MAX_NESTING_DEPTH, MAX_REQUEST_BYTES};
+
+/// A request id: a non-negative integer chosen by the client, echoed in the response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RequestId(pub u64);
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Every method this daemon implements. Methods of tether/1 that are not listed here are
+/// answered with `UNKNOWN_METHOD` until they are built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Method {
+    /// Negotiate the protocol; learn capabilities, limits and who you are.
+    Hello,
+    /// Device and daemon state.
+    Status,
+}
+
+impl Method {
+    /// All implemented methods, in the order `hello` lists them.
+    pub const ALL: &'static [Method] = &[Method::Hello, Method::Status];
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Hello => "hello",
+            Method::Status => "status",
+        }
+    }
+
+    /// Looks a method up by its wire name.
+    pub fn from_name(name: &str) -> Option<Method> {
+        Method::ALL.iter().copied().find(|m| m.as_str() == name)
+    }
+}
+
+/// Parameters of `hello`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HelloParams {
+    /// The protocol the client speaks; must be `"tether/1"` when present.
+    #[serde(default)]
+    pub protocol: Option<String>,
+    /// A free-form client name for logs (at most 128 bytes).
+    #[serde(default)]
+    pub client: Option<String>,
+}
+
+/// Parameters of `status` (none).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusParams {}
+
+/// A method call with its validated parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    /// `hello`.
+    Hello(HelloParams),
+    /// `status`.
+    Status(StatusParams),
+}
+
+impl Call {
+    /// Which method this is.
+    pub fn method(&self) -> Method {
+        match self {
+            Call::Hello(_) => Method::Hello,
+            Call::Status(_) => Method::Status,
+        }
+    }
+}
+
+/// A validated request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The client's id for this request.
+    pub id: RequestId,
+    /// A task token, when the request is made on behalf of a task.
+    pub task_token: Option<String>,
+    /// The method and its parameters.
+    pub call: Call,
+}
+
+/// Why a line was rejected, with the id when it could be read so the client can correlate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestError {
+    /// The request id, if the envelope got that far.
+    pub id: Option<RequestId>,
+    /// The wire error.
+    pub error: ErrorBody,
+}
+
+impl RequestError {
+    fn new(id: Option<RequestId>, code: ErrorCode, message: impl Into<String>) -> Self {
+        RequestError {
+            id,
+            error: ErrorBody::new(code, message),
+        }
+    }
+
+    /// The error for a line longer than [`MAX_REQUEST_BYTES`]; used by readers that discard
+    /// such a line without buffering it.
+    pub fn too_large(len: usize) -> Self {
+        RequestError::new(
+            None,
+            ErrorCode::RequestTooLarge,
+            format!(
+                "request line of {len}+ bytes exceeds the limit of {MAX_REQUEST_BYTES} bytes; \
+                 it was discarded (send large data in smaller requests)"
+            ),
+        )
+    }
+}
+
+/// Most bytes of a client name kept by `hello`.
+const MAX_CLIENT_NAME: usize = 128;
+
+/// Parses one request line (without its newline).
+pub fn parse_request(line: &[u8]) -> Result<Request, RequestError> {
+    if line.len() > MAX_REQUEST_BYTES {
+        return Err(RequestError::too_large(line.len()));
+    }
+    if let Some(depth) = exceeds_depth(line, MAX_NESTING_DEPTH) {
+        return Err(RequestError::new(
+            None,
+            ErrorCode::NestingTooDeep,
+            format!("JSON nesting reaches depth {depth}; the limit is {MAX_NESTING_DEPTH}"),
+        ));
+    }
+    let value: Value = serde_json::from_slice(line).map_err(|e| {
+        RequestError::new(None, ErrorCode::InvalidJson, format!("not valid JSON: {e}"))
+    })?;
+    let Value::Object(mut fields) = value else {
+        return Err(RequestError::new(
+            None,
+            ErrorCode::InvalidRequest,
+            "a request must be a JSON object like {\"id\":1,\"method\":\"hello\"}",
+        ));
+    };
+    let id = take_id(&mut fields)?;
+    let method = match fields.remove("method") {
+        Some(Value::String(name)) => name,
+        Some(_) => {
+            return Err(RequestError::new(
+                Some(id),
+                ErrorCode::InvalidRequest,
+                "\"method\" must be a string",
+            ))
+        }
+        None => {
+            return Err(RequestError::new(
+                Some(id),
+                ErrorCode::InvalidRequest,
+                "\"method\" is missing",
+            ))
+        }
+    };
+    let task_token = match fields.remove("task_token") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(token)) => Some(token),
+        Some(_) => {
+            return Err(RequestError::new(
+                Some(id),
+                ErrorCode::InvalidParams,
+                "\"task_token\" must be a string",
+            ))
+        }
+    };
+    let Some(known) = Method::from_name(&method) else {
+        let names: Vec<&str> = Method::ALL.iter().map(|m| m.as_str()).collect();
+        return Err(RequestError::new(
+            Some(id),
+            ErrorCode::UnknownMethod,
+            format!(
+                "unknown method {:?}; this daemon implements: {}",
+                truncate(&method, 64),
+                names.join(", ")
+            ),
+        ));
+    };
+    let call = match known {
+        Method::Hello => {
+            let params: HelloParams = params(id, known, fields)?;
+            if params
+                .client
+                .as_ref()
+                .is_some_and(|c| c.len() > MAX_CLIENT_NAME)
+            {
+                return Err(RequestError::new(
+                    Some(id),
+                    ErrorCode::InvalidParams,
+                    format!("hello: \"client\" is longer than {MAX_CLIENT_NAME} bytes"),
+                ));
+            }
+            Call::Hello(params)
+        }
+        Method::Status => Call::Status(params(id, known, fields)?),
+    };
+    Ok(Request {
+        id,
+        task_token,
+        call,
+    })
+}
+
+fn take_id(fields: &mut Map<String, Value>) -> Result<RequestId, RequestError> {
+    match fields.remove("id") {
+        // `as_u64` is `Some` only for integers in 0..=u64::MAX written without a fraction or
+        // exponent, which is exactly the set of valid ids.
+        Some(Value::Number(n)) => n.as_u64().map(RequestId).ok_or_else(|| {
+            RequestError::new(
+                None,
+                ErrorCode::InvalidId,
+                format!("\"id\" must be a non-negative integer, got {n}"),
+            )
+        }),
+        Some(other) => Err(RequestError::new(
+            None,
+            ErrorCode::InvalidId,
+            format!(
+                "\"id\" must be a non-negative integer, got {}",
+                json_kind(&other)
+            ),
+        )),
+        None => Err(RequestError::new(
+            None,
+            ErrorCode::InvalidId,
+            "\"id\" is missing",
+        )),
+    }
+}
+
+fn params<T: DeserializeOwned>(
+    id: RequestId,
+    method: Method,
+    fields: Map<String, Value>,
+) -> Result<T, RequestError> {
+    serde_json::from_value(Value::Object(fields)).map_err(|e| {
+        RequestError::new(
+            Some(id),
+            ErrorCode::InvalidParams,
+            format!("{}: {e}", method.as_str()),
+        )
+    })
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Returns the depth reached if the JSON text nests arrays/objects deeper than `max`.
+/// Brackets inside strings (including escaped quotes) do not count. Runs before parsing so a
+/// hostile line cannot make serde recurse.
+fn exceeds_depth(bytes: &[u8], max: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return Some(depth);
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(line: &str) -> (Option<RequestId>, ErrorCode) {
+        let err = parse_request(line.as_bytes()).expect_err("should be rejected");
+        (err.id, err.error.code)
+    }
+
+    #[test]
+    fn parses_hello_and_status() {
+        let req = parse_request(br#"{"id":7,"method":"hello","protocol":"tether/1"}"#).unwrap();
+        assert_eq!(req.id, RequestId(7));
+        assert_eq!(
+            req.call,
+            Call::Hello(HelloParams {
+                protocol: Some("tether/1".into()),
+                client: None
+            })
+        );
+        let req = parse_request(br#"{"method":"status","id":0,"task_token":"abc"}"#).unwrap();
+        assert_eq!(req.call, Call::Status(StatusParams {}));
+        assert_eq!(req.task_token.as_deref(), Some("abc"));
+    }
+
+    #[test]
+    fn rejects_each_kind_of_bad_input_with_its_own_code() {
+        assert_eq!(code("{not json"), (None, ErrorCode::InvalidJson));
+        assert_eq!(code("[1,2]"), (None, ErrorCode::InvalidRequest));
+        assert_eq!(code(r#"{"method":"hello"}"#), (None, ErrorCode::InvalidId));
+        assert_eq!(
+            code(r#"{"id":-1,"method":"hello"}"#),
+            (None, ErrorCode::InvalidId)
+        );
+        assert_eq!(
+            code(r#"{"id":1.5,"method":"hello"}"#),
+            (None, ErrorCode::InvalidId)
+        );
+        assert_eq!(
+            code(r#"{"id":"1","method":"hello"}"#),
+            (None, ErrorCode::InvalidId)
+        );
+        assert_eq!(
+            code(r#"{"id":1e3,"method":"hello"}"#),
+            (None, ErrorCode::InvalidId)
+        );
+        assert_eq!(
+            code(r#"{"id":99999999999999999999999,"method":"hello"}"#),
+            (None, ErrorCode::InvalidId)
+        );
+        assert_eq!(
+            code(r#"{"id":3}"#),
+            (Some(RequestId(3)), ErrorCode::InvalidRequest)
+        );
+        assert_eq!(
+            code(r#"{"id":3,"method":"fly"}"#),
+            (Some(RequestId(3)), ErrorCode::UnknownMethod)
+        );
+        assert_eq!(
+            code(r#"{"id":4,"method":"status","bogus":1}"#),
+            (Some(RequestId(4)), ErrorCode::InvalidParams)
+        );
+        assert_eq!(
+            code(r#"{"id":5,"method":"hello","protocol":5}"#),
+            (Some(RequestId(5)), ErrorCode::InvalidParams)
+        );
+        assert_eq!(
+            code(r#"{"id":6,"method":"hello","task_token":1}"#),
+            (Some(RequestId(6)), ErrorCode::InvalidParams)
+        );
+    }
+
+    #[test]
+    fn depth_limit_is_exact_and_ignores_brackets_in_strings() {
+        let ok = format!(
+            r#"{{"id":1,"method":"status","x":{}1{}}}"#,
+            "[".repeat(31),
+            "]".repeat(31)
+        );
+        // Depth 32 is allowed; the unknown field then fails parameter validation.
+        assert_eq!(code(&ok).1, ErrorCode::InvalidParams);
+        let deep = format!(
+            r#"{{"id":1,"method":"status","x":{}1{}}}"#,
+            "[".repeat(32),
+            "]".repeat(32)
+        );
+        assert_eq!(code(&deep), (None, ErrorCode::NestingTooDeep));
+        let in_string = format!(
+            r#"{{"id":1,"method":"hello","client":"{}\"{}"}}"#,
+            "[".repeat(40),
+            "{".repeat(40)
+        );
+        assert!(parse_request(in_string.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn size_limit() {
+        let pad = "x".repeat(MAX_REQUEST_BYTES);
+        let line = format!(r#"{{"id":1,"method":"hello","client":"{pad}"}}"#);
+        assert_eq!(code(&line), (None, ErrorCode::RequestTooLarge));
+    }
+
+    #[test]
+    fn long_client_name_is_rejected() {
+        let line = format!(
+            r#"{{"id":1,"method":"hello","client":"{}"}}"#,
+            "é".repeat(100)
+        );
+        assert_eq!(code(&line), (Some(RequestId(1)), ErrorCode::InvalidParams));
+    }
+
+    #[test]
+    fn codes_serialize_as_screaming_snake() {
+        for code in [
+            ErrorCode::InvalidJson,
+            ErrorCode::NestingTooDeep,
+            ErrorCode::HostNotConnected,
+        ] {
+            assert_eq!(
+                serde_json::to_value(code).unwrap(),
+                Value::String(code.as_str().to_string())
+            );
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! Transports. Each turns its wire into [`protocol`](crate::protocol) requests, authenticates
+//! the caller, and calls the [`Daemon`](crate::daemon::Daemon). No transport touches a device.
+#![forbid(unsafe_code)]
+
+mod lines;
+mod outbound;
+pub mod unix;
+
+pub use unix::{ServerError, UnixServer, UnixServerConfig};

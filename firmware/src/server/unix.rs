@@ -1,0 +1,338 @@
+//! The control socket: tether/1 JSON lines over a Unix stream socket, callers identified by
+//! SO_PEERCRED.
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::unistd::{Gid, Uid, User};
+use tokio::io::BufReader;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::lines::{next_line, Line};
+use super::outbound::Outbound;
+use crate::daemon::{Caller, Daemon, Identity, PeerCredentials, RolePolicy, Session};
+use crate::protocol::{
+    parse_request, ErrorBody, ErrorCode, Outgoing, RequestError, Response, MAX_OUTPUT_BYTES,
+    MAX_OUTPUT_MESSAGES, MAX_REQUEST_BYTES, STALL_TIMEOUT,
+};
+
+/// Requests one connection may have in flight; reading pauses beyond this, which pushes
+/// back on a client that sends faster than it reads.
+const MAX_IN_FLIGHT: usize = 64;
+
+/// Errors setting up the socket.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The socket's directory could not be created.
+    #[error("create socket directory {}", .path.display())]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// Another daemon answers on the socket.
+    #[error("another tether daemon is already listening on {}", .0.display())]
+    AlreadyRunning(PathBuf),
+    /// Something that is not a socket is in the way.
+    #[error("{} exists and is not a socket; refusing to replace it", .0.display())]
+    NotASocket(PathBuf),
+    /// Binding or configuring the socket failed.
+    #[error("bind control socket {}", .path.display())]
+    Bind {
+        /// The socket path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// How the control socket is set up.
+#[derive(Debug, Clone)]
+pub struct UnixServerConfig {
+    /// Socket path.
+    pub path: PathBuf,
+    /// Permission bits of the socket file (DESIGN: 0660).
+    pub mode: u32,
+    /// Group that owns the socket file (the operators' group), when set.
+    pub group: Option<u32>,
+    /// Maps peer credentials to roles.
+    pub policy: RolePolicy,
+    /// A peer that does not read for this long is dropped.
+    pub stall_timeout: Duration,
+}
+
+impl UnixServerConfig {
+    /// Defaults for `path`: mode 0660, no group change, 10 s stall timeout.
+    pub fn new(path: PathBuf, policy: RolePolicy) -> Self {
+        UnixServerConfig {
+            path,
+            mode: 0o660,
+            group: None,
+            policy,
+            stall_timeout: STALL_TIMEOUT,
+        }
+    }
+}
+
+/// A bound control socket. The socket file is removed when this is dropped.
+#[derive(Debug)]
+pub struct UnixServer {
+    listener: UnixListener,
+    config: Arc<UnixServerConfig>,
+    daemon: Daemon,
+}
+
+impl UnixServer {
+    /// Binds the socket, replacing a stale one left by a crashed daemon.
+    pub fn bind(config: UnixServerConfig, daemon: Daemon) -> Result<UnixServer, ServerError> {
+        let path = config.path.clone();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if !dir.exists() {
+                std::fs::create_dir_all(dir).map_err(|source| ServerError::CreateDir {
+                    path: dir.into(),
+                    source,
+                })?;
+                // Peers (operators, the agent uid) must be able to reach the socket; the
+                // socket's own mode is the gate.
+                let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
+            }
+        }
+        remove_stale(&path)?;
+        let bind_err = |source| ServerError::Bind {
+            path: path.clone(),
+            source,
+        };
+        let listener = UnixListener::bind(&path).map_err(bind_err)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(config.mode))
+            .map_err(bind_err)?;
+        if let Some(gid) = config.group {
+            nix::unistd::chown(&path, None, Some(Gid::from_raw(gid)))
+                .map_err(|e| bind_err(io::Error::from(e)))?;
+        }
+        tracing::info!(path = %path.display(), mode = format!("{:o}", config.mode), "control socket listening");
+        Ok(UnixServer {
+            listener,
+            config: Arc::new(config),
+            daemon,
+        })
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        &self.config.path
+    }
+
+    /// Accepts connections until `shutdown` fires. Each connection runs on its own task;
+    /// a failing connection never affects others.
+    pub async fn serve(self, shutdown: CancellationToken) {
+        let mut connections = JoinSet::new();
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        connections.spawn(connection(self.daemon.clone(), self.config.clone(), stream));
+                    }
+                    Err(e) => {
+                        // EMFILE and friends: back off instead of spinning.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            }
+        }
+        connections.abort_all();
+    }
+}
+
+impl Drop for UnixServer {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.config.path);
+    }
+}
+
+fn remove_stale(path: &Path) -> Result<(), ServerError> {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if !meta.file_type().is_socket() {
+        return Err(ServerError::NotASocket(path.into()));
+    }
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        return Err(ServerError::AlreadyRunning(path.into()));
+    }
+    std::fs::remove_file(path).map_err(|source| ServerError::Bind {
+        path: path.into(),
+        source,
+    })
+}
+
+/// Supplementary groups of `uid`'s user (plus `gid`), from the user database.
+fn groups_of(uid: u32, gid: u32) -> Vec<u32> {
+    let Ok(Some(user)) = User::from_uid(Uid::from_raw(uid)) else {
+        return vec![gid];
+    };
+    let Ok(name) = CString::new(user.name) else {
+        return vec![gid];
+    };
+    nix::unistd::getgrouplist(&name, Gid::from_raw(gid))
+        .map(|gs| gs.into_iter().map(Gid::as_raw).collect())
+        .unwrap_or_else(|_| vec![gid])
+}
+
+async fn identify(
+    stream: &UnixStream,
+    policy: &RolePolicy,
+) -> io::Result<(PeerCredentials, Option<Caller>)> {
+    let cred = stream.peer_cred()?;
+    let creds = PeerCredentials {
+        pid: cred.pid(),
+        uid: cred.uid(),
+        gid: cred.gid(),
+    };
+    let groups = tokio::task::spawn_blocking(move || groups_of(creds.uid, creds.gid))
+        .await
+        .unwrap_or_else(|_| vec![creds.gid]);
+    let caller = policy.role_for(&creds, &groups).map(|role| Caller {
+        identity: Identity::Unix(creds),
+        role,
+    });
+    Ok((creds, caller))
+}
+
+async fn connection(daemon: Daemon, config: Arc<UnixServerConfig>, stream: UnixStream) {
+    let (creds, caller) = match identify(&stream, &config.policy).await {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::warn!(error = %e, "SO_PEERCRED failed; closing connection");
+            return;
+        }
+    };
+    let (read, write) = stream.into_split();
+    let closed = CancellationToken::new();
+    let (out, writer) = Outbound::new(
+        write,
+        MAX_OUTPUT_MESSAGES,
+        MAX_OUTPUT_BYTES,
+        config.stall_timeout,
+        closed.clone(),
+    );
+    let writer = tokio::spawn(writer);
+    let Some(caller) = caller else {
+        tracing::warn!(uid = creds.uid, gid = creds.gid, pid = ?creds.pid, "peer has no role; refused");
+        let body = ErrorBody::new(
+            ErrorCode::PermissionDenied,
+            "this user has no role on this appliance: add it to the operators' group (or use the agent \
+             user via `tether task run`)",
+        );
+        let _ = out
+            .push(Outgoing::Response(Response::err(None, body)).to_line())
+            .await;
+        drop(out);
+        let _ = writer.await;
+        return;
+    };
+    let session = Arc::new(daemon.open_session(caller));
+    tracing::info!(session = session.id().0, uid = creds.uid, pid = ?creds.pid, role = ?caller.role, "connected");
+    let eof = read_requests(&daemon, &session, read, &out, &closed).await;
+    if eof {
+        tracing::debug!(
+            session = session.id().0,
+            "peer closed its side; finishing in-flight requests"
+        );
+    } else {
+        tracing::info!(session = session.id().0, "connection dropped");
+    }
+    drop(out);
+    let _ = writer.await;
+    tracing::info!(session = session.id().0, "disconnected");
+}
+
+/// Reads and dispatches requests until EOF (`true`) or the connection is closed (`false`).
+/// Returns only after every request it started has finished or been aborted.
+async fn read_requests(
+    daemon: &Daemon,
+    session: &Arc<Session>,
+    read: tokio::net::unix::OwnedReadHalf,
+    out: &Outbound,
+    closed: &CancellationToken,
+) -> bool {
+    let mut reader = BufReader::new(read);
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let mut tasks = JoinSet::new();
+    let eof = loop {
+        let line = tokio::select! {
+            () = closed.cancelled() => break false,
+            line = next_line(&mut reader, MAX_REQUEST_BYTES) => line,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+        };
+        let line = match line {
+            Ok(Line::Complete(bytes)) => bytes,
+            Ok(Line::TooLong(len)) => {
+                let err = RequestError::too_large(len);
+                let _ = out
+                    .push(Outgoing::Response(Response::err(err.id, err.error)).to_line())
+                    .await;
+                continue;
+            }
+            Ok(Line::Eof) => break true,
+            Err(e) => {
+                tracing::debug!(error = %e, "read failed");
+                break false;
+            }
+        };
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let request = match parse_request(&line) {
+            Ok(request) => request,
+            Err(err) => {
+                let _ = out
+                    .push(Outgoing::Response(Response::err(err.id, err.error)).to_line())
+                    .await;
+                continue;
+            }
+        };
+        let permit = tokio::select! {
+            () = closed.cancelled() => break false,
+            p = in_flight.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break false,
+            },
+        };
+        let (daemon, session, out) = (daemon.clone(), session.clone(), out.clone());
+        tasks.spawn(async move {
+            let response = match daemon.handle(&session, &request.call).await {
+                Ok(result) => Response::ok(request.id, result),
+                Err(e) => {
+                    tracing::debug!(id = request.id.0, error = %e, "request failed");
+                    Response::err(Some(request.id), ErrorBody::from(&e))
+                }
+            };
+            let _ = out.push(Outgoing::Response(response).to_line()).await;
+            drop(permit);
+        });
+    };
+    if eof {
+        // Half-closed: the peer may still read. Finish what it asked for, unless it stalls.
+        tokio::select! {
+            () = closed.cancelled() => tasks.abort_all(),
+            () = async { while tasks.join_next().await.is_some() {} } => {}
+        }
+    } else {
+        tasks.abort_all();
+    }
+    while tasks.join_next().await.is_some() {}
+    eof
+}
