@@ -164,7 +164,7 @@ mod tests {
         let (hub, reader) = FrameHub::new();
         let guard = Box::new(phone.display()).start(hub).unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
-        while reader.latest().map_or(true, |f| f.sequence < 3) {
+        while reader.latest().is_none_or(|f| f.sequence < 3) {
             assert!(Instant::now() < deadline, "no frames");
             std::thread::sleep(Duration::from_millis(5));
         }
