@@ -1,0 +1,413 @@
+//! Gestures → timed HID report sequences, with the iOS timings from DESIGN.md.
+//!
+//! Everything here is pure: a [`Gesture`] in HID units plus [`InputTimings`] gives a list of
+//! [`InputStep`]s. The daemon's input lane runs them and releases anything still held on
+//! cancellation.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::daemon::InputStep;
+use crate::device::hid::{
+    ConsumerReport, HidReport, KeyStroke, KeyboardReport, PointerReport, MOD_GUI, POINTER_MAX,
+    POINTER_MIN,
+};
+
+/// Every timing of the input engine, in milliseconds. Defaults are the reliable values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InputTimings {
+    /// Wait after moving before pressing: iOS glides the pointer (80 seen, 250 reliable).
+    pub settle_ms: u64,
+    /// How long a tap holds the button.
+    pub tap_hold_ms: u64,
+    /// How many release reports end a press.
+    pub release_repeats: u32,
+    /// Gap between repeated release reports.
+    pub release_gap_ms: u64,
+    /// Gap between the two taps of a double tap.
+    pub double_tap_gap_ms: u64,
+    /// How long a long press holds (iOS needs at least 1500).
+    pub long_press_ms: u64,
+    /// Default swipe/drag duration (600–900 feels like a finger).
+    pub swipe_ms: u64,
+    /// Spacing of pointer reports along a drag.
+    pub report_interval_ms: u64,
+    /// How long a key is held.
+    pub key_hold_ms: u64,
+    /// Gap after releasing a key.
+    pub key_gap_ms: u64,
+}
+
+impl Default for InputTimings {
+    fn default() -> Self {
+        InputTimings {
+            settle_ms: 150,
+            tap_hold_ms: 80,
+            release_repeats: 3,
+            release_gap_ms: 15,
+            double_tap_gap_ms: 100,
+            long_press_ms: 1600,
+            swipe_ms: 700,
+            report_interval_ms: 8,
+            key_hold_ms: 20,
+            key_gap_ms: 20,
+        }
+    }
+}
+
+/// A point in HID units (1..=32767 on each axis).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HidPoint {
+    /// X.
+    pub x: u16,
+    /// Y.
+    pub y: u16,
+}
+
+impl HidPoint {
+    /// A point, clamped into the valid range (never 0).
+    pub fn new(x: u16, y: u16) -> Self {
+        HidPoint {
+            x: x.clamp(POINTER_MIN, POINTER_MAX),
+            y: y.clamp(POINTER_MIN, POINTER_MAX),
+        }
+    }
+}
+
+/// Something a person does to the phone, in HID units.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gesture {
+    /// Move the pointer without touching.
+    Move(HidPoint),
+    /// Touch and lift.
+    Tap(HidPoint),
+    /// Two taps.
+    DoubleTap(HidPoint),
+    /// Touch, hold, lift.
+    LongPress(HidPoint),
+    /// Touch at the first point, follow the path, lift at the last.
+    Drag {
+        /// At least two points.
+        path: Vec<HidPoint>,
+        /// Duration of the movement.
+        duration: Duration,
+    },
+    /// A key with modifiers.
+    Key(KeyStroke),
+    /// Several strokes in order (typing).
+    Type(Vec<KeyStroke>),
+    /// A consumer-control usage (volume, media).
+    Consumer(u16),
+}
+
+fn pointer(buttons: u8, p: HidPoint) -> InputStep {
+    InputStep::Report(HidReport::Pointer(PointerReport::new(buttons, p.x, p.y, 0)))
+}
+
+fn wait(ms: u64) -> InputStep {
+    InputStep::Wait(Duration::from_millis(ms))
+}
+
+fn keyboard(modifiers: u8, usage: u8) -> InputStep {
+    InputStep::Report(HidReport::Keyboard(KeyboardReport {
+        modifiers,
+        keys: [usage, 0, 0, 0, 0, 0],
+    }))
+}
+
+/// Press at `p` after moving there and letting the glide finish.
+fn touch_down(steps: &mut Vec<InputStep>, t: &InputTimings, p: HidPoint) {
+    steps.push(pointer(0, p));
+    steps.push(wait(t.settle_ms));
+    steps.push(pointer(1, p));
+}
+
+/// Release at `p`, repeated so a lost report cannot leave the finger down.
+fn touch_up(steps: &mut Vec<InputStep>, t: &InputTimings, p: HidPoint) {
+    for i in 0..t.release_repeats.max(1) {
+        if i > 0 {
+            steps.push(wait(t.release_gap_ms));
+        }
+        steps.push(pointer(0, p));
+    }
+}
+
+/// Smoothstep ease-in-out on 0..=1.
+fn ease(u: f64) -> f64 {
+    u * u * (3.0 - 2.0 * u)
+}
+
+/// The point at fraction `u` of the polyline's length.
+fn along(path: &[HidPoint], u: f64) -> HidPoint {
+    let seg_len = |a: &HidPoint, b: &HidPoint| {
+        (f64::from(b.x) - f64::from(a.x)).hypot(f64::from(b.y) - f64::from(a.y))
+    };
+    let total: f64 = path.windows(2).map(|w| seg_len(&w[0], &w[1])).sum();
+    let mut remaining = u.clamp(0.0, 1.0) * total;
+    for w in path.windows(2) {
+        let l = seg_len(&w[0], &w[1]);
+        if remaining <= l && l > 0.0 {
+            let f = remaining / l;
+            let x = f64::from(w[0].x) + (f64::from(w[1].x) - f64::from(w[0].x)) * f;
+            let y = f64::from(w[0].y) + (f64::from(w[1].y) - f64::from(w[0].y)) * f;
+            return HidPoint::new(to_u16(x), to_u16(y));
+        }
+        remaining -= l;
+    }
+    path.last()
+        .copied()
+        .unwrap_or(HidPoint::new(POINTER_MIN, POINTER_MIN))
+}
+
+fn to_u16(v: f64) -> u16 {
+    // Clamped into u16's range first, so the cast cannot truncate.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let r = v.round().clamp(0.0, f64::from(u16::MAX)) as u16;
+    r
+}
+
+/// Plans `gesture` as timed report steps.
+pub fn plan(gesture: &Gesture, t: &InputTimings) -> Vec<InputStep> {
+    let mut s = Vec::new();
+    match gesture {
+        Gesture::Move(p) => s.push(pointer(0, *p)),
+        Gesture::Tap(p) => {
+            touch_down(&mut s, t, *p);
+            s.push(wait(t.tap_hold_ms));
+            touch_up(&mut s, t, *p);
+        }
+        Gesture::DoubleTap(p) => {
+            touch_down(&mut s, t, *p);
+            s.push(wait(t.tap_hold_ms));
+            s.push(pointer(0, *p));
+            s.push(wait(t.double_tap_gap_ms));
+            s.push(pointer(1, *p));
+            s.push(wait(t.tap_hold_ms));
+            touch_up(&mut s, t, *p);
+        }
+        Gesture::LongPress(p) => {
+            touch_down(&mut s, t, *p);
+            s.push(wait(t.long_press_ms));
+            touch_up(&mut s, t, *p);
+        }
+        Gesture::Drag { path, duration } => {
+            let (Some(first), Some(last)) = (path.first(), path.last()) else {
+                return s;
+            };
+            touch_down(&mut s, t, *first);
+            let interval = t.report_interval_ms.max(1);
+            let total_ms = u64::try_from(duration.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(interval);
+            let n = (total_ms / interval).max(1);
+            for i in 1..=n {
+                s.push(wait(interval));
+                // i and n are small (a drag is at most a few seconds), so f64 is exact.
+                #[allow(clippy::cast_precision_loss)]
+                let u = ease(i as f64 / n as f64);
+                s.push(pointer(1, along(path, u)));
+            }
+            touch_up(&mut s, t, *last);
+        }
+        Gesture::Key(k) => {
+            s.push(keyboard(k.modifiers, k.usage));
+            s.push(wait(t.key_hold_ms));
+            s.push(keyboard(0, 0));
+        }
+        Gesture::Type(strokes) => {
+            for (i, k) in strokes.iter().enumerate() {
+                if i > 0 {
+                    s.push(wait(t.key_gap_ms));
+                }
+                s.push(keyboard(k.modifiers, k.usage));
+                s.push(wait(t.key_hold_ms));
+                s.push(keyboard(0, 0));
+            }
+        }
+        Gesture::Consumer(usage) => {
+            s.push(InputStep::Report(HidReport::Consumer(ConsumerReport {
+                usage: *usage,
+            })));
+            s.push(wait(t.key_hold_ms));
+            s.push(InputStep::Report(HidReport::Consumer(ConsumerReport {
+                usage: 0,
+            })));
+        }
+    }
+    s
+}
+
+/// Cmd+H: go to the home screen.
+pub const HOME: KeyStroke = KeyStroke {
+    usage: 0x0B,
+    modifiers: MOD_GUI,
+};
+/// Cmd+Space: Spotlight.
+pub const SPOTLIGHT: KeyStroke = KeyStroke {
+    usage: 0x2C,
+    modifiers: MOD_GUI,
+};
+/// Cmd+[: back.
+pub const BACK: KeyStroke = KeyStroke {
+    usage: 0x2F,
+    modifiers: MOD_GUI,
+};
+
+/// The app switcher: a slow swipe up from the bottom edge that pauses before lifting.
+pub fn app_switcher(t: &InputTimings) -> Vec<InputStep> {
+    let from = HidPoint::new(16384, 32700);
+    let to = HidPoint::new(16384, 19000);
+    let mut s = plan(
+        &Gesture::Drag {
+            path: vec![from, to],
+            duration: Duration::from_millis(800),
+        },
+        t,
+    );
+    // Hold still before the release reports so iOS reads it as a pause, not a fling.
+    let release_at = s.len() - usize::try_from(t.release_repeats.max(1) * 2 - 1).unwrap_or(1);
+    s.insert(release_at, wait(600));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reports(steps: &[InputStep]) -> Vec<HidReport> {
+        steps
+            .iter()
+            .filter_map(|s| {
+                if let InputStep::Report(r) = s {
+                    Some(*r)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+
+    fn total_wait(steps: &[InputStep]) -> Duration {
+        steps
+            .iter()
+            .map(|s| {
+                if let InputStep::Wait(d) = s {
+                    *d
+                } else {
+                    Duration::ZERO
+                }
+            })
+            .sum()
+    }
+
+    #[test]
+    fn tap_moves_settles_presses_holds_and_releases_three_times() {
+        let t = InputTimings::default();
+        let steps = plan(&Gesture::Tap(HidPoint::new(100, 200)), &t);
+        let p = |b| InputStep::Report(HidReport::Pointer(PointerReport::new(b, 100, 200, 0)));
+        assert_eq!(
+            steps,
+            vec![
+                p(0),
+                wait(150),
+                p(1),
+                wait(80),
+                p(0),
+                wait(15),
+                p(0),
+                wait(15),
+                p(0)
+            ]
+        );
+    }
+
+    #[test]
+    fn never_zero() {
+        let steps = plan(&Gesture::Tap(HidPoint::new(0, 0)), &InputTimings::default());
+        for r in reports(&steps) {
+            let bytes = r.encode();
+            assert_ne!(&bytes.as_bytes()[1..5], &[0, 0, 0, 0]);
+        }
+    }
+
+    #[test]
+    fn drag_is_eased_at_8ms_and_ends_at_the_target() {
+        let t = InputTimings::default();
+        let path = vec![HidPoint::new(1000, 30000), HidPoint::new(1000, 2000)];
+        let steps = plan(
+            &Gesture::Drag {
+                path,
+                duration: Duration::from_millis(800),
+            },
+            &t,
+        );
+        let rs = reports(&steps);
+        let ys: Vec<u16> = rs
+            .iter()
+            .filter_map(|r| {
+                if let HidReport::Pointer(p) = r {
+                    (p.buttons() == 1).then_some(p.y())
+                } else {
+                    None
+                }
+            })
+            .collect();
+        assert_eq!(ys.len(), 101, "press + 100 moves");
+        assert!(ys.windows(2).all(|w| w[1] <= w[0]), "monotonic");
+        // Eased: the first step is smaller than a middle step.
+        assert!(ys[0] - ys[1] < ys[50] - ys[51]);
+        assert_eq!(*ys.last().unwrap(), 2000);
+        assert_eq!(total_wait(&steps), Duration::from_millis(150 + 800 + 30));
+        assert!(!rs.last().unwrap().holds_input());
+    }
+
+    #[test]
+    fn long_press_holds_at_least_1500ms() {
+        let t = InputTimings::default();
+        let steps = plan(&Gesture::LongPress(HidPoint::new(5, 5)), &t);
+        let held: Duration = steps
+            .iter()
+            .skip_while(
+                |s| !matches!(s, InputStep::Report(HidReport::Pointer(p)) if p.buttons() == 1),
+            )
+            .take_while(
+                |s| !matches!(s, InputStep::Report(HidReport::Pointer(p)) if p.buttons() == 0),
+            )
+            .map(|s| {
+                if let InputStep::Wait(d) = s {
+                    *d
+                } else {
+                    Duration::ZERO
+                }
+            })
+            .sum();
+        assert!(held >= Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn typing_releases_between_strokes() {
+        let k = KeyStroke {
+            usage: 0x04,
+            modifiers: 0,
+        };
+        let rs = reports(&plan(&Gesture::Type(vec![k, k]), &InputTimings::default()));
+        assert_eq!(rs.len(), 4);
+        assert!(
+            rs[0].holds_input()
+                && !rs[1].holds_input()
+                && rs[2].holds_input()
+                && !rs[3].holds_input()
+        );
+    }
+
+    #[test]
+    fn app_switcher_pauses_before_release() {
+        let t = InputTimings::default();
+        let s = app_switcher(&t);
+        let n = s.len();
+        assert_eq!(s[n - 6], wait(600));
+        assert!(matches!(s[n - 5], InputStep::Report(HidReport::Pointer(p)) if p.buttons() == 0));
+    }
+}
