@@ -5,7 +5,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::phone::PhoneSnapshot;
-use super::SimPhone;
+use super::ui::{Element, ElementKind};
+use super::{SimConfig, SimPhone};
+
+/// What a rendered frame depends on: UI version, pointer position, buttons.
+type RenderKey = (u64, (i32, i32), u8);
 use crate::device::video::{
     Frame, FrameHub, FrameSource, PixelFormat, Signal, SourceGuard, VideoError, VideoState,
 };
@@ -39,38 +43,105 @@ fn active_rect(cw: u32, ch: u32, pw: u32, ph: u32) -> (u32, u32, u32, u32) {
     ((cw - w) / 2, (ch - h) / 2, w, h)
 }
 
+/// A rectangle in capture pixels, clipped to the frame.
+fn fill(
+    data: &mut [u8],
+    cw: usize,
+    ch: usize,
+    (x0, y0, x1, y1): (usize, usize, usize, usize),
+    colour: [u8; 3],
+) {
+    let (x1, y1) = (x1.min(cw), y1.min(ch));
+    for y in y0..y1 {
+        let row = &mut data[(y * cw + x0) * 3..(y * cw + x1.max(x0)) * 3];
+        for px in row.chunks_exact_mut(3) {
+            px.copy_from_slice(&colour);
+        }
+    }
+}
+
+fn colour_of(e: &Element) -> [u8; 3] {
+    match e.kind {
+        ElementKind::AppIcon => {
+            let n: u8 = e.id.trim_start_matches("app").parse().unwrap_or(0);
+            [60 + (n % 6) * 30, 90 + (n % 4) * 35, 200 - (n % 5) * 25]
+        }
+        ElementKind::Button => [0, 122, 255],
+        ElementKind::Toggle if e.on == Some(true) => [52, 199, 89],
+        ElementKind::Toggle => [120, 120, 128],
+        ElementKind::TextField if e.focused == Some(true) => [255, 255, 255],
+        ElementKind::TextField => [229, 229, 234],
+        ElementKind::List => [242, 242, 247],
+        ElementKind::ListRow => [255, 255, 255],
+        ElementKind::Back => [0, 100, 220],
+        ElementKind::ContextMenu => [250, 250, 250],
+    }
+}
+
 /// Draws the capture frame for a phone state.
-fn render(phone: &SimPhone, snap: &PhoneSnapshot) -> Vec<u8> {
-    let cfg = phone.config();
+fn render(cfg: &SimConfig, elements: &[Element], snap: &PhoneSnapshot) -> Vec<u8> {
     let (cw, ch) = (cfg.capture_width as usize, cfg.capture_height as usize);
     let mut data = vec![0u8; cw * ch * 3];
-    let (x0, y0, w, h) = active_rect(
+    let (ax, ay, aw, ah) = active_rect(
         cfg.capture_width,
         cfg.capture_height,
         cfg.phone_width,
         cfg.phone_height,
     );
-    let (x0, y0, w, h) = (x0 as usize, y0 as usize, w as usize, h as usize);
-    for y in 0..h {
+    let (ax, ay, aw, ah) = (ax as usize, ay as usize, aw as usize, ah as usize);
+    let (pw, ph) = (
+        cfg.phone_width.max(1) as usize,
+        cfg.phone_height.max(1) as usize,
+    );
+    // Phone pixel -> capture pixel, clamped to the phone's area.
+    let to_x = |v: i32| ax + usize::try_from(v.max(0)).unwrap_or(0).min(pw) * aw / pw;
+    let to_y = |v: i32| ay + usize::try_from(v.max(0)).unwrap_or(0).min(ph) * ah / ph;
+    for y in 0..ah {
         // A vertical gradient stands in for the wallpaper.
-        let shade = u8::try_from(40 + y * 120 / h.max(1)).unwrap_or(160);
-        let row = &mut data[((y0 + y) * cw + x0) * 3..((y0 + y) * cw + x0 + w) * 3];
-        for px in row.chunks_exact_mut(3) {
-            px.copy_from_slice(&[20, shade / 2, shade]);
+        let shade = u8::try_from(40 + y * 120 / ah.max(1)).unwrap_or(160);
+        fill(
+            &mut data,
+            cw,
+            ch,
+            (ax, ay + y, ax + aw, ay + y + 1),
+            [20, shade / 2, shade],
+        );
+    }
+    for e in elements {
+        let r = e.rect;
+        fill(
+            &mut data,
+            cw,
+            ch,
+            (to_x(r.x), to_y(r.y), to_x(r.x + r.w), to_y(r.y + r.h)),
+            colour_of(e),
+        );
+        if let Some(text) = &e.text {
+            // One dark bar per character so typed text is visible in frames.
+            let n = i32::try_from(text.chars().count().min(40)).unwrap_or(40);
+            for i in 0..n {
+                let x = r.x + 20 + i * 24;
+                fill(
+                    &mut data,
+                    cw,
+                    ch,
+                    (to_x(x), to_y(r.y + 40), to_x(x + 16), to_y(r.y + r.h - 40)),
+                    [30, 30, 30],
+                );
+            }
         }
     }
     // The AssistiveTouch-style pointer: a grey disc, darker while pressed.
-    let px = x0 + snap.pointer.0 as usize * w / cfg.phone_width.max(1) as usize;
-    let py = y0 + snap.pointer.1 as usize * h / cfg.phone_height.max(1) as usize;
-    let r = (w / 40).max(3);
+    let (px, py) = (to_x(snap.pointer.0), to_y(snap.pointer.1));
+    let r = (aw / 40).max(3);
     let colour = if snap.buttons != 0 {
         [90, 90, 90]
     } else {
         [200, 200, 200]
     };
-    for y in py.saturating_sub(r)..(py + r).min(y0 + h) {
-        for x in px.saturating_sub(r)..(px + r).min(x0 + w) {
-            if (x.abs_diff(px)).pow(2) + (y.abs_diff(py)).pow(2) <= r * r {
+    for y in py.saturating_sub(r)..(py + r).min(ay + ah) {
+        for x in px.saturating_sub(r)..(px + r).min(ax + aw) {
+            if x.abs_diff(px).pow(2) + y.abs_diff(py).pow(2) <= r * r {
                 let i = (y * cw + x) * 3;
                 data[i..i + 3].copy_from_slice(&colour);
             }
@@ -105,16 +176,17 @@ impl FrameSource for SimDisplay {
                     generation,
                 });
                 let interval = Duration::from_secs(1) / cfg.fps;
-                let mut rendered: Option<(u64, Arc<[u8]>)> = None;
+                let mut rendered: Option<(RenderKey, Arc<[u8]>)> = None;
                 let mut sequence = 0u64;
                 let mut next = Instant::now();
                 while !stop_thread.load(Ordering::Relaxed) {
-                    let snap = phone.snapshot();
+                    let (elements, snap) = phone.render_state();
+                    let key = (snap.version, snap.pointer, snap.buttons);
                     let data = match &rendered {
-                        Some((version, data)) if *version == snap.version => data.clone(),
+                        Some((k, data)) if *k == key => data.clone(),
                         _ => {
-                            let data: Arc<[u8]> = Arc::from(render(&phone, &snap));
-                            rendered = Some((snap.version, data.clone()));
+                            let data: Arc<[u8]> = Arc::from(render(&cfg, &elements, &snap));
+                            rendered = Some((key, data.clone()));
                             data
                         }
                     };
@@ -147,7 +219,6 @@ impl FrameSource for SimDisplay {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::sim::SimConfig;
 
     #[test]
     fn pillarbox_centres_a_portrait_phone() {

@@ -3,10 +3,13 @@
 //! It consumes exactly the HID report bytes the real gadget would write (through
 //! [`SimHid`], a [`HidSink`](crate::device::hid::HidSink)) and renders frames of its screen
 //! pillarboxed inside a capture frame like a real HDMI mirror (through [`SimDisplay`], a
-//! [`FrameSource`](crate::device::video::FrameSource)).
+//! [`FrameSource`](crate::device::video::FrameSource)). The pointer glides like iOS's
+//! AssistiveTouch pointer, so pressing too early lands on the old spot.
 
 mod display;
 mod phone;
+mod ui;
 
 pub use display::SimDisplay;
-pub use phone::{PhoneSnapshot, SimConfig, SimHid, SimPhone};
+pub use phone::{PhoneSnapshot, SimConfig, SimHid, SimPhone, SimState};
+pub use ui::{Element, ElementKind, Rect, Screen, Touch, TouchKind};

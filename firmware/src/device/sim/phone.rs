@@ -1,14 +1,17 @@
-//! The phone model: state driven by HID report bytes.
+//! The phone model: state driven only by HID report bytes.
 
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::ui::{Element, Screen, Touch, Ui};
 use crate::device::hid::{
-    BoxFuture, HidError, HidInterface, HidReport, HidSink, HostState, POINTER_MAX,
+    BoxFuture, HidError, HidInterface, HidReport, HidSink, HostState, Keymap, Layout, MOD_GUI,
+    POINTER_MAX,
 };
 
-/// Shape of the virtual phone and of the capture frame around it.
+/// Shape and behaviour of the virtual phone and of the capture frame around it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SimConfig {
@@ -22,6 +25,14 @@ pub struct SimConfig {
     pub phone_height: u32,
     /// Frames per second delivered by the virtual capture.
     pub fps: u32,
+    /// How long the pointer takes to glide to a new absolute position.
+    pub glide_ms: u64,
+    /// The keyboard layout the phone's soft keyboard is set to.
+    pub layout: Layout,
+    /// Pointer mapping error to simulate, in per mille of the screen size (30 = 3 %).
+    pub pointer_scale_error_permille: i32,
+    /// Pointer mapping offset to simulate, in phone pixels.
+    pub pointer_offset_px: (i32, i32),
 }
 
 impl Default for SimConfig {
@@ -32,19 +43,23 @@ impl Default for SimConfig {
             phone_width: 1179,
             phone_height: 2556,
             fps: 30,
+            glide_ms: 100,
+            layout: Layout::Us,
+            pointer_scale_error_permille: 0,
+            pointer_offset_px: (0, 0),
         }
     }
 }
 
-/// What the phone has received so far, for `status` and tests.
+/// Counters and the visible pointer, for the renderer and `status`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct PhoneSnapshot {
     /// Reports consumed, all interfaces.
     pub reports: u64,
     /// Reports whose bytes did not decode for their interface (must stay 0).
     pub malformed_reports: u64,
-    /// Pointer position in phone pixels.
-    pub pointer: (u32, u32),
+    /// Where the pointer is drawn now, in phone pixels.
+    pub pointer: (i32, i32),
     /// Pointer buttons currently held.
     pub buttons: u8,
     /// Keyboard modifiers currently held.
@@ -53,29 +68,88 @@ pub struct PhoneSnapshot {
     pub keys_held: usize,
     /// Consumer usage currently held.
     pub consumer_usage: u16,
-    /// Bumps whenever something visible changes; the display re-renders on change.
+    /// Bumps whenever the UI changes.
     pub version: u64,
 }
 
-#[derive(Debug, Default)]
+/// Everything a test may check, as `sim_state` returns it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimState {
+    /// Current screen.
+    pub screen: Screen,
+    /// Phone screen size in pixels.
+    pub screen_size: (u32, u32),
+    /// Elements on screen.
+    pub elements: Vec<Element>,
+    /// Recent touches, oldest first.
+    pub touches: Vec<Touch>,
+    /// Whether a text field has keyboard focus.
+    pub text_focused: bool,
+    /// Pointer position and held input.
+    pub input: PhoneSnapshot,
+    /// Volume level 0..=16.
+    pub volume: u8,
+    /// The phone's keyboard layout.
+    pub layout: Layout,
+}
+
+#[derive(Debug)]
+struct Glide {
+    from: (f64, f64),
+    to: (f64, f64),
+    started: Instant,
+}
+
+#[derive(Debug)]
 struct PhoneState {
-    snapshot: PhoneSnapshot,
+    ui: Ui,
+    glide: Glide,
+    buttons: u8,
+    down: Option<((i32, i32), Instant)>,
+    keys: [u8; 6],
+    modifiers: u8,
+    consumer: u16,
+    volume: u8,
+    reports: u64,
+    malformed: u64,
+    version: u64,
 }
 
 /// The virtual iPhone. Clones share one phone.
 #[derive(Debug, Clone)]
 pub struct SimPhone {
     config: SimConfig,
+    keymap: Arc<Keymap>,
     state: Arc<Mutex<PhoneState>>,
 }
 
 impl SimPhone {
     /// A phone showing its home screen, pointer in the middle.
     pub fn new(config: SimConfig) -> Self {
-        let mut state = PhoneState::default();
-        state.snapshot.pointer = (config.phone_width / 2, config.phone_height / 2);
+        let mid = (
+            f64::from(config.phone_width) / 2.0,
+            f64::from(config.phone_height) / 2.0,
+        );
+        let state = PhoneState {
+            ui: Ui::new(config.phone_width, config.phone_height),
+            glide: Glide {
+                from: mid,
+                to: mid,
+                started: Instant::now(),
+            },
+            buttons: 0,
+            down: None,
+            keys: [0; 6],
+            modifiers: 0,
+            consumer: 0,
+            volume: 8,
+            reports: 0,
+            malformed: 0,
+            version: 0,
+        };
         SimPhone {
             config,
+            keymap: Arc::new(Keymap::new(config.layout)),
             state: Arc::new(Mutex::new(state)),
         }
     }
@@ -97,55 +171,187 @@ impl SimPhone {
         super::SimDisplay::new(self.clone())
     }
 
-    /// A copy of the phone's state.
-    pub fn snapshot(&self) -> PhoneSnapshot {
-        self.lock().snapshot
-    }
-
     fn lock(&self) -> MutexGuard<'_, PhoneState> {
         // A poisoned lock means a panic while holding it; the state is plain data and stays
         // usable, so recover it rather than propagate the panic into the daemon.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Counters and the visible pointer now.
+    pub fn snapshot(&self) -> PhoneSnapshot {
+        let st = self.lock();
+        self.snapshot_of(&st, Instant::now())
+    }
+
+    fn snapshot_of(&self, st: &PhoneState, now: Instant) -> PhoneSnapshot {
+        let p = self.pointer_at(st, now);
+        PhoneSnapshot {
+            reports: st.reports,
+            malformed_reports: st.malformed,
+            pointer: (round(p.0), round(p.1)),
+            buttons: st.buttons,
+            modifiers: st.modifiers,
+            keys_held: st.keys.iter().filter(|&&k| k != 0).count(),
+            consumer_usage: st.consumer,
+            version: st.version,
+        }
+    }
+
+    /// The full state for `sim_state`.
+    pub fn state(&self) -> SimState {
+        let st = self.lock();
+        SimState {
+            screen: st.ui.screen(),
+            screen_size: (self.config.phone_width, self.config.phone_height),
+            elements: st.ui.elements(),
+            touches: st.ui.touches().cloned().collect(),
+            text_focused: st.ui.text_focused(),
+            input: self.snapshot_of(&st, Instant::now()),
+            volume: st.volume,
+            layout: self.config.layout,
+        }
+    }
+
+    /// The UI elements and pointer, for rendering.
+    pub(super) fn render_state(&self) -> (Vec<Element>, PhoneSnapshot) {
+        let st = self.lock();
+        (st.ui.elements(), self.snapshot_of(&st, Instant::now()))
+    }
+
+    fn pointer_at(&self, st: &PhoneState, now: Instant) -> (f64, f64) {
+        let g = &st.glide;
+        let glide = self.config.glide_ms.max(1) as f64;
+        let t = (now.saturating_duration_since(g.started).as_secs_f64() * 1000.0 / glide).min(1.0);
+        (
+            g.from.0 + (g.to.0 - g.from.0) * t,
+            g.from.1 + (g.to.1 - g.from.1) * t,
+        )
+    }
+
+    /// Where an absolute HID position puts the pointer, including the simulated error.
+    fn map(&self, x: u16, y: u16) -> (f64, f64) {
+        let k = 1.0 + f64::from(self.config.pointer_scale_error_permille) / 1000.0;
+        let full = f64::from(POINTER_MAX) + 1.0;
+        let px = f64::from(x) / full * f64::from(self.config.phone_width) * k
+            + f64::from(self.config.pointer_offset_px.0);
+        let py = f64::from(y) / full * f64::from(self.config.phone_height) * k
+            + f64::from(self.config.pointer_offset_px.1);
+        let clamp = |v: f64, max: u32| v.clamp(0.0, f64::from(max) - 1.0);
+        (
+            clamp(px, self.config.phone_width),
+            clamp(py, self.config.phone_height),
+        )
+    }
+
     /// Consumes raw report bytes exactly as the gadget would deliver them.
     pub fn consume(&self, interface: HidInterface, bytes: &[u8]) {
-        let mut st = self.lock();
-        st.snapshot.reports += 1;
+        let now = Instant::now();
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        st.reports += 1;
         let Some(report) = HidReport::decode(interface, bytes) else {
-            st.snapshot.malformed_reports += 1;
+            st.malformed += 1;
             return;
         };
-        let before = st.snapshot;
         match report {
-            HidReport::Pointer(p) => {
-                st.snapshot.pointer = (
-                    scale(p.x(), self.config.phone_width),
-                    scale(p.y(), self.config.phone_height),
-                );
-                st.snapshot.buttons = p.buttons();
+            HidReport::Pointer(p) => self.pointer(st, now, self.map(p.x(), p.y()), p.buttons()),
+            HidReport::Mouse(m) => {
+                // The relative profile moves by raw counts (no acceleration model yet).
+                let cur = self.pointer_at(st, now);
+                let target = (cur.0 + f64::from(m.dx), cur.1 + f64::from(m.dy));
+                self.pointer(st, now, target, m.buttons);
             }
-            HidReport::Mouse(m) => st.snapshot.buttons = m.buttons,
             HidReport::Keyboard(k) => {
-                st.snapshot.modifiers = k.modifiers;
-                st.snapshot.keys_held = k.keys.iter().filter(|&&u| u != 0).count();
+                let pressed: Vec<u8> = k
+                    .keys
+                    .iter()
+                    .copied()
+                    .filter(|u| *u != 0 && !st.keys.contains(u))
+                    .collect();
+                st.keys = k.keys;
+                st.modifiers = k.modifiers;
+                for usage in pressed {
+                    self.key(st, usage, k.modifiers);
+                }
             }
-            HidReport::Consumer(c) => st.snapshot.consumer_usage = c.usage,
+            HidReport::Consumer(c) => {
+                if c.usage != st.consumer {
+                    match c.usage {
+                        0xE9 => st.volume = (st.volume + 1).min(16),
+                        0xEA => st.volume = st.volume.saturating_sub(1),
+                        _ => {}
+                    }
+                    st.version += 1;
+                }
+                st.consumer = c.usage;
+            }
         }
-        let mut after = st.snapshot;
-        after.reports = before.reports;
-        if after != before {
-            st.snapshot.version += 1;
+    }
+
+    fn pointer(&self, st: &mut PhoneState, now: Instant, target: (f64, f64), buttons: u8) {
+        let cur = self.pointer_at(st, now);
+        let was_down = st.buttons & 1 != 0;
+        let is_down = buttons & 1 != 0;
+        if was_down {
+            // While touching, the touch point follows the finger directly.
+            st.glide = Glide {
+                from: target,
+                to: target,
+                started: now,
+            };
+        } else if target != st.glide.to {
+            // Up: the pointer glides from where it is drawn now.
+            st.glide = Glide {
+                from: cur,
+                to: target,
+                started: now,
+            };
+        }
+        let at = self.pointer_at(st, now);
+        let at = (round(at.0), round(at.1));
+        match (was_down, is_down) {
+            (false, true) => st.down = Some((at, now)),
+            (true, false) => {
+                if let Some((down, since)) = st.down.take() {
+                    let ms = u64::try_from(now.saturating_duration_since(since).as_millis())
+                        .unwrap_or(u64::MAX);
+                    st.ui.touch(down, at, ms);
+                    st.version += 1;
+                }
+            }
+            _ => {}
+        }
+        st.buttons = buttons;
+    }
+
+    fn key(&self, st: &mut PhoneState, usage: u8, modifiers: u8) {
+        st.version += 1;
+        if modifiers & MOD_GUI != 0 {
+            match usage {
+                0x0B => st.ui.go_home(),
+                0x2F => st.ui.back(),
+                0x2C => st.ui.spotlight(),
+                _ => {}
+            }
+            return;
+        }
+        match usage {
+            0x2A => st.ui.backspace(),
+            0x28 => st.ui.enter(),
+            _ => {
+                if let Some(c) = self.keymap.char_for(usage, modifiers) {
+                    st.ui.type_char(c);
+                }
+            }
         }
     }
 }
 
-/// Maps an absolute HID coordinate onto `0..extent` phone pixels.
-fn scale(v: u16, extent: u32) -> u32 {
-    let max = u64::from(POINTER_MAX);
-    let px = u64::from(v) * u64::from(extent) / (max + 1);
-    // px < extent because v <= max < max + 1, so it fits in u32.
-    u32::try_from(px).unwrap_or(extent.saturating_sub(1))
+fn round(v: f64) -> i32 {
+    // Callers pass pixel positions clamped to the screen, far inside i32's range.
+    #[allow(clippy::cast_possible_truncation)]
+    let r = v.round() as i32;
+    r
 }
 
 /// The [`HidSink`] that feeds report bytes into a [`SimPhone`].
@@ -174,31 +380,91 @@ impl HidSink for SimHid {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::device::hid::{KeyboardReport, PointerReport};
 
+    fn ptr(b: u8, x: u16, y: u16) -> Vec<u8> {
+        HidReport::Pointer(PointerReport::new(b, x, y, 0))
+            .encode()
+            .as_bytes()
+            .to_vec()
+    }
+
+    fn hid_of(px: i32, extent: u32) -> u16 {
+        u16::try_from((i64::from(px) * 32768 + 16384) / i64::from(extent)).unwrap()
+    }
+
     #[test]
-    fn consumes_report_bytes() {
-        let phone = SimPhone::new(SimConfig::default());
-        let mut hid = phone.hid();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            hid.write(&HidReport::Pointer(PointerReport::new(1, 16384, 32767, 0)))
-                .await
-                .unwrap();
-            hid.write(&HidReport::Keyboard(KeyboardReport {
-                modifiers: 8,
-                keys: [0x0b, 0, 0, 0, 0, 0],
-            }))
-            .await
-            .unwrap();
+    fn pressing_before_the_glide_ends_lands_at_the_old_spot() {
+        let phone = SimPhone::new(SimConfig {
+            glide_ms: 200,
+            ..SimConfig::default()
         });
-        let s = phone.snapshot();
-        assert_eq!(s.pointer, (589, 2555));
-        assert_eq!((s.buttons, s.modifiers, s.keys_held), (1, 8, 1));
-        assert_eq!(s.reports, 2);
+        let (x, y) = (hid_of(100, 1179), hid_of(100, 2556));
+        phone.consume(HidInterface::Pointer, &ptr(0, x, y));
+        phone.consume(HidInterface::Pointer, &ptr(1, x, y));
+        phone.consume(HidInterface::Pointer, &ptr(0, x, y));
+        let early = phone.state().touches.last().unwrap().down;
+        assert!(
+            early.0 > 400,
+            "landed near the middle, not at (100,100): {early:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+        phone.consume(HidInterface::Pointer, &ptr(1, x, y));
+        phone.consume(HidInterface::Pointer, &ptr(0, x, y));
+        let settled = phone.state().touches.last().unwrap().down;
+        assert!(
+            (settled.0 - 100).abs() <= 1 && (settled.1 - 100).abs() <= 1,
+            "{settled:?}"
+        );
+    }
+
+    #[test]
+    fn keys_type_into_a_focused_field_and_cmd_h_goes_home() {
+        let phone = SimPhone::new(SimConfig {
+            glide_ms: 1,
+            layout: Layout::De,
+            ..SimConfig::default()
+        });
+        let tap = |px: i32, py: i32| {
+            let (x, y) = (hid_of(px, 1179), hid_of(py, 2556));
+            phone.consume(HidInterface::Pointer, &ptr(0, x, y));
+            std::thread::sleep(Duration::from_millis(5));
+            phone.consume(HidInterface::Pointer, &ptr(1, x, y));
+            phone.consume(HidInterface::Pointer, &ptr(0, x, y));
+        };
+        tap(190, 350); // app0
+        tap(590, 930); // text field
+        let kb = |m: u8, u: u8| KeyboardReport {
+            modifiers: m,
+            keys: [u, 0, 0, 0, 0, 0],
+        };
+        for k in [kb(0, 0x1D), kb(0, 0), kb(0x02, 0x1D), kb(0, 0)] {
+            phone.consume(
+                HidInterface::Keyboard,
+                HidReport::Keyboard(k).encode().as_bytes(),
+            );
+        }
+        let field = phone
+            .state()
+            .elements
+            .into_iter()
+            .find(|e| e.id == "text_field")
+            .unwrap();
+        assert_eq!(
+            field.text.as_deref(),
+            Some("yY"),
+            "0x1D is y on a German layout"
+        );
+        for k in [kb(MOD_GUI, 0x0B), kb(0, 0)] {
+            phone.consume(
+                HidInterface::Keyboard,
+                HidReport::Keyboard(k).encode().as_bytes(),
+            );
+        }
+        assert_eq!(phone.state().screen, Screen::Home);
         phone.consume(HidInterface::Pointer, &[1, 2, 3]);
         assert_eq!(phone.snapshot().malformed_reports, 1);
     }

@@ -1,0 +1,508 @@
+//! The virtual iPhone's user interface: screens, elements, and what touches and keys do.
+//!
+//! Geometry is in native phone pixels (portrait 1179x2556 by default). Layouts scale with
+//! the configured screen size so other phone sizes work too.
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+/// A rectangle in phone pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Rect {
+    /// Left edge.
+    pub x: i32,
+    /// Top edge.
+    pub y: i32,
+    /// Width.
+    pub w: i32,
+    /// Height.
+    pub h: i32,
+}
+
+impl Rect {
+    fn contains(&self, x: i32, y: i32) -> bool {
+        x >= self.x && x < self.x + self.w && y >= self.y && y < self.y + self.h
+    }
+
+    fn intersect(&self, o: &Rect) -> Option<Rect> {
+        let (x0, y0) = (self.x.max(o.x), self.y.max(o.y));
+        let (x1, y1) = (
+            (self.x + self.w).min(o.x + o.w),
+            (self.y + self.h).min(o.y + o.h),
+        );
+        (x1 > x0 && y1 > y0).then_some(Rect {
+            x: x0,
+            y: y0,
+            w: x1 - x0,
+            h: y1 - y0,
+        })
+    }
+}
+
+/// Which screen the phone shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Screen {
+    /// App icons.
+    Home,
+    /// The demo app: buttons, toggles, a text field, a scrollable list.
+    App,
+    /// Spotlight search.
+    Spotlight,
+}
+
+/// What kind of element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ElementKind {
+    /// A home-screen icon.
+    AppIcon,
+    /// A push button.
+    Button,
+    /// An on/off switch.
+    Toggle,
+    /// A single-line text field.
+    TextField,
+    /// A scrollable list's viewport.
+    List,
+    /// A row of the list (only rows at least partly visible are listed).
+    ListRow,
+    /// The app's back button.
+    Back,
+    /// A context menu opened by a long press.
+    ContextMenu,
+}
+
+/// One element as `sim_state` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Element {
+    /// Stable id, e.g. `"toggle1"`, `"row17"`, `"app5"`.
+    pub id: String,
+    /// Kind.
+    pub kind: ElementKind,
+    /// Visible rectangle in phone pixels (clipped to its container).
+    pub rect: Rect,
+    /// Toggle state, for toggles.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on: Option<bool>,
+    /// Times tapped, for buttons and rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub taps: Option<u32>,
+    /// Text, for the text field.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Whether it has keyboard focus, for the text field.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub focused: Option<bool>,
+    /// Scroll offset in pixels, for the list.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scroll_offset: Option<i32>,
+}
+
+/// How the phone interpreted a touch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TouchKind {
+    /// Short touch without movement.
+    Tap,
+    /// Held at least 1.5 s without movement.
+    LongPress,
+    /// Moved while down.
+    Drag,
+}
+
+/// A touch the phone registered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Touch {
+    /// Sequence number since the phone started.
+    pub seq: u64,
+    /// Kind.
+    pub kind: TouchKind,
+    /// Where the finger went down (phone pixels).
+    pub down: (i32, i32),
+    /// Where it lifted.
+    pub up: (i32, i32),
+    /// How long it was down.
+    pub duration_ms: u64,
+    /// The element under the down point, if any.
+    pub target: Option<String>,
+}
+
+const APP_ICONS: usize = 24;
+const BUTTONS: usize = 3;
+const LIST_ROWS: i32 = 60;
+/// Movement below this many pixels still counts as a tap.
+const TAP_SLOP: i32 = 24;
+/// iOS needs this long for a long press.
+const LONG_PRESS_MS: u64 = 1500;
+/// Touches kept for `sim_state`.
+const TOUCHES_KEPT: usize = 32;
+
+/// The UI state machine.
+#[derive(Debug, Clone)]
+pub struct Ui {
+    width: i32,
+    height: i32,
+    screen: Screen,
+    toggles: [bool; BUTTONS],
+    button_taps: [u32; BUTTONS],
+    row_taps: Vec<u32>,
+    text: String,
+    focused: bool,
+    scroll: i32,
+    context_menu: Option<usize>,
+    opened_app: Option<usize>,
+    touches: VecDeque<Touch>,
+    touch_seq: u64,
+}
+
+impl Ui {
+    /// A phone of `width`x`height` pixels on its home screen.
+    pub fn new(width: u32, height: u32) -> Ui {
+        Ui {
+            width: i32::try_from(width).unwrap_or(1179),
+            height: i32::try_from(height).unwrap_or(2556),
+            screen: Screen::Home,
+            toggles: [false; BUTTONS],
+            button_taps: [0; BUTTONS],
+            row_taps: vec![0; usize::try_from(LIST_ROWS).unwrap_or(0)],
+            text: String::new(),
+            focused: false,
+            scroll: 0,
+            context_menu: None,
+            opened_app: None,
+            touches: VecDeque::new(),
+            touch_seq: 0,
+        }
+    }
+
+    /// Scales a coordinate designed for a 1179x2556 screen.
+    fn sx(&self, v: i32) -> i32 {
+        v * self.width / 1179
+    }
+
+    fn sy(&self, v: i32) -> i32 {
+        v * self.height / 2556
+    }
+
+    fn r(&self, x: i32, y: i32, w: i32, h: i32) -> Rect {
+        Rect {
+            x: self.sx(x),
+            y: self.sy(y),
+            w: self.sx(w),
+            h: self.sy(h),
+        }
+    }
+
+    fn list_viewport(&self) -> Rect {
+        self.r(90, 1100, 1000, 1300)
+    }
+
+    fn row_height(&self) -> i32 {
+        self.sy(130).max(1)
+    }
+
+    fn max_scroll(&self) -> i32 {
+        (LIST_ROWS * self.row_height() - self.list_viewport().h).max(0)
+    }
+
+    /// The current screen.
+    pub fn screen(&self) -> Screen {
+        self.screen
+    }
+
+    /// Touches registered, oldest first.
+    pub fn touches(&self) -> impl Iterator<Item = &Touch> {
+        self.touches.iter()
+    }
+
+    /// Whether the text field has focus.
+    pub fn text_focused(&self) -> bool {
+        self.focused && self.screen == Screen::App
+    }
+
+    /// Every element on the current screen, top-most last.
+    pub fn elements(&self) -> Vec<Element> {
+        let el = |id: String, kind, rect| Element {
+            id,
+            kind,
+            rect,
+            on: None,
+            taps: None,
+            text: None,
+            focused: None,
+            scroll_offset: None,
+        };
+        let mut out = Vec::new();
+        match self.screen {
+            Screen::Home => {
+                for i in 0..APP_ICONS {
+                    let (c, row) = (
+                        i32::try_from(i % 4).unwrap_or(0),
+                        i32::try_from(i / 4).unwrap_or(0),
+                    );
+                    out.push(el(
+                        format!("app{i}"),
+                        ElementKind::AppIcon,
+                        self.r(90 + c * 270, 250 + row * 330, 200, 200),
+                    ));
+                }
+            }
+            Screen::App => {
+                out.push(el(
+                    "back".into(),
+                    ElementKind::Back,
+                    self.r(30, 120, 200, 120),
+                ));
+                for i in 0..BUTTONS {
+                    let y = 300 + i32::try_from(i).unwrap_or(0) * 180;
+                    let mut b = el(
+                        format!("button{i}"),
+                        ElementKind::Button,
+                        self.r(90, y, 480, 140),
+                    );
+                    b.taps = Some(self.button_taps[i]);
+                    out.push(b);
+                    let mut t = el(
+                        format!("toggle{i}"),
+                        ElementKind::Toggle,
+                        self.r(800, y, 280, 140),
+                    );
+                    t.on = Some(self.toggles[i]);
+                    out.push(t);
+                }
+                let mut f = el(
+                    "text_field".into(),
+                    ElementKind::TextField,
+                    self.r(90, 860, 1000, 140),
+                );
+                f.text = Some(self.text.clone());
+                f.focused = Some(self.focused);
+                out.push(f);
+                let viewport = self.list_viewport();
+                let mut list = el("list".into(), ElementKind::List, viewport);
+                list.scroll_offset = Some(self.scroll);
+                out.push(list);
+                let rh = self.row_height();
+                for i in 0..LIST_ROWS {
+                    let row = Rect {
+                        x: viewport.x,
+                        y: viewport.y + i * rh - self.scroll,
+                        w: viewport.w,
+                        h: rh - 4,
+                    };
+                    if let Some(visible) = row.intersect(&viewport) {
+                        let mut e = el(format!("row{i}"), ElementKind::ListRow, visible);
+                        e.taps = Some(self.row_taps[usize::try_from(i).unwrap_or(0)]);
+                        out.push(e);
+                    }
+                }
+            }
+            Screen::Spotlight => {
+                let mut f = el(
+                    "search_field".into(),
+                    ElementKind::TextField,
+                    self.r(90, 200, 1000, 140),
+                );
+                f.text = Some(self.text.clone());
+                f.focused = Some(self.focused);
+                out.push(f);
+            }
+        }
+        if let Some(i) = self.context_menu {
+            out.push(el(
+                format!("menu_app{i}"),
+                ElementKind::ContextMenu,
+                self.r(190, 900, 800, 600),
+            ));
+        }
+        out
+    }
+
+    fn hit(&self, x: i32, y: i32) -> Option<Element> {
+        self.elements()
+            .into_iter()
+            .rev()
+            .find(|e| e.rect.contains(x, y))
+    }
+
+    /// Applies a finished touch; returns whether anything changed.
+    pub fn touch(&mut self, down: (i32, i32), up: (i32, i32), duration_ms: u64) {
+        let moved = (up.0 - down.0).abs().max((up.1 - down.1).abs());
+        let kind = if moved >= TAP_SLOP {
+            TouchKind::Drag
+        } else if duration_ms >= LONG_PRESS_MS {
+            TouchKind::LongPress
+        } else {
+            TouchKind::Tap
+        };
+        let target = self.hit(down.0, down.1);
+        self.touch_seq += 1;
+        self.touches.push_back(Touch {
+            seq: self.touch_seq,
+            kind,
+            down,
+            up,
+            duration_ms,
+            target: target.as_ref().map(|e| e.id.clone()),
+        });
+        while self.touches.len() > TOUCHES_KEPT {
+            self.touches.pop_front();
+        }
+        match kind {
+            TouchKind::Tap => self.tap(target),
+            TouchKind::LongPress => {
+                if let Some(e) = target.filter(|e| e.kind == ElementKind::AppIcon) {
+                    self.context_menu = e.id.strip_prefix("app").and_then(|n| n.parse().ok());
+                }
+            }
+            TouchKind::Drag => self.drag(down, up),
+        }
+    }
+
+    fn tap(&mut self, target: Option<Element>) {
+        if self.context_menu.take().is_some() {
+            // A tap anywhere dismisses the menu (the menu itself included).
+            return;
+        }
+        let Some(e) = target else {
+            self.focused = false;
+            return;
+        };
+        let index = |prefix: &str| {
+            e.id.strip_prefix(prefix)
+                .and_then(|n| n.parse::<usize>().ok())
+        };
+        match e.kind {
+            ElementKind::AppIcon => {
+                self.opened_app = index("app");
+                self.screen = Screen::App;
+                self.focused = false;
+            }
+            ElementKind::Back => self.go_home(),
+            ElementKind::Button => {
+                if let Some(c) = index("button").and_then(|i| self.button_taps.get_mut(i)) {
+                    *c += 1;
+                }
+            }
+            ElementKind::Toggle => {
+                if let Some(t) = index("toggle").and_then(|i| self.toggles.get_mut(i)) {
+                    *t = !*t;
+                }
+            }
+            ElementKind::TextField => self.focused = true,
+            ElementKind::ListRow => {
+                if let Some(c) = index("row").and_then(|i| self.row_taps.get_mut(i)) {
+                    *c += 1;
+                }
+            }
+            ElementKind::List | ElementKind::ContextMenu => {}
+        }
+        if e.kind != ElementKind::TextField {
+            self.focused = false;
+        }
+    }
+
+    fn drag(&mut self, down: (i32, i32), up: (i32, i32)) {
+        // Swipe up from the bottom edge: the home gesture.
+        if down.1 >= self.height - self.sy(60) && up.1 < down.1 - self.sy(300) {
+            self.go_home();
+            return;
+        }
+        if self.screen == Screen::App && self.list_viewport().contains(down.0, down.1) {
+            self.scroll = (self.scroll + (down.1 - up.1)).clamp(0, self.max_scroll());
+        }
+    }
+
+    /// Cmd+H and the home gesture.
+    pub fn go_home(&mut self) {
+        self.screen = Screen::Home;
+        self.focused = false;
+        self.context_menu = None;
+    }
+
+    /// Cmd+[: back out of the app.
+    pub fn back(&mut self) {
+        if self.screen != Screen::Home {
+            self.go_home();
+        }
+    }
+
+    /// Cmd+Space: Spotlight with the search field focused.
+    pub fn spotlight(&mut self) {
+        self.screen = Screen::Spotlight;
+        self.text.clear();
+        self.focused = true;
+        self.context_menu = None;
+    }
+
+    /// A typed character, when a field has focus.
+    pub fn type_char(&mut self, c: char) {
+        if self.focused {
+            self.text.push(c);
+        }
+    }
+
+    /// Backspace.
+    pub fn backspace(&mut self) {
+        if self.focused {
+            self.text.pop();
+        }
+    }
+
+    /// Return: ends editing.
+    pub fn enter(&mut self) {
+        self.focused = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn centre(ui: &Ui, id: &str) -> (i32, i32) {
+        let e = ui.elements().into_iter().find(|e| e.id == id).unwrap();
+        (e.rect.x + e.rect.w / 2, e.rect.y + e.rect.h / 2)
+    }
+
+    #[test]
+    fn tap_icon_opens_app_and_toggles_flip() {
+        let mut ui = Ui::new(1179, 2556);
+        let p = centre(&ui, "app5");
+        ui.touch(p, p, 80);
+        assert_eq!(ui.screen(), Screen::App);
+        let t = centre(&ui, "toggle1");
+        ui.touch(t, t, 80);
+        let toggle = ui
+            .elements()
+            .into_iter()
+            .find(|e| e.id == "toggle1")
+            .unwrap();
+        assert_eq!(toggle.on, Some(true));
+        assert_eq!(
+            ui.touches().last().unwrap().target.as_deref(),
+            Some("toggle1")
+        );
+    }
+
+    #[test]
+    fn drag_in_list_scrolls_and_long_press_opens_menu() {
+        let mut ui = Ui::new(1179, 2556);
+        let p = centre(&ui, "app0");
+        ui.touch(p, p, 1600);
+        assert!(ui
+            .elements()
+            .iter()
+            .any(|e| e.kind == ElementKind::ContextMenu));
+        ui.touch(p, p, 80); // dismiss
+        ui.touch(p, p, 80); // open
+        ui.touch((500, 2200), (500, 1400), 700);
+        let list = ui.elements().into_iter().find(|e| e.id == "list").unwrap();
+        assert_eq!(list.scroll_offset, Some(800));
+        assert!(
+            !ui.elements().iter().any(|e| e.id == "row0"),
+            "row0 scrolled out"
+        );
+    }
+}
