@@ -5,6 +5,7 @@
 //! daemon owns these objects.
 
 pub mod hid;
+pub mod geometry;
 pub mod input;
 pub mod inventory;
 pub mod sim;

@@ -4,6 +4,7 @@
 //! into a [`FrameHub`]: the latest frame for screenshots plus the signal state for `status`.
 
 mod frame;
+pub mod image;
 
 pub use frame::{
     Frame, FrameHub, FrameReader, FrameSource, PixelFormat, Signal, SourceGuard, VideoError,

@@ -1,0 +1,180 @@
+//! Capture frame → active rectangle of the phone image → observation pixels → HID units.
+//!
+//! The phone's picture sits pillarboxed (portrait) or letterboxed inside the HDMI frame. We
+//! find it once per generation by scanning a few lines for non-black pixels, then map
+//! observation image coordinates through it.
+
+use serde::Serialize;
+
+use super::hid::{POINTER_MAX, POINTER_MIN};
+use super::video::{Frame, PixelFormat};
+
+/// A rectangle in capture-frame pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PixelRect {
+    /// Left.
+    pub x: u32,
+    /// Top.
+    pub y: u32,
+    /// Width (≥ 1).
+    pub width: u32,
+    /// Height (≥ 1).
+    pub height: u32,
+}
+
+impl PixelRect {
+    /// Whether `inner` lies entirely within this rectangle.
+    pub fn contains_rect(&self, inner: &PixelRect) -> bool {
+        inner.x >= self.x
+            && inner.y >= self.y
+            && inner.x + inner.width <= self.x + self.width
+            && inner.y + inner.height <= self.y + self.height
+    }
+}
+
+/// Channel value below which a pixel counts as black border.
+const BLACK: u8 = 16;
+/// Lines scanned in each direction.
+const SCAN_LINES: u32 = 9;
+
+fn is_lit(frame: &Frame, x: u32, y: u32) -> bool {
+    match frame.format {
+        PixelFormat::Rgb24 => {
+            let i = (y as usize * frame.width as usize + x as usize) * 3;
+            frame.data.get(i..i + 3).is_some_and(|p| p.iter().any(|&c| c > BLACK))
+        }
+    }
+}
+
+/// Finds the phone's picture inside `frame`: the bounding box of non-black pixels along a
+/// few horizontal and vertical scan lines. Falls back to the whole frame when it is black.
+pub fn detect_active_rect(frame: &Frame) -> PixelRect {
+    let (w, h) = (frame.width, frame.height);
+    let full = PixelRect { x: 0, y: 0, width: w.max(1), height: h.max(1) };
+    if w == 0 || h == 0 {
+        return full;
+    }
+    let (mut x0, mut x1, mut y0, mut y1) = (w, 0u32, h, 0u32);
+    for i in 1..=SCAN_LINES {
+        let y = h * i / (SCAN_LINES + 1);
+        if let Some(first) = (0..w).find(|&x| is_lit(frame, x, y)) {
+            let last = (0..w).rev().find(|&x| is_lit(frame, x, y)).unwrap_or(first);
+            x0 = x0.min(first);
+            x1 = x1.max(last);
+        }
+        let x = w * i / (SCAN_LINES + 1);
+        if let Some(first) = (0..h).find(|&y| is_lit(frame, x, y)) {
+            let last = (0..h).rev().find(|&y| is_lit(frame, x, y)).unwrap_or(first);
+            y0 = y0.min(first);
+            y1 = y1.max(last);
+        }
+    }
+    if x1 < x0 || y1 < y0 {
+        return full;
+    }
+    PixelRect { x: x0, y: y0, width: x1 - x0 + 1, height: y1 - y0 + 1 }
+}
+
+/// How an observation image maps back onto the phone.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ObservationMapping {
+    /// The phone's picture in the capture frame.
+    pub active: PixelRect,
+    /// The part of the capture frame the image shows.
+    pub source: PixelRect,
+    /// The image's size in pixels.
+    pub image: (u32, u32),
+}
+
+/// A point outside the observation image.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error("({x}, {y}) is outside the {width}x{height} observation image")]
+pub struct OutOfBounds {
+    /// X asked for.
+    pub x: f64,
+    /// Y asked for.
+    pub y: f64,
+    /// Image width.
+    pub width: u32,
+    /// Image height.
+    pub height: u32,
+}
+
+impl ObservationMapping {
+    /// Maps image pixel (x, y) (the pixel's centre) to normalized phone coordinates 0..1.
+    pub fn to_normalized(&self, x: f64, y: f64) -> Result<(f64, f64), OutOfBounds> {
+        let (iw, ih) = self.image;
+        if !(x >= 0.0 && y >= 0.0 && x < f64::from(iw) && y < f64::from(ih)) {
+            return Err(OutOfBounds { x, y, width: iw, height: ih });
+        }
+        let cx = f64::from(self.source.x) + (x + 0.5) * f64::from(self.source.width) / f64::from(iw);
+        let cy = f64::from(self.source.y) + (y + 0.5) * f64::from(self.source.height) / f64::from(ih);
+        let nx = (cx - f64::from(self.active.x)) / f64::from(self.active.width);
+        let ny = (cy - f64::from(self.active.y)) / f64::from(self.active.height);
+        Ok((nx.clamp(0.0, 1.0), ny.clamp(0.0, 1.0)))
+    }
+
+    /// Maps image pixel (x, y) to absolute HID units.
+    pub fn to_hid(&self, x: f64, y: f64) -> Result<(u16, u16), OutOfBounds> {
+        let (nx, ny) = self.to_normalized(x, y)?;
+        Ok((normalized_to_hid(nx), normalized_to_hid(ny)))
+    }
+}
+
+/// Normalized 0..1 → HID units 1..=32767 (never 0).
+pub fn normalized_to_hid(n: f64) -> u16 {
+    let v = (n * (f64::from(POINTER_MAX) + 1.0)).floor();
+    // Clamped into 1..=32767 before the cast, so it cannot truncate or lose the sign.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let v = v.clamp(f64::from(POINTER_MIN), f64::from(POINTER_MAX)) as u16;
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use super::*;
+
+    fn frame_with_box(w: u32, h: u32, b: PixelRect) -> Frame {
+        let mut data = vec![0u8; (w * h * 3) as usize];
+        for y in b.y..b.y + b.height {
+            for x in b.x..b.x + b.width {
+                let i = ((y * w + x) * 3) as usize;
+                data[i..i + 3].copy_from_slice(&[40, 80, 120]);
+            }
+        }
+        Frame {
+            generation: 1,
+            sequence: 1,
+            captured_at: Instant::now(),
+            width: w,
+            height: h,
+            format: PixelFormat::Rgb24,
+            data: Arc::from(data),
+        }
+    }
+
+    #[test]
+    fn finds_pillarbox_and_letterbox() {
+        let pillar = PixelRect { x: 711, y: 0, width: 498, height: 1080 };
+        assert_eq!(detect_active_rect(&frame_with_box(1920, 1080, pillar)), pillar);
+        let letter = PixelRect { x: 0, y: 300, width: 640, height: 200 };
+        assert_eq!(detect_active_rect(&frame_with_box(640, 800, letter)), letter);
+        let black = frame_with_box(64, 64, PixelRect { x: 0, y: 0, width: 0, height: 0 });
+        assert_eq!(detect_active_rect(&black), PixelRect { x: 0, y: 0, width: 64, height: 64 });
+    }
+
+    #[test]
+    fn maps_image_pixels_to_hid_and_rejects_outside() {
+        let active = PixelRect { x: 711, y: 0, width: 498, height: 1080 };
+        let m = ObservationMapping { active, source: active, image: (498, 1080) };
+        let (x, y) = m.to_hid(248.5, 539.5).unwrap();
+        assert!((i32::from(x) - 16384).abs() <= 40 && (i32::from(y) - 16384).abs() <= 20, "{x} {y}");
+        assert_eq!(m.to_hid(0.0, 0.0).unwrap().0, 32, "pixel centre, never 0");
+        assert!(m.to_hid(498.0, 10.0).is_err());
+        assert!(m.to_hid(-0.1, 10.0).is_err());
+        assert!(m.to_hid(f64::NAN, 10.0).is_err());
+    }
+}

@@ -1,0 +1,167 @@
+//! Turning a frame region into a PNG observation: crop, scale to fit, encode fast.
+
+use super::{Frame, PixelFormat};
+use crate::device::geometry::PixelRect;
+
+/// Errors producing an image.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    /// The region is not inside the frame.
+    #[error("region {0:?} is outside the frame")]
+    Region(PixelRect),
+    /// PNG encoding failed.
+    #[error("encode PNG")]
+    Png(#[from] png::EncodingError),
+    /// The image could not be made small enough.
+    #[error("image stays above {0} bytes even when scaled down")]
+    TooLarge(usize),
+}
+
+/// An encoded image.
+#[derive(Debug, Clone)]
+pub struct EncodedImage {
+    /// PNG bytes.
+    pub png: Vec<u8>,
+    /// Image width.
+    pub width: u32,
+    /// Image height.
+    pub height: u32,
+}
+
+/// The size a `w`x`h` region takes when its longer edge is limited to `max_edge`.
+pub fn fit(w: u32, h: u32, max_edge: u32) -> (u32, u32) {
+    let long = w.max(h);
+    if long <= max_edge {
+        return (w.max(1), h.max(1));
+    }
+    let scale = |v: u32| u32::try_from(u64::from(v) * u64::from(max_edge) / u64::from(long)).unwrap_or(1).max(1);
+    (scale(w), scale(h))
+}
+
+/// Crops `region` from `frame`, scales it (area average) to `size`, and returns RGB bytes.
+pub fn crop_scale(frame: &Frame, region: PixelRect, size: (u32, u32)) -> Result<Vec<u8>, ImageError> {
+    let full = PixelRect { x: 0, y: 0, width: frame.width, height: frame.height };
+    if region.width == 0 || region.height == 0 || !full.contains_rect(&region) {
+        return Err(ImageError::Region(region));
+    }
+    let PixelFormat::Rgb24 = frame.format;
+    let (ow, oh) = (size.0 as usize, size.1 as usize);
+    let (rw, rh) = (region.width as usize, region.height as usize);
+    let stride = frame.width as usize * 3;
+    let mut out = vec![0u8; ow * oh * 3];
+    // Source span of each output column, computed once.
+    let xs: Vec<(usize, usize)> = (0..ow)
+        .map(|ox| {
+            let a = region.x as usize + ox * rw / ow;
+            let b = (region.x as usize + (ox + 1) * rw / ow).max(a + 1);
+            (a, b)
+        })
+        .collect();
+    for oy in 0..oh {
+        let y0 = region.y as usize + oy * rh / oh;
+        let y1 = (region.y as usize + (oy + 1) * rh / oh).max(y0 + 1);
+        for (ox, &(x0, x1)) in xs.iter().enumerate() {
+            let mut sum = [0u32; 3];
+            for y in y0..y1 {
+                let row = &frame.data[y * stride..(y + 1) * stride];
+                for px in row[x0 * 3..x1 * 3].chunks_exact(3) {
+                    sum[0] += u32::from(px[0]);
+                    sum[1] += u32::from(px[1]);
+                    sum[2] += u32::from(px[2]);
+                }
+            }
+            let n = u32::try_from((y1 - y0) * (x1 - x0)).unwrap_or(1).max(1);
+            let o = (oy * ow + ox) * 3;
+            for c in 0..3 {
+                out[o + c] = u8::try_from(sum[c] / n).unwrap_or(255);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Encodes RGB bytes as PNG with the fastest compression (screenshots are on the hot path).
+pub fn encode_png(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>, ImageError> {
+    let mut buf = Vec::with_capacity(rgb.len() / 4);
+    {
+        let mut enc = png::Encoder::new(&mut buf, width, height);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        enc.set_compression(png::Compression::Fastest);
+        let mut writer = enc.write_header()?;
+        writer.write_image_data(rgb)?;
+        writer.finish()?;
+    }
+    Ok(buf)
+}
+
+/// Crops, fits into `max_edge`, encodes; shrinks by 3/4 until the PNG is at most `max_bytes`.
+pub fn observe(frame: &Frame, region: PixelRect, max_edge: u32, max_bytes: usize) -> Result<EncodedImage, ImageError> {
+    let mut edge = max_edge;
+    for _ in 0..8 {
+        let (w, h) = fit(region.width, region.height, edge);
+        let rgb = crop_scale(frame, region, (w, h))?;
+        let png = encode_png(&rgb, w, h)?;
+        if png.len() <= max_bytes {
+            return Ok(EncodedImage { png, width: w, height: h });
+        }
+        edge = (w.max(h) * 3 / 4).max(16);
+    }
+    Err(ImageError::TooLarge(max_bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use super::*;
+
+    fn gradient(w: u32, h: u32) -> Frame {
+        let mut data = Vec::with_capacity((w * h * 3) as usize);
+        for y in 0..h {
+            for x in 0..w {
+                data.extend_from_slice(&[(x % 256) as u8, (y % 256) as u8, ((x * 7 + y * 13) % 256) as u8]);
+            }
+        }
+        Frame {
+            generation: 1,
+            sequence: 1,
+            captured_at: Instant::now(),
+            width: w,
+            height: h,
+            format: PixelFormat::Rgb24,
+            data: Arc::from(data),
+        }
+    }
+
+    #[test]
+    fn fit_keeps_aspect() {
+        assert_eq!(fit(996, 2160, 1568), (723, 1568));
+        assert_eq!(fit(498, 1080, 1568), (498, 1080));
+    }
+
+    #[test]
+    fn unscaled_crop_is_exact_and_png_decodes() {
+        let f = gradient(64, 48);
+        let region = PixelRect { x: 10, y: 5, width: 20, height: 30 };
+        let rgb = crop_scale(&f, region, (20, 30)).unwrap();
+        let i = ((5 + 3) * 64 + 10 + 4) * 3;
+        assert_eq!(&rgb[(3 * 20 + 4) * 3..(3 * 20 + 4) * 3 + 3], &f.data[i..i + 3]);
+        let img = observe(&f, region, 1568, 1 << 20).unwrap();
+        let dec = png::Decoder::new(std::io::Cursor::new(img.png));
+        let mut reader = dec.read_info().unwrap();
+        let mut out = vec![0; reader.output_buffer_size().unwrap()];
+        reader.next_frame(&mut out).unwrap();
+        assert_eq!(&out[..rgb.len()], &rgb[..]);
+    }
+
+    #[test]
+    fn rejects_regions_outside_the_frame_and_shrinks_to_fit_bytes() {
+        let f = gradient(64, 48);
+        assert!(crop_scale(&f, PixelRect { x: 60, y: 0, width: 10, height: 10 }, (10, 10)).is_err());
+        let region = PixelRect { x: 0, y: 0, width: 64, height: 48 };
+        let small = observe(&f, region, 64, 2000).unwrap();
+        assert!(small.png.len() <= 2000 && small.width < 64);
+    }
+}
