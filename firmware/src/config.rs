@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::device::hid::Layout;
+use crate::device::input::InputTimings;
 use crate::device::sim::SimConfig;
 
 /// Where the daemon runs, which decides the defaults.
@@ -47,6 +49,10 @@ pub struct Config {
     pub agent_user: String,
     /// The virtual iPhone's shape.
     pub sim_phone: SimConfig,
+    /// The phone's soft-keyboard language, which fixes the HID layout at enumeration.
+    pub keyboard_layout: Layout,
+    /// Gesture timings.
+    pub input: InputTimings,
 }
 
 /// The TOML file: every field optional, unknown fields rejected.
@@ -60,6 +66,8 @@ struct ConfigFile {
     listen: Option<SocketAddr>,
     agent_user: Option<String>,
     sim_phone: Option<SimConfig>,
+    keyboard_layout: Option<Layout>,
+    input: Option<InputTimings>,
 }
 
 /// Errors loading the configuration.
@@ -91,9 +99,9 @@ pub fn default_socket(profile: Profile) -> PathBuf {
         Profile::Appliance => PathBuf::from("/run/tether/control.sock"),
         Profile::Laptop => match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
             Some(dir) => PathBuf::from(dir).join("tether/control.sock"),
-            None => std::env::temp_dir()
-                .join(format!("tether-{}", nix::unistd::geteuid().as_raw()))
-                .join("control.sock"),
+            None => {
+                std::env::temp_dir().join(format!("tether-{}", nix::unistd::geteuid().as_raw())).join("control.sock")
+            }
         },
     }
 }
@@ -139,34 +147,23 @@ impl Config {
             },
             agent_user: "tether-agent".into(),
             sim_phone: SimConfig::default(),
+            keyboard_layout: Layout::Us,
+            input: InputTimings::default(),
         }
     }
 
     /// Defaults of `profile` overlaid with the TOML file at `path`.
     pub fn load(profile: Profile, path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.into(),
-            source,
-        })?;
-        Config::from_toml(profile, &text).map_err(|message| ConfigError::Parse {
-            path: path.into(),
-            message,
-        })
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        Config::from_toml(profile, &text).map_err(|message| ConfigError::Parse { path: path.into(), message })
     }
 
     /// Defaults of `profile` overlaid with TOML text; the error is the parser's message.
     pub fn from_toml(profile: Profile, text: &str) -> Result<Config, String> {
         let file: ConfigFile = toml::from_str(text).map_err(|e| e.to_string())?;
         let mut c = Config::defaults(profile);
-        let ConfigFile {
-            sim,
-            data_dir,
-            socket,
-            socket_group,
-            listen,
-            agent_user,
-            sim_phone,
-        } = file;
+        let ConfigFile { sim, data_dir, socket, socket_group, listen, agent_user, sim_phone, keyboard_layout, input } =
+            file;
         c.sim = sim.unwrap_or(c.sim);
         c.data_dir = data_dir.unwrap_or(c.data_dir);
         c.socket = socket.unwrap_or(c.socket);
@@ -174,6 +171,8 @@ impl Config {
         c.listen = listen.unwrap_or(c.listen);
         c.agent_user = agent_user.unwrap_or(c.agent_user);
         c.sim_phone = sim_phone.unwrap_or(c.sim_phone);
+        c.keyboard_layout = keyboard_layout.unwrap_or(c.keyboard_layout);
+        c.input = input.unwrap_or(c.input);
         Ok(c)
     }
 }
@@ -193,10 +192,7 @@ mod tests {
         assert_eq!(c.agent_user, "nobody");
         assert_eq!(c.socket, PathBuf::from("/run/tether/control.sock"));
         assert_eq!(c.sim_phone.capture_width, 3840);
-        assert_eq!(
-            c.sim_phone.phone_width, 1179,
-            "unset sim fields keep defaults"
-        );
+        assert_eq!(c.sim_phone.phone_width, 1179, "unset sim fields keep defaults");
         let err = Config::from_toml(Profile::Laptop, "sim = true\nsimm = 1\n").unwrap_err();
         assert!(err.contains("simm"), "{err}");
         assert!(Config::from_toml(Profile::Laptop, "listen = \"nope\"").is_err());

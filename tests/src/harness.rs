@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tether::daemon::{Daemon, DaemonOptions, Devices, RolePolicy};
+use tether::device::input::InputTimings;
 use tether::device::sim::{SimConfig, SimPhone};
 use tether::server::{UnixServer, UnixServerConfig};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -31,36 +32,35 @@ impl SimDaemon {
     }
 
     /// Starts a daemon, letting the caller adjust the socket configuration.
-    pub async fn start_with(
+    pub async fn start_with(adjust: impl FnOnce(&mut UnixServerConfig)) -> anyhow::Result<SimDaemon> {
+        SimDaemon::start_full(SimConfig::default(), InputTimings::default(), adjust).await
+    }
+
+    /// Starts a daemon over a phone configured as `sim`, with gesture `timings`; the
+    /// daemon's keyboard layout follows the phone's.
+    pub async fn start_phone(sim: SimConfig, timings: InputTimings) -> anyhow::Result<SimDaemon> {
+        SimDaemon::start_full(sim, timings, |_| {}).await
+    }
+
+    async fn start_full(
+        sim: SimConfig,
+        timings: InputTimings,
         adjust: impl FnOnce(&mut UnixServerConfig),
     ) -> anyhow::Result<SimDaemon> {
         let dir = tempfile::tempdir()?;
         let socket = dir.path().join("control.sock");
-        let phone = SimPhone::new(SimConfig::default());
+        let phone = SimPhone::new(sim);
         let daemon = Daemon::start(
-            Devices {
-                hid: Box::new(phone.hid()),
-                video: Box::new(phone.display()),
-            },
-            DaemonOptions { sim: true },
+            Devices { hid: Box::new(phone.hid()), video: Box::new(phone.display()), sim: Some(phone.clone()) },
+            DaemonOptions { sim: true, timings, layout: sim.layout },
         )?;
-        let policy = RolePolicy {
-            service_uid: nix_uid(),
-            agent_uid: None,
-            operator_gid: None,
-        };
+        let policy = RolePolicy { service_uid: nix_uid(), agent_uid: None, operator_gid: None };
         let mut config = UnixServerConfig::new(socket.clone(), policy);
         adjust(&mut config);
         let server = UnixServer::bind(config, daemon.clone())?;
         let shutdown = CancellationToken::new();
         tokio::spawn(server.serve(shutdown.clone()));
-        Ok(SimDaemon {
-            daemon,
-            phone,
-            socket,
-            shutdown,
-            _dir: dir,
-        })
+        Ok(SimDaemon { daemon, phone, socket, shutdown, _dir: dir })
     }
 
     /// The socket path.
@@ -82,9 +82,7 @@ impl Drop for SimDaemon {
 }
 
 fn nix_uid() -> u32 {
-    std::fs::metadata("/proc/self")
-        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
-        .unwrap_or(0)
+    std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap_or(0)
 }
 
 /// A client that writes raw lines and reads JSON lines.
@@ -98,10 +96,7 @@ impl RawClient {
     /// Connects to `socket`.
     pub async fn connect(socket: &Path) -> anyhow::Result<RawClient> {
         let (read, writer) = UnixStream::connect(socket).await?.into_split();
-        Ok(RawClient {
-            reader: BufReader::new(read),
-            writer,
-        })
+        Ok(RawClient { reader: BufReader::new(read), writer })
     }
 
     /// Sends bytes as they are (add the newline yourself).
@@ -118,8 +113,7 @@ impl RawClient {
     /// Reads one JSON message, failing after 5 s.
     pub async fn recv(&mut self) -> anyhow::Result<Value> {
         let mut line = String::new();
-        let n = tokio::time::timeout(Duration::from_secs(5), self.reader.read_line(&mut line))
-            .await??;
+        let n = tokio::time::timeout(Duration::from_secs(5), self.reader.read_line(&mut line)).await??;
         anyhow::ensure!(n > 0, "connection closed");
         Ok(serde_json::from_str(&line)?)
     }

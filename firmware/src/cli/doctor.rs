@@ -34,46 +34,24 @@ pub fn run_doctor(socket: Option<PathBuf>, as_json: bool) -> anyhow::Result<Exit
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "tether {} doctor ({} profile)",
-        env!("CARGO_PKG_VERSION"),
-        report["profile"].as_str().unwrap_or("?")
-    );
+    println!("tether {} doctor ({} profile)", env!("CARGO_PKG_VERSION"), report["profile"].as_str().unwrap_or("?"));
     if inventory.udcs.is_empty() {
         println!("  usb:    no USB device controller (need a board with USB OTG, e.g. Pi 4 USB-C port with dwc2)");
     }
     for udc in &inventory.udcs {
-        let dummy = if udc.is_dummy {
-            " (software test controller)"
-        } else {
-            ""
-        };
-        println!(
-            "  usb:    {}{} state={}",
-            udc.name,
-            dummy,
-            udc.state.as_deref().unwrap_or("?")
-        );
+        let dummy = if udc.is_dummy { " (software test controller)" } else { "" };
+        println!("  usb:    {}{} state={}", udc.name, dummy, udc.state.as_deref().unwrap_or("?"));
     }
     println!(
         "  gadget: configfs {}; {} hidg node(s)",
-        if inventory.configfs_gadget {
-            "mounted"
-        } else {
-            "not mounted"
-        },
+        if inventory.configfs_gadget { "mounted" } else { "not mounted" },
         inventory.hidg_nodes.len()
     );
     if inventory.video_nodes.is_empty() {
         println!("  video:  no V4L2 nodes (need an HDMI capture bridge or UVC dongle)");
     }
     for node in &inventory.video_nodes {
-        println!(
-            "  video:  {} {} ({})",
-            node.path.display(),
-            node.name,
-            node.role
-        );
+        println!("  video:  {} {} ({})", node.path.display(), node.name, node.role);
     }
     match daemon["reachable"].as_bool() {
         Some(true) => println!("  daemon: answering on {}", path.display()),

@@ -15,7 +15,5 @@ fn client_socket(flag: Option<PathBuf>) -> PathBuf {
 
 /// A current-thread runtime for short client commands.
 fn client_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?)
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }

@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use nix::unistd::{Group, Uid, User};
 use tether::config::{default_config_file, Config, Profile};
 use tether::daemon::{Daemon, DaemonOptions, Devices, RolePolicy};
-use tether::device::sim::SimPhone;
+use tether::device::sim::{SimConfig, SimPhone};
 use tether::server::{UnixServer, UnixServerConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -26,10 +26,7 @@ pub struct ServeOptions {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
 fn resolve_config(opts: &ServeOptions) -> anyhow::Result<Config> {
@@ -69,10 +66,7 @@ fn agent_uid(config: &Config, explicit: bool) -> anyhow::Result<Option<u32>> {
             bail!("agent user {name:?} does not exist (create it, or pass a numeric uid)")
         }
         None => {
-            tracing::info!(
-                user = name,
-                "agent user does not exist; no connection gets the agent role"
-            );
+            tracing::info!(user = name, "agent user does not exist; no connection gets the agent role");
             Ok(None)
         }
     }
@@ -105,24 +99,17 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
     }
     tracing::info!(listen = %config.listen, "HTTPS console and MCP are not in this build yet; --listen is recorded only");
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
-        let phone = SimPhone::new(config.sim_phone);
-        let devices = Devices {
-            hid: Box::new(phone.hid()),
-            video: Box::new(phone.display()),
-        };
-        let daemon = Daemon::start(devices, DaemonOptions { sim: true }).context("start daemon")?;
-        let mut server_config = UnixServerConfig::new(
-            config.socket.clone(),
-            RolePolicy {
-                service_uid,
-                agent_uid,
-                operator_gid,
-            },
-        );
+        // The virtual phone's keyboard is set to the language the daemon types for.
+        let phone = SimPhone::new(SimConfig { layout: config.keyboard_layout, ..config.sim_phone });
+        let devices =
+            Devices { hid: Box::new(phone.hid()), video: Box::new(phone.display()), sim: Some(phone.clone()) };
+        let daemon =
+            Daemon::start(devices, DaemonOptions { sim: true, timings: config.input, layout: config.keyboard_layout })
+                .context("start daemon")?;
+        let mut server_config =
+            UnixServerConfig::new(config.socket.clone(), RolePolicy { service_uid, agent_uid, operator_gid });
         server_config.group = operator_gid;
         let server = UnixServer::bind(server_config, daemon.clone())?;
         let shutdown = CancellationToken::new();
@@ -141,10 +128,7 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
 
 async fn wait_for_signal() {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         // Without signal handlers the daemon runs until killed.
         return std::future::pending().await;
     };

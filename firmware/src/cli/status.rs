@@ -11,12 +11,7 @@ pub fn run_status(socket: Option<PathBuf>, as_json: bool) -> anyhow::Result<Exit
     let path = super::client_socket(socket);
     let status = super::client_runtime()?.block_on(async {
         let mut client = ControlClient::connect(&path).await?;
-        let hello = client
-            .call(
-                "hello",
-                json!({"protocol": "tether/1", "client": "tether status"}),
-            )
-            .await?;
+        let hello = client.call("hello", json!({"protocol": "tether/1", "client": "tether status"})).await?;
         let status = client.call("status", json!({})).await?;
         anyhow::Ok(json!({"hello": hello, "status": status}))
     })?;
@@ -29,16 +24,11 @@ pub fn run_status(socket: Option<PathBuf>, as_json: bool) -> anyhow::Result<Exit
 }
 
 fn render(hello: &Value, st: &Value) -> String {
-    let size = match (
-        &st["video"]["source_size"]["width"],
-        &st["video"]["source_size"]["height"],
-    ) {
+    let size = match (&st["video"]["source_size"]["width"], &st["video"]["source_size"]["height"]) {
         (Value::Number(w), Value::Number(h)) => format!("{w}x{h}"),
         _ => "-".into(),
     };
-    let age = st["video"]["frame_age_ms"]
-        .as_u64()
-        .map_or("-".into(), |a| format!("{a} ms"));
+    let age = st["video"]["frame_age_ms"].as_u64().map_or("-".into(), |a| format!("{a} ms"));
     format!(
         "tether {} ({})\n  you:    {} (uid {})\n  hid:    {} host={}\n  video:  {} signal={} size={} generation={} frame age={}\n  input:  {}\n  task:   {}\n",
         st["daemon"]["version"].as_str().unwrap_or("?"),

@@ -51,18 +51,10 @@ pub struct ControlClient {
 impl ControlClient {
     /// Connects to the socket at `path`.
     pub async fn connect(path: &Path) -> Result<ControlClient, ClientError> {
-        let stream = UnixStream::connect(path)
-            .await
-            .map_err(|source| ClientError::Connect {
-                path: path.into(),
-                source,
-            })?;
+        let stream =
+            UnixStream::connect(path).await.map_err(|source| ClientError::Connect { path: path.into(), source })?;
         let (read, writer) = stream.into_split();
-        Ok(ControlClient {
-            reader: BufReader::new(read),
-            writer,
-            next_id: 1,
-        })
+        Ok(ControlClient { reader: BufReader::new(read), writer, next_id: 1 })
     }
 
     /// Calls `method` with `params` (an object or null) and returns its result.
@@ -75,8 +67,7 @@ impl ControlClient {
         };
         request.insert("id".into(), json!(id));
         request.insert("method".into(), json!(method));
-        let mut line =
-            serde_json::to_vec(&request).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let mut line = serde_json::to_vec(&request).map_err(|e| ClientError::Protocol(e.to_string()))?;
         line.push(b'\n');
         self.writer.write_all(&line).await?;
         loop {
@@ -84,8 +75,7 @@ impl ControlClient {
             if self.reader.read_line(&mut buf).await? == 0 {
                 return Err(ClientError::Closed);
             }
-            let reply: Value =
-                serde_json::from_str(&buf).map_err(|e| ClientError::Protocol(e.to_string()))?;
+            let reply: Value = serde_json::from_str(&buf).map_err(|e| ClientError::Protocol(e.to_string()))?;
             if reply.get("event").is_some() {
                 continue;
             }

@@ -21,9 +21,7 @@ impl Role {
     /// Whether this role includes `other` (`Agent` includes only itself).
     pub fn includes(self, other: Role) -> bool {
         match (self, other) {
-            (Role::Admin, Role::Agent)
-            | (Role::Operate, Role::Agent)
-            | (Role::View, Role::Agent) => false,
+            (Role::Admin, Role::Agent) | (Role::Operate, Role::Agent) | (Role::View, Role::Agent) => false,
             (Role::Admin, _) => true,
             (Role::Operate, r) => r != Role::Admin,
             (Role::View, r) => r == Role::View,
@@ -96,20 +94,12 @@ mod tests {
     use super::*;
 
     fn creds(uid: u32, gid: u32) -> PeerCredentials {
-        PeerCredentials {
-            pid: Some(1),
-            uid,
-            gid,
-        }
+        PeerCredentials { pid: Some(1), uid, gid }
     }
 
     #[test]
     fn maps_uids_and_groups_to_roles() {
-        let p = RolePolicy {
-            service_uid: 1000,
-            agent_uid: Some(999),
-            operator_gid: Some(50),
-        };
+        let p = RolePolicy { service_uid: 1000, agent_uid: Some(999), operator_gid: Some(50) };
         assert_eq!(p.role_for(&creds(0, 0), &[]), Some(Role::Admin));
         assert_eq!(p.role_for(&creds(1000, 1000), &[]), Some(Role::Admin));
         assert_eq!(p.role_for(&creds(1001, 1001), &[50]), Some(Role::Operate));

@@ -51,10 +51,7 @@ pub struct InputLane {
 impl InputLane {
     /// A lane over `sink`.
     pub fn new(sink: Box<dyn HidSink>) -> Self {
-        InputLane {
-            sink,
-            held: BTreeMap::new(),
-        }
+        InputLane { sink, held: BTreeMap::new() }
     }
 
     /// The sink's backend name.
@@ -69,11 +66,7 @@ impl InputLane {
 
     /// Runs `steps` in order; returns the number of reports written. Whatever happens,
     /// nothing is left pressed afterwards (best effort when the sink itself fails).
-    pub async fn run(
-        &mut self,
-        steps: &[InputStep],
-        cancel: &CancellationToken,
-    ) -> Result<usize, InputError> {
+    pub async fn run(&mut self, steps: &[InputStep], cancel: &CancellationToken) -> Result<usize, InputError> {
         if self.sink.host_state() == HostState::NotAttached {
             return Err(InputError::HostNotConnected);
         }
@@ -91,18 +84,13 @@ impl InputLane {
     ) -> Result<(), InputError> {
         for step in steps {
             if cancel.is_cancelled() {
-                return Err(InputError::Cancelled {
-                    reports_sent: *sent,
-                });
+                return Err(InputError::Cancelled { reports_sent: *sent });
             }
             match step {
                 InputStep::Report(report) => {
                     self.write(report).await.map_err(|source| match source {
                         HidError::HostNotConnected if *sent == 0 => InputError::HostNotConnected,
-                        source => InputError::Hid {
-                            reports_sent: *sent,
-                            source,
-                        },
+                        source => InputError::Hid { reports_sent: *sent, source },
                     })?;
                     *sent += 1;
                 }
@@ -158,11 +146,7 @@ mod tests {
         let rec = RecordingSink::default();
         let mut lane = InputLane::new(Box::new(rec.clone()));
         let cancel = CancellationToken::new();
-        let steps = [
-            press(100),
-            InputStep::Wait(Duration::from_secs(5)),
-            press(200),
-        ];
+        let steps = [press(100), InputStep::Wait(Duration::from_secs(5)), press(200)];
         let c = cancel.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -172,10 +156,7 @@ mod tests {
         assert!(matches!(err, InputError::Cancelled { reports_sent: 1 }));
         let log = rec.reports();
         assert_eq!(log.len(), 2);
-        assert_eq!(
-            log[1].report,
-            HidReport::Pointer(PointerReport::new(0, 100, 100, 0))
-        );
+        assert_eq!(log[1].report, HidReport::Pointer(PointerReport::new(0, 100, 100, 0)));
         assert!(!lane.holds_input());
     }
 
@@ -183,14 +164,8 @@ mod tests {
     async fn completed_sequence_releases_keys_left_down() {
         let rec = RecordingSink::default();
         let mut lane = InputLane::new(Box::new(rec.clone()));
-        let down = HidReport::Keyboard(KeyboardReport {
-            modifiers: 8,
-            keys: [0x0b, 0, 0, 0, 0, 0],
-        });
-        let sent = lane
-            .run(&[InputStep::Report(down)], &CancellationToken::new())
-            .await
-            .unwrap();
+        let down = HidReport::Keyboard(KeyboardReport { modifiers: 8, keys: [0x0b, 0, 0, 0, 0, 0] });
+        let sent = lane.run(&[InputStep::Report(down)], &CancellationToken::new()).await.unwrap();
         assert_eq!(sent, 1);
         let log = rec.reports();
         assert_eq!(log.len(), 2, "a release follows the press");
@@ -202,10 +177,7 @@ mod tests {
         let rec = RecordingSink::default();
         rec.set_host_state(HostState::NotAttached);
         let mut lane = InputLane::new(Box::new(rec.clone()));
-        let err = lane
-            .run(&[press(1)], &CancellationToken::new())
-            .await
-            .unwrap_err();
+        let err = lane.run(&[press(1)], &CancellationToken::new()).await.unwrap_err();
         assert!(matches!(err, InputError::HostNotConnected));
         assert!(rec.reports().is_empty());
     }

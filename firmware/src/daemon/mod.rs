@@ -5,8 +5,11 @@
 //! hold a [`Daemon`] handle and a [`Session`] per connection; they never see a device.
 #![forbid(unsafe_code)]
 
+mod act;
 mod caller;
 mod input;
+mod observations;
+mod operations;
 mod status;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -19,13 +22,17 @@ use tokio_util::sync::CancellationToken;
 
 pub use caller::{Caller, Identity, PeerCredentials, Role, RolePolicy};
 pub use input::{InputError, InputLane, InputStep};
-pub use status::{
-    Capabilities, DaemonInfo, HelloResult, HidStatus, InputStatus, StatusResult, VideoStatus,
-};
+pub use observations::{Observation, ObservationError, ObservationStore, OBSERVATIONS_KEPT, OBSERVATION_TTL};
+pub use operations::{OperationCache, OPERATIONS_KEPT, OPERATION_TTL};
+pub use status::{Capabilities, DaemonInfo, HelloResult, HidStatus, InputStatus, StatusResult, VideoStatus};
 
-use crate::device::hid::HidSink;
+use crate::device::geometry::{OutOfBounds, PixelRect};
+use crate::device::hid::{HidSink, Keymap, Layout, UntypeableText};
+use crate::device::input::InputTimings;
+use crate::device::sim::SimPhone;
+use crate::device::video::image::ImageError;
 use crate::device::video::{FrameHub, FrameReader, FrameSource, SourceGuard, VideoError};
-use crate::protocol::{Call, HelloParams, Limits, Method, PROTOCOL_NAME};
+use crate::protocol::{Call, ErrorBody, HelloParams, Limits, Method, RequestId, PROTOCOL_NAME};
 
 /// Errors the daemon returns to callers. Mapped to wire codes in exactly one place:
 /// `impl From<&DaemonError> for protocol::ErrorBody`.
@@ -53,6 +60,36 @@ pub enum DaemonError {
     /// The daemon is shutting down.
     #[error("the daemon is shutting down")]
     ShuttingDown,
+    /// A sim-only method on hardware.
+    #[error("this method exists only with the virtual iPhone (`tether serve --sim`)")]
+    NotSim,
+    /// No frame to observe.
+    #[error("no video frame is available: check the HDMI signal (`tether status`)")]
+    NoFrame,
+    /// An observation cannot be used.
+    #[error(transparent)]
+    Observation(#[from] ObservationError),
+    /// Coordinates outside the observation.
+    #[error(transparent)]
+    OutOfBounds(#[from] OutOfBounds),
+    /// An operation id reused with other arguments.
+    #[error("operation_id {operation_id:?} was already used with different arguments; use a new id")]
+    OperationConflict {
+        /// The id.
+        operation_id: String,
+    },
+    /// Text the layout cannot type.
+    #[error(transparent)]
+    Untypeable(#[from] UntypeableText),
+    /// An argument is valid JSON but makes no sense here.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// Producing an image failed.
+    #[error("could not produce the image")]
+    Image(#[from] ImageError),
+    /// The cached result of an earlier run of the same operation.
+    #[error("{}", .0.message)]
+    Cached(ErrorBody),
 }
 
 impl DaemonError {
@@ -88,6 +125,8 @@ pub struct Devices {
     pub hid: Box<dyn HidSink>,
     /// Where frames come from.
     pub video: Box<dyn FrameSource>,
+    /// The virtual iPhone, when the devices are simulated (answers `sim_state`).
+    pub sim: Option<SimPhone>,
 }
 
 /// Start-up options that are not devices.
@@ -95,6 +134,10 @@ pub struct Devices {
 pub struct DaemonOptions {
     /// Whether the devices are the virtual iPhone (advertised in `hello` and `status`).
     pub sim: bool,
+    /// Gesture timings.
+    pub timings: InputTimings,
+    /// The phone's keyboard layout.
+    pub layout: Layout,
 }
 
 /// Identifies one session (one connection) for the daemon's lifetime.
@@ -109,10 +152,21 @@ pub struct Session {
     id: SessionId,
     caller: Caller,
     cancel: CancellationToken,
+    in_flight: std::sync::Mutex<act::InFlight>,
     inner: Arc<Inner>,
 }
 
 impl Session {
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, act::InFlight> {
+        // Plain data; a panic elsewhere cannot leave it inconsistent.
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Releases what this session holds now (its peer closed), without waiting for drop.
+    pub fn close(&self) {
+        self.cancel.cancel();
+    }
+
     /// The session's id.
     pub fn id(&self) -> SessionId {
         self.id
@@ -143,6 +197,12 @@ struct Inner {
     sessions: AtomicUsize,
     next_session: AtomicU64,
     shutdown: CancellationToken,
+    sim: Option<SimPhone>,
+    timings: InputTimings,
+    keymap: Keymap,
+    observations: std::sync::Mutex<ObservationStore>,
+    operations: std::sync::Mutex<OperationCache>,
+    active: std::sync::Mutex<Option<(u32, PixelRect)>>,
     _video: SourceGuard,
 }
 
@@ -171,6 +231,12 @@ impl Daemon {
                 sessions: AtomicUsize::new(0),
                 next_session: AtomicU64::new(1),
                 shutdown: CancellationToken::new(),
+                sim: devices.sim,
+                timings: options.timings,
+                keymap: Keymap::new(options.layout),
+                observations: std::sync::Mutex::default(),
+                operations: std::sync::Mutex::default(),
+                active: std::sync::Mutex::default(),
                 _video: guard,
             }),
         })
@@ -184,6 +250,7 @@ impl Daemon {
             id,
             caller,
             cancel: self.inner.shutdown.child_token(),
+            in_flight: std::sync::Mutex::default(),
             inner: self.inner.clone(),
         }
     }
@@ -194,14 +261,28 @@ impl Daemon {
         self.inner.shutdown.cancel();
     }
 
-    /// Handles one call for `session`.
-    pub async fn handle(&self, session: &Session, call: &Call) -> Result<Value, DaemonError> {
+    fn lock_observations(&self) -> std::sync::MutexGuard<'_, ObservationStore> {
+        // Plain data; a panic elsewhere cannot leave it inconsistent.
+        self.inner.observations.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_operations(&self) -> std::sync::MutexGuard<'_, OperationCache> {
+        // Plain data; a panic elsewhere cannot leave it inconsistent.
+        self.inner.operations.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Handles request `id` of `session`.
+    pub async fn handle(&self, session: &Session, id: RequestId, call: &Call) -> Result<Value, DaemonError> {
         if self.inner.shutdown.is_cancelled() {
             return Err(DaemonError::ShuttingDown);
         }
         let value = match call {
             Call::Hello(params) => to_value(&self.hello(session, params)?),
             Call::Status(_) => to_value(&self.status().await),
+            Call::Screenshot(p) => self.screenshot(p).await?,
+            Call::Action(p) => self.action(session, id, p).await?,
+            Call::Cancel(p) => serde_json::json!({"cancelled": self.cancel(session, p.request_id)}),
+            Call::SimState(_) => to_value(&self.inner.sim.as_ref().ok_or(DaemonError::NotSim)?.state()),
         };
         Ok(value)
     }
@@ -209,9 +290,7 @@ impl Daemon {
     fn hello(&self, session: &Session, params: &HelloParams) -> Result<HelloResult, DaemonError> {
         if let Some(requested) = &params.protocol {
             if requested != PROTOCOL_NAME {
-                return Err(DaemonError::UnsupportedProtocol {
-                    requested: requested.clone(),
-                });
+                return Err(DaemonError::UnsupportedProtocol { requested: requested.clone() });
             }
         }
         if let Some(client) = &params.client {
@@ -257,41 +336,38 @@ impl Daemon {
             video: VideoStatus {
                 backend: self.inner.video_backend,
                 signal: video.signal,
-                source_size: video
-                    .source_size
-                    .map(|(width, height)| status::Size { width, height }),
+                source_size: video.source_size.map(|(width, height)| status::Size { width, height }),
                 generation: video.generation,
                 frame_id: latest.as_ref().map(|f| f.sequence),
                 frame_age_ms: latest.as_ref().map(|f| millis(f.captured_at.elapsed())),
             },
-            input: InputStatus {
-                busy: self.inner.input_busy.load(Ordering::Relaxed),
-            },
+            input: InputStatus { busy: self.inner.input_busy.load(Ordering::Relaxed) },
             task: None,
         }
     }
 
     /// Runs one input sequence for `session`, after every sequence queued before it. The
     /// session's cancellation (disconnect, shutdown) stops it and releases held input.
-    pub async fn run_input(
+    pub async fn run_input(&self, session: &Session, steps: &[InputStep]) -> Result<usize, DaemonError> {
+        self.run_input_with(session, steps, &session.cancel).await
+    }
+
+    async fn run_input_with(
         &self,
         session: &Session,
         steps: &[InputStep],
+        cancel: &CancellationToken,
     ) -> Result<usize, DaemonError> {
         let role = session.caller.role;
         if !role.includes(Role::Operate) {
-            return Err(DaemonError::PermissionDenied {
-                method: "input",
-                needed: Role::Operate,
-                have: role,
-            });
+            return Err(DaemonError::PermissionDenied { method: "input", needed: Role::Operate, have: role });
         }
         let mut lane = tokio::select! {
             lane = self.inner.lane.lock() => lane,
-            () = session.cancel.cancelled() => return Err(InputError::Cancelled { reports_sent: 0 }.into()),
+            () = cancel.cancelled() => return Err(InputError::Cancelled { reports_sent: 0 }.into()),
         };
         self.inner.input_busy.store(true, Ordering::Relaxed);
-        let result = lane.run(steps, &session.cancel).await;
+        let result = lane.run(steps, cancel).await;
         self.inner.input_busy.store(false, Ordering::Relaxed);
         Ok(result?)
     }
@@ -318,20 +394,14 @@ mod tests {
     fn daemon_with(rec: &RecordingSink) -> Daemon {
         let phone = SimPhone::new(SimConfig::default());
         Daemon::start(
-            Devices {
-                hid: Box::new(rec.clone()),
-                video: Box::new(phone.display()),
-            },
-            DaemonOptions { sim: true },
+            Devices { hid: Box::new(rec.clone()), video: Box::new(phone.display()), sim: Some(phone.clone()) },
+            DaemonOptions { sim: true, ..DaemonOptions::default() },
         )
         .unwrap()
     }
 
     fn operator() -> Caller {
-        Caller {
-            identity: Identity::InProcess,
-            role: Role::Operate,
-        }
+        Caller { identity: Identity::InProcess, role: Role::Operate }
     }
 
     fn press() -> InputStep {
@@ -342,19 +412,13 @@ mod tests {
     async fn hello_reports_caller_and_rejects_other_protocols() {
         let d = daemon_with(&RecordingSink::default());
         let s = d.open_session(operator());
-        let v = d
-            .handle(&s, &Call::Hello(HelloParams::default()))
-            .await
-            .unwrap();
+        let v = d.handle(&s, RequestId(1), &Call::Hello(HelloParams::default())).await.unwrap();
         assert_eq!(v["protocol"], "tether/1");
         assert_eq!(v["caller"]["role"], "operate");
         assert_eq!(v["limits"]["max_request_bytes"], 65536);
-        let bad = HelloParams {
-            protocol: Some("tether/2".into()),
-            client: None,
-        };
+        let bad = HelloParams { protocol: Some("tether/2".into()), client: None };
         assert!(matches!(
-            d.handle(&s, &Call::Hello(bad)).await,
+            d.handle(&s, RequestId(1), &Call::Hello(bad)).await,
             Err(DaemonError::UnsupportedProtocol { .. })
         ));
     }
@@ -377,10 +441,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         drop(b);
-        let v = d
-            .handle(&d.open_session(operator()), &Call::Status(StatusParams {}))
-            .await
-            .unwrap();
+        let v = d.handle(&d.open_session(operator()), RequestId(2), &Call::Status(StatusParams {})).await.unwrap();
         assert_eq!(v["daemon"]["sessions"], 2);
         assert_eq!(v["hid"]["host"], "configured");
     }
@@ -389,14 +450,8 @@ mod tests {
     async fn viewers_and_agents_without_a_task_cannot_send_input() {
         let d = daemon_with(&RecordingSink::default());
         for role in [Role::View, Role::Agent] {
-            let s = d.open_session(Caller {
-                identity: Identity::InProcess,
-                role,
-            });
-            assert!(matches!(
-                d.run_input(&s, &[press()]).await,
-                Err(DaemonError::PermissionDenied { .. })
-            ));
+            let s = d.open_session(Caller { identity: Identity::InProcess, role });
+            assert!(matches!(d.run_input(&s, &[press()]).await, Err(DaemonError::PermissionDenied { .. })));
         }
     }
 
@@ -420,11 +475,7 @@ mod tests {
         run1.abort(); // dropping the future drops `first`, like a closed connection
         let _ = run1.await;
         assert_eq!(run2.await.unwrap().unwrap(), 1);
-        let kinds: Vec<bool> = rec
-            .reports()
-            .iter()
-            .map(|r| r.report.holds_input())
-            .collect();
+        let kinds: Vec<bool> = rec.reports().iter().map(|r| r.report.holds_input()).collect();
         // press (held) ... released by whoever ran next, press, release.
         assert_eq!(kinds.first(), Some(&true));
         assert_eq!(kinds.last(), Some(&false));
@@ -438,10 +489,7 @@ mod tests {
         let d = daemon_with(&rec);
         let s = d.open_session(operator());
         let err = d.run_input(&s, &[press()]).await.unwrap_err();
-        assert_eq!(
-            crate::protocol::ErrorBody::from(&err).code,
-            crate::protocol::ErrorCode::HostNotConnected
-        );
+        assert_eq!(crate::protocol::ErrorBody::from(&err).code, crate::protocol::ErrorCode::HostNotConnected);
         assert!(!d.status().await.hid.bound);
     }
 }

@@ -10,8 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::daemon::InputStep;
 use crate::device::hid::{
-    ConsumerReport, HidReport, KeyStroke, KeyboardReport, PointerReport, MOD_GUI, POINTER_MAX,
-    POINTER_MIN,
+    ConsumerReport, HidReport, KeyStroke, KeyboardReport, PointerReport, MOD_GUI, POINTER_MAX, POINTER_MIN,
 };
 
 /// Every timing of the input engine, in milliseconds. Defaults are the reliable values.
@@ -69,10 +68,7 @@ pub struct HidPoint {
 impl HidPoint {
     /// A point, clamped into the valid range (never 0).
     pub fn new(x: u16, y: u16) -> Self {
-        HidPoint {
-            x: x.clamp(POINTER_MIN, POINTER_MAX),
-            y: y.clamp(POINTER_MIN, POINTER_MAX),
-        }
+        HidPoint { x: x.clamp(POINTER_MIN, POINTER_MAX), y: y.clamp(POINTER_MIN, POINTER_MAX) }
     }
 }
 
@@ -111,10 +107,7 @@ fn wait(ms: u64) -> InputStep {
 }
 
 fn keyboard(modifiers: u8, usage: u8) -> InputStep {
-    InputStep::Report(HidReport::Keyboard(KeyboardReport {
-        modifiers,
-        keys: [usage, 0, 0, 0, 0, 0],
-    }))
+    InputStep::Report(HidReport::Keyboard(KeyboardReport { modifiers, keys: [usage, 0, 0, 0, 0, 0] }))
 }
 
 /// Press at `p` after moving there and letting the glide finish.
@@ -141,9 +134,7 @@ fn ease(u: f64) -> f64 {
 
 /// The point at fraction `u` of the polyline's length.
 fn along(path: &[HidPoint], u: f64) -> HidPoint {
-    let seg_len = |a: &HidPoint, b: &HidPoint| {
-        (f64::from(b.x) - f64::from(a.x)).hypot(f64::from(b.y) - f64::from(a.y))
-    };
+    let seg_len = |a: &HidPoint, b: &HidPoint| (f64::from(b.x) - f64::from(a.x)).hypot(f64::from(b.y) - f64::from(a.y));
     let total: f64 = path.windows(2).map(|w| seg_len(&w[0], &w[1])).sum();
     let mut remaining = u.clamp(0.0, 1.0) * total;
     for w in path.windows(2) {
@@ -156,9 +147,7 @@ fn along(path: &[HidPoint], u: f64) -> HidPoint {
         }
         remaining -= l;
     }
-    path.last()
-        .copied()
-        .unwrap_or(HidPoint::new(POINTER_MIN, POINTER_MIN))
+    path.last().copied().unwrap_or(HidPoint::new(POINTER_MIN, POINTER_MIN))
 }
 
 fn to_u16(v: f64) -> u16 {
@@ -198,9 +187,7 @@ pub fn plan(gesture: &Gesture, t: &InputTimings) -> Vec<InputStep> {
             };
             touch_down(&mut s, t, *first);
             let interval = t.report_interval_ms.max(1);
-            let total_ms = u64::try_from(duration.as_millis())
-                .unwrap_or(u64::MAX)
-                .max(interval);
+            let total_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX).max(interval);
             let n = (total_ms / interval).max(1);
             for i in 1..=n {
                 s.push(wait(interval));
@@ -227,45 +214,26 @@ pub fn plan(gesture: &Gesture, t: &InputTimings) -> Vec<InputStep> {
             }
         }
         Gesture::Consumer(usage) => {
-            s.push(InputStep::Report(HidReport::Consumer(ConsumerReport {
-                usage: *usage,
-            })));
+            s.push(InputStep::Report(HidReport::Consumer(ConsumerReport { usage: *usage })));
             s.push(wait(t.key_hold_ms));
-            s.push(InputStep::Report(HidReport::Consumer(ConsumerReport {
-                usage: 0,
-            })));
+            s.push(InputStep::Report(HidReport::Consumer(ConsumerReport { usage: 0 })));
         }
     }
     s
 }
 
 /// Cmd+H: go to the home screen.
-pub const HOME: KeyStroke = KeyStroke {
-    usage: 0x0B,
-    modifiers: MOD_GUI,
-};
+pub const HOME: KeyStroke = KeyStroke { usage: 0x0B, modifiers: MOD_GUI };
 /// Cmd+Space: Spotlight.
-pub const SPOTLIGHT: KeyStroke = KeyStroke {
-    usage: 0x2C,
-    modifiers: MOD_GUI,
-};
+pub const SPOTLIGHT: KeyStroke = KeyStroke { usage: 0x2C, modifiers: MOD_GUI };
 /// Cmd+[: back.
-pub const BACK: KeyStroke = KeyStroke {
-    usage: 0x2F,
-    modifiers: MOD_GUI,
-};
+pub const BACK: KeyStroke = KeyStroke { usage: 0x2F, modifiers: MOD_GUI };
 
 /// The app switcher: a slow swipe up from the bottom edge that pauses before lifting.
 pub fn app_switcher(t: &InputTimings) -> Vec<InputStep> {
     let from = HidPoint::new(16384, 32700);
     let to = HidPoint::new(16384, 19000);
-    let mut s = plan(
-        &Gesture::Drag {
-            path: vec![from, to],
-            duration: Duration::from_millis(800),
-        },
-        t,
-    );
+    let mut s = plan(&Gesture::Drag { path: vec![from, to], duration: Duration::from_millis(800) }, t);
     // Hold still before the release reports so iOS reads it as a pause, not a fling.
     let release_at = s.len() - usize::try_from(t.release_repeats.max(1) * 2 - 1).unwrap_or(1);
     s.insert(release_at, wait(600));
@@ -277,29 +245,11 @@ mod tests {
     use super::*;
 
     fn reports(steps: &[InputStep]) -> Vec<HidReport> {
-        steps
-            .iter()
-            .filter_map(|s| {
-                if let InputStep::Report(r) = s {
-                    Some(*r)
-                } else {
-                    None
-                }
-            })
-            .collect()
+        steps.iter().filter_map(|s| if let InputStep::Report(r) = s { Some(*r) } else { None }).collect()
     }
 
     fn total_wait(steps: &[InputStep]) -> Duration {
-        steps
-            .iter()
-            .map(|s| {
-                if let InputStep::Wait(d) = s {
-                    *d
-                } else {
-                    Duration::ZERO
-                }
-            })
-            .sum()
+        steps.iter().map(|s| if let InputStep::Wait(d) = s { *d } else { Duration::ZERO }).sum()
     }
 
     #[test]
@@ -307,20 +257,7 @@ mod tests {
         let t = InputTimings::default();
         let steps = plan(&Gesture::Tap(HidPoint::new(100, 200)), &t);
         let p = |b| InputStep::Report(HidReport::Pointer(PointerReport::new(b, 100, 200, 0)));
-        assert_eq!(
-            steps,
-            vec![
-                p(0),
-                wait(150),
-                p(1),
-                wait(80),
-                p(0),
-                wait(15),
-                p(0),
-                wait(15),
-                p(0)
-            ]
-        );
+        assert_eq!(steps, vec![p(0), wait(150), p(1), wait(80), p(0), wait(15), p(0), wait(15), p(0)]);
     }
 
     #[test]
@@ -336,23 +273,11 @@ mod tests {
     fn drag_is_eased_at_8ms_and_ends_at_the_target() {
         let t = InputTimings::default();
         let path = vec![HidPoint::new(1000, 30000), HidPoint::new(1000, 2000)];
-        let steps = plan(
-            &Gesture::Drag {
-                path,
-                duration: Duration::from_millis(800),
-            },
-            &t,
-        );
+        let steps = plan(&Gesture::Drag { path, duration: Duration::from_millis(800) }, &t);
         let rs = reports(&steps);
         let ys: Vec<u16> = rs
             .iter()
-            .filter_map(|r| {
-                if let HidReport::Pointer(p) = r {
-                    (p.buttons() == 1).then_some(p.y())
-                } else {
-                    None
-                }
-            })
+            .filter_map(|r| if let HidReport::Pointer(p) = r { (p.buttons() == 1).then_some(p.y()) } else { None })
             .collect();
         assert_eq!(ys.len(), 101, "press + 100 moves");
         assert!(ys.windows(2).all(|w| w[1] <= w[0]), "monotonic");
@@ -369,37 +294,19 @@ mod tests {
         let steps = plan(&Gesture::LongPress(HidPoint::new(5, 5)), &t);
         let held: Duration = steps
             .iter()
-            .skip_while(
-                |s| !matches!(s, InputStep::Report(HidReport::Pointer(p)) if p.buttons() == 1),
-            )
-            .take_while(
-                |s| !matches!(s, InputStep::Report(HidReport::Pointer(p)) if p.buttons() == 0),
-            )
-            .map(|s| {
-                if let InputStep::Wait(d) = s {
-                    *d
-                } else {
-                    Duration::ZERO
-                }
-            })
+            .skip_while(|s| !matches!(s, InputStep::Report(HidReport::Pointer(p)) if p.buttons() == 1))
+            .take_while(|s| !matches!(s, InputStep::Report(HidReport::Pointer(p)) if p.buttons() == 0))
+            .map(|s| if let InputStep::Wait(d) = s { *d } else { Duration::ZERO })
             .sum();
         assert!(held >= Duration::from_millis(1500));
     }
 
     #[test]
     fn typing_releases_between_strokes() {
-        let k = KeyStroke {
-            usage: 0x04,
-            modifiers: 0,
-        };
+        let k = KeyStroke { usage: 0x04, modifiers: 0 };
         let rs = reports(&plan(&Gesture::Type(vec![k, k]), &InputTimings::default()));
         assert_eq!(rs.len(), 4);
-        assert!(
-            rs[0].holds_input()
-                && !rs[1].holds_input()
-                && rs[2].holds_input()
-                && !rs[3].holds_input()
-        );
+        assert!(rs[0].holds_input() && !rs[1].holds_input() && rs[2].holds_input() && !rs[3].holds_input());
     }
 
     #[test]

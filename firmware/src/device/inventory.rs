@@ -42,14 +42,7 @@ pub struct Inventory {
 }
 
 /// Card names of V4L2 memory-to-memory codecs we know.
-const CODEC_NAMES: &[&str] = &[
-    "bcm2835-codec",
-    "vicodec",
-    "rkvdec",
-    "hantro",
-    "rkvenc",
-    "vim2m",
-];
+const CODEC_NAMES: &[&str] = &["bcm2835-codec", "vicodec", "rkvdec", "hantro", "rkvenc", "vim2m"];
 
 impl Inventory {
     /// Reads the inventory of the running machine.
@@ -62,9 +55,7 @@ impl Inventory {
         let mut udcs: Vec<Udc> = list_dir(&root.join("sys/class/udc"))
             .into_iter()
             .map(|(name, path)| Udc {
-                state: fs::read_to_string(path.join("state"))
-                    .ok()
-                    .map(|s| s.trim().to_string()),
+                state: fs::read_to_string(path.join("state")).ok().map(|s| s.trim().to_string()),
                 is_dummy: name.starts_with("dummy_udc"),
                 name,
             })
@@ -80,28 +71,13 @@ impl Inventory {
             .into_iter()
             .filter(|(name, _)| name.starts_with("video"))
             .map(|(node, path)| {
-                let name = fs::read_to_string(path.join("name"))
-                    .map(|s| s.trim().to_string())
-                    .unwrap_or_default();
-                let role = if CODEC_NAMES.iter().any(|c| name.contains(c)) {
-                    "codec"
-                } else {
-                    "capture"
-                };
-                VideoNode {
-                    path: root.join("dev").join(node),
-                    name,
-                    role,
-                }
+                let name = fs::read_to_string(path.join("name")).map(|s| s.trim().to_string()).unwrap_or_default();
+                let role = if CODEC_NAMES.iter().any(|c| name.contains(c)) { "codec" } else { "capture" };
+                VideoNode { path: root.join("dev").join(node), name, role }
             })
             .collect();
         video_nodes.sort_by(|a, b| a.path.cmp(&b.path));
-        Inventory {
-            udcs,
-            configfs_gadget: root.join("sys/kernel/config/usb_gadget").is_dir(),
-            hidg_nodes,
-            video_nodes,
-        }
+        Inventory { udcs, configfs_gadget: root.join("sys/kernel/config/usb_gadget").is_dir(), hidg_nodes, video_nodes }
     }
 }
 
@@ -109,10 +85,7 @@ fn list_dir(dir: &Path) -> Vec<(String, PathBuf)> {
     let Ok(entries) = fs::read_dir(dir) else {
         return Vec::new();
     };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().into_string().ok().map(|n| (n, e.path())))
-        .collect()
+    entries.flatten().filter_map(|e| e.file_name().into_string().ok().map(|n| (n, e.path()))).collect()
 }
 
 #[cfg(test)]
@@ -127,11 +100,7 @@ mod tests {
             ("sys/class/udc/fe980000.usb", "state", "configured\n"),
             ("sys/class/udc/dummy_udc.0", "state", "not attached\n"),
             ("sys/class/video4linux/video0", "name", "unicam-image\n"),
-            (
-                "sys/class/video4linux/video10",
-                "name",
-                "bcm2835-codec-decode\n",
-            ),
+            ("sys/class/video4linux/video10", "name", "bcm2835-codec-decode\n"),
         ] {
             fs::create_dir_all(r.join(dir)).unwrap();
             fs::write(r.join(dir).join(file), content).unwrap();

@@ -4,8 +4,8 @@
 //! virtual iPhone ([`sim`]) and real hardware plug into the daemon the same way. Only the
 //! daemon owns these objects.
 
-pub mod hid;
 pub mod geometry;
+pub mod hid;
 pub mod input;
 pub mod inventory;
 pub mod sim;

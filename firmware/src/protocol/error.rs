@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::daemon::{DaemonError, InputError};
+use crate::daemon::{DaemonError, InputError, ObservationError};
 
 /// Every error a tether/1 caller can receive. The serialized names are stable: clients may
 /// match on them. Add variants at the end of a group; never rename one.
@@ -28,6 +28,8 @@ pub enum ErrorCode {
     InvalidParams,
     /// `hello` asked for a protocol this daemon does not speak.
     UnsupportedProtocol,
+    /// The method exists but not in this mode (e.g. `sim_state` on hardware).
+    Unsupported,
     // --- who is asking ---
     /// The caller's role does not allow this method.
     PermissionDenied,
@@ -42,6 +44,20 @@ pub enum ErrorCode {
     Cancelled,
     /// The operation did not complete in time.
     Timeout,
+    /// No frame is available (no signal, or none yet).
+    NoFrame,
+    // --- observations and actions ---
+    /// The observation was invalidated (the picture changed generation, or someone else's
+    /// input moved the phone on). Take a new screenshot.
+    StaleObservation,
+    /// The observation is unknown or older than 30 s. Take a new screenshot.
+    ObservationExpired,
+    /// Coordinates lie outside the observation image.
+    OutOfBounds,
+    /// The operation_id was used before with different arguments.
+    OperationConflict,
+    /// The phone's keyboard layout cannot type some characters; nothing was typed.
+    UntypeableText,
     // --- the daemon ---
     /// The daemon is shutting down.
     ShuttingDown,
@@ -59,16 +75,16 @@ impl ErrorCode {
                 | ErrorCode::Busy
                 | ErrorCode::Timeout
                 | ErrorCode::ShuttingDown
+                | ErrorCode::NoFrame
+                | ErrorCode::StaleObservation
+                | ErrorCode::ObservationExpired
         )
     }
 
     /// Whether input may already have reached the phone when this error is returned, by
     /// default. A specific error may say more (see [`ErrorBody::side_effect_possible`]).
     pub fn side_effect_possible(self) -> bool {
-        matches!(
-            self,
-            ErrorCode::Cancelled | ErrorCode::Timeout | ErrorCode::Internal
-        )
+        matches!(self, ErrorCode::Cancelled | ErrorCode::Timeout | ErrorCode::Internal)
     }
 
     /// The stable wire name, e.g. `"INVALID_JSON"`.
@@ -82,6 +98,13 @@ impl ErrorCode {
             ErrorCode::UnknownMethod => "UNKNOWN_METHOD",
             ErrorCode::InvalidParams => "INVALID_PARAMS",
             ErrorCode::UnsupportedProtocol => "UNSUPPORTED_PROTOCOL",
+            ErrorCode::Unsupported => "UNSUPPORTED",
+            ErrorCode::NoFrame => "NO_FRAME",
+            ErrorCode::StaleObservation => "STALE_OBSERVATION",
+            ErrorCode::ObservationExpired => "OBSERVATION_EXPIRED",
+            ErrorCode::OutOfBounds => "OUT_OF_BOUNDS",
+            ErrorCode::OperationConflict => "OPERATION_CONFLICT",
+            ErrorCode::UntypeableText => "UNTYPEABLE_TEXT",
             ErrorCode::PermissionDenied => "PERMISSION_DENIED",
             ErrorCode::DeviceUnavailable => "DEVICE_UNAVAILABLE",
             ErrorCode::HostNotConnected => "HOST_NOT_CONNECTED",
@@ -112,6 +135,9 @@ pub struct ErrorBody {
     pub retryable: bool,
     /// Whether input may already have reached the phone.
     pub side_effect_possible: bool,
+    /// For actions: `failed_before_submit` or `outcome_unknown`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<&'static str>,
 }
 
 impl ErrorBody {
@@ -122,6 +148,7 @@ impl ErrorBody {
             message: message.into(),
             retryable: code.retryable(),
             side_effect_possible: code.side_effect_possible(),
+            status: None,
         }
     }
 }
@@ -129,19 +156,28 @@ impl ErrorBody {
 /// The one place internal daemon errors become wire errors.
 impl From<&DaemonError> for ErrorBody {
     fn from(err: &DaemonError) -> Self {
+        if let DaemonError::Cached(body) = err {
+            return body.clone();
+        }
         let (code, side_effect) = match err {
             DaemonError::PermissionDenied { .. } => (ErrorCode::PermissionDenied, false),
             DaemonError::UnsupportedProtocol { .. } => (ErrorCode::UnsupportedProtocol, false),
-            DaemonError::Input(InputError::HostNotConnected) => {
-                (ErrorCode::HostNotConnected, false)
-            }
-            DaemonError::Input(InputError::Cancelled { reports_sent }) => {
-                (ErrorCode::Cancelled, *reports_sent > 0)
-            }
+            DaemonError::Input(InputError::HostNotConnected) => (ErrorCode::HostNotConnected, false),
+            DaemonError::Input(InputError::Cancelled { reports_sent }) => (ErrorCode::Cancelled, *reports_sent > 0),
             DaemonError::Input(InputError::Hid { reports_sent, .. }) => {
                 (ErrorCode::DeviceUnavailable, *reports_sent > 0)
             }
             DaemonError::ShuttingDown => (ErrorCode::ShuttingDown, false),
+            DaemonError::NotSim => (ErrorCode::Unsupported, false),
+            DaemonError::NoFrame => (ErrorCode::NoFrame, false),
+            DaemonError::Observation(ObservationError::Stale { .. }) => (ErrorCode::StaleObservation, false),
+            DaemonError::Observation(ObservationError::Expired { .. }) => (ErrorCode::ObservationExpired, false),
+            DaemonError::OutOfBounds(_) => (ErrorCode::OutOfBounds, false),
+            DaemonError::OperationConflict { .. } => (ErrorCode::OperationConflict, false),
+            DaemonError::Untypeable(_) => (ErrorCode::UntypeableText, false),
+            DaemonError::InvalidArgument(_) => (ErrorCode::InvalidParams, false),
+            DaemonError::Image(_) => (ErrorCode::Internal, false),
+            DaemonError::Cached(_) => (ErrorCode::Internal, false),
         };
         let mut body = ErrorBody::new(code, err.public_message());
         body.side_effect_possible = side_effect;

@@ -23,22 +23,12 @@ pub struct Response {
 impl Response {
     /// A successful response.
     pub fn ok(id: RequestId, result: Value) -> Self {
-        Response {
-            id: Some(id),
-            ok: true,
-            result: Some(result),
-            error: None,
-        }
+        Response { id: Some(id), ok: true, result: Some(result), error: None }
     }
 
     /// A failed response.
     pub fn err(id: Option<RequestId>, error: ErrorBody) -> Self {
-        Response {
-            id,
-            ok: false,
-            result: None,
-            error: Some(error),
-        }
+        Response { id, ok: false, result: None, error: Some(error) }
     }
 }
 

@@ -8,14 +8,12 @@
 mod error;
 mod limits;
 mod message;
+pub mod params;
 mod request;
 
 pub use error::{ErrorBody, ErrorCode};
 pub use limits::{
-    Limits, MAX_NESTING_DEPTH, MAX_OUTPUT_BYTES, MAX_OUTPUT_MESSAGES, MAX_REQUEST_BYTES,
-    PROTOCOL_NAME, STALL_TIMEOUT,
+    Limits, MAX_NESTING_DEPTH, MAX_OUTPUT_BYTES, MAX_OUTPUT_MESSAGES, MAX_REQUEST_BYTES, PROTOCOL_NAME, STALL_TIMEOUT,
 };
 pub use message::{Event, Outgoing, Response};
-pub use request::{
-    parse_request, Call, HelloParams, Method, Request, RequestError, RequestId, StatusParams,
-};
+pub use request::{parse_request, Call, HelloParams, Method, Request, RequestError, RequestId, StatusParams};

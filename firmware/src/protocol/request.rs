@@ -10,6 +10,10 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::params::{
+    ActionParams, ActionSpec, CancelParams, ScreenshotParams, SimStateParams, MAX_EDGE_LIMIT, MAX_PATH_POINTS,
+    MAX_TEXT_BYTES, MAX_TIMEOUT_MS,
+};
 use super::{ErrorBody, ErrorCode, MAX_NESTING_DEPTH, MAX_REQUEST_BYTES};
 
 /// A request id: a non-negative integer chosen by the client, echoed in the response.
@@ -31,17 +35,30 @@ pub enum Method {
     Hello,
     /// Device and daemon state.
     Status,
+    /// A PNG of the phone's screen that actions can refer to.
+    Screenshot,
+    /// Tap, drag, type, … on a screenshot's coordinates.
+    Action,
+    /// Cancel an in-flight request of this connection.
+    Cancel,
+    /// The virtual iPhone's internal state (sim only).
+    SimState,
 }
 
 impl Method {
     /// All implemented methods, in the order `hello` lists them.
-    pub const ALL: &'static [Method] = &[Method::Hello, Method::Status];
+    pub const ALL: &'static [Method] =
+        &[Method::Hello, Method::Status, Method::Screenshot, Method::Action, Method::Cancel, Method::SimState];
 
     /// The wire name.
     pub fn as_str(self) -> &'static str {
         match self {
             Method::Hello => "hello",
             Method::Status => "status",
+            Method::Screenshot => "screenshot",
+            Method::Action => "action",
+            Method::Cancel => "cancel",
+            Method::SimState => "sim_state",
         }
     }
 
@@ -69,12 +86,20 @@ pub struct HelloParams {
 pub struct StatusParams {}
 
 /// A method call with its validated parameters.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Call {
     /// `hello`.
     Hello(HelloParams),
     /// `status`.
     Status(StatusParams),
+    /// `screenshot`.
+    Screenshot(ScreenshotParams),
+    /// `action`.
+    Action(ActionParams),
+    /// `cancel`.
+    Cancel(CancelParams),
+    /// `sim_state`.
+    SimState(SimStateParams),
 }
 
 impl Call {
@@ -83,12 +108,16 @@ impl Call {
         match self {
             Call::Hello(_) => Method::Hello,
             Call::Status(_) => Method::Status,
+            Call::Screenshot(_) => Method::Screenshot,
+            Call::Action(_) => Method::Action,
+            Call::Cancel(_) => Method::Cancel,
+            Call::SimState(_) => Method::SimState,
         }
     }
 }
 
 /// A validated request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Request {
     /// The client's id for this request.
     pub id: RequestId,
@@ -109,10 +138,7 @@ pub struct RequestError {
 
 impl RequestError {
     fn new(id: Option<RequestId>, code: ErrorCode, message: impl Into<String>) -> Self {
-        RequestError {
-            id,
-            error: ErrorBody::new(code, message),
-        }
+        RequestError { id, error: ErrorBody::new(code, message) }
     }
 
     /// The error for a line longer than [`MAX_REQUEST_BYTES`]; used by readers that discard
@@ -144,9 +170,8 @@ pub fn parse_request(line: &[u8]) -> Result<Request, RequestError> {
             format!("JSON nesting reaches depth {depth}; the limit is {MAX_NESTING_DEPTH}"),
         ));
     }
-    let value: Value = serde_json::from_slice(line).map_err(|e| {
-        RequestError::new(None, ErrorCode::InvalidJson, format!("not valid JSON: {e}"))
-    })?;
+    let value: Value = serde_json::from_slice(line)
+        .map_err(|e| RequestError::new(None, ErrorCode::InvalidJson, format!("not valid JSON: {e}")))?;
     let Value::Object(mut fields) = value else {
         return Err(RequestError::new(
             None,
@@ -157,30 +182,14 @@ pub fn parse_request(line: &[u8]) -> Result<Request, RequestError> {
     let id = take_id(&mut fields)?;
     let method = match fields.remove("method") {
         Some(Value::String(name)) => name,
-        Some(_) => {
-            return Err(RequestError::new(
-                Some(id),
-                ErrorCode::InvalidRequest,
-                "\"method\" must be a string",
-            ))
-        }
-        None => {
-            return Err(RequestError::new(
-                Some(id),
-                ErrorCode::InvalidRequest,
-                "\"method\" is missing",
-            ))
-        }
+        Some(_) => return Err(RequestError::new(Some(id), ErrorCode::InvalidRequest, "\"method\" must be a string")),
+        None => return Err(RequestError::new(Some(id), ErrorCode::InvalidRequest, "\"method\" is missing")),
     };
     let task_token = match fields.remove("task_token") {
         None | Some(Value::Null) => None,
         Some(Value::String(token)) => Some(token),
         Some(_) => {
-            return Err(RequestError::new(
-                Some(id),
-                ErrorCode::InvalidParams,
-                "\"task_token\" must be a string",
-            ))
+            return Err(RequestError::new(Some(id), ErrorCode::InvalidParams, "\"task_token\" must be a string"))
         }
     };
     let Some(known) = Method::from_name(&method) else {
@@ -188,21 +197,13 @@ pub fn parse_request(line: &[u8]) -> Result<Request, RequestError> {
         return Err(RequestError::new(
             Some(id),
             ErrorCode::UnknownMethod,
-            format!(
-                "unknown method {:?}; this daemon implements: {}",
-                truncate(&method, 64),
-                names.join(", ")
-            ),
+            format!("unknown method {:?}; this daemon implements: {}", truncate(&method, 64), names.join(", ")),
         ));
     };
     let call = match known {
         Method::Hello => {
             let params: HelloParams = params(id, known, fields)?;
-            if params
-                .client
-                .as_ref()
-                .is_some_and(|c| c.len() > MAX_CLIENT_NAME)
-            {
+            if params.client.as_ref().is_some_and(|c| c.len() > MAX_CLIENT_NAME) {
                 return Err(RequestError::new(
                     Some(id),
                     ErrorCode::InvalidParams,
@@ -212,12 +213,72 @@ pub fn parse_request(line: &[u8]) -> Result<Request, RequestError> {
             Call::Hello(params)
         }
         Method::Status => Call::Status(params(id, known, fields)?),
+        Method::Screenshot => {
+            let p: ScreenshotParams = params(id, known, fields)?;
+            validate_screenshot(&p).map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
+            Call::Screenshot(p)
+        }
+        Method::Action => {
+            let p: ActionParams = params(id, known, fields)?;
+            validate_action(&p).map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
+            Call::Action(p)
+        }
+        Method::Cancel => Call::Cancel(params(id, known, fields)?),
+        Method::SimState => Call::SimState(params(id, known, fields)?),
     };
-    Ok(Request {
-        id,
-        task_token,
-        call,
-    })
+    Ok(Request { id, task_token, call })
+}
+
+fn validate_screenshot(p: &ScreenshotParams) -> Result<(), String> {
+    if let Some(e) = p.max_edge {
+        if !(64..=MAX_EDGE_LIMIT).contains(&e) {
+            return Err(format!("screenshot: max_edge must be 64..={MAX_EDGE_LIMIT}, got {e}"));
+        }
+    }
+    if p.timeout_ms.is_some_and(|t| t > MAX_TIMEOUT_MS) {
+        return Err(format!("screenshot: timeout_ms must be at most {MAX_TIMEOUT_MS}"));
+    }
+    if p.region.is_some_and(|r| r.width == 0 || r.height == 0) {
+        return Err("screenshot: region must have a non-zero width and height".into());
+    }
+    Ok(())
+}
+
+fn validate_action(p: &ActionParams) -> Result<(), String> {
+    if p.operation_id.is_empty() || p.operation_id.len() > 128 {
+        return Err("action: operation_id must be 1-128 bytes".into());
+    }
+    if p.action.needs_observation() && p.observation_id.is_none() {
+        return Err(
+            "action: pointer actions need the observation_id of the screenshot their coordinates refer to".into()
+        );
+    }
+    match &p.action {
+        ActionSpec::Drag { path, duration_ms } => {
+            if path.len() < 2 || path.len() > MAX_PATH_POINTS {
+                return Err(format!("action: drag path needs 2-{MAX_PATH_POINTS} points, got {}", path.len()));
+            }
+            if duration_ms.is_some_and(|d| !(100..=5000).contains(&d)) {
+                return Err("action: drag duration_ms must be 100..=5000".into());
+            }
+        }
+        ActionSpec::Scroll { distance: Some(d), .. } if !(*d > 0.0 && d.is_finite()) => {
+            return Err("action: scroll distance must be a positive number of pixels".into());
+        }
+        ActionSpec::Hotkey { keys } => {
+            let mut unique = keys.clone();
+            unique.sort();
+            unique.dedup();
+            if keys.len() < 2 || keys.len() > 6 || unique.len() != keys.len() {
+                return Err("action: hotkey needs 2-6 unique keys, e.g. [\"cmd\", \"h\"]".into());
+            }
+        }
+        ActionSpec::TypeText { text } if text.len() > MAX_TEXT_BYTES => {
+            return Err(format!("action: type_text is limited to {MAX_TEXT_BYTES} bytes"));
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 fn take_id(fields: &mut Map<String, Value>) -> Result<RequestId, RequestError> {
@@ -225,40 +286,20 @@ fn take_id(fields: &mut Map<String, Value>) -> Result<RequestId, RequestError> {
         // `as_u64` is `Some` only for integers in 0..=u64::MAX written without a fraction or
         // exponent, which is exactly the set of valid ids.
         Some(Value::Number(n)) => n.as_u64().map(RequestId).ok_or_else(|| {
-            RequestError::new(
-                None,
-                ErrorCode::InvalidId,
-                format!("\"id\" must be a non-negative integer, got {n}"),
-            )
+            RequestError::new(None, ErrorCode::InvalidId, format!("\"id\" must be a non-negative integer, got {n}"))
         }),
         Some(other) => Err(RequestError::new(
             None,
             ErrorCode::InvalidId,
-            format!(
-                "\"id\" must be a non-negative integer, got {}",
-                json_kind(&other)
-            ),
+            format!("\"id\" must be a non-negative integer, got {}", json_kind(&other)),
         )),
-        None => Err(RequestError::new(
-            None,
-            ErrorCode::InvalidId,
-            "\"id\" is missing",
-        )),
+        None => Err(RequestError::new(None, ErrorCode::InvalidId, "\"id\" is missing")),
     }
 }
 
-fn params<T: DeserializeOwned>(
-    id: RequestId,
-    method: Method,
-    fields: Map<String, Value>,
-) -> Result<T, RequestError> {
-    serde_json::from_value(Value::Object(fields)).map_err(|e| {
-        RequestError::new(
-            Some(id),
-            ErrorCode::InvalidParams,
-            format!("{}: {e}", method.as_str()),
-        )
-    })
+fn params<T: DeserializeOwned>(id: RequestId, method: Method, fields: Map<String, Value>) -> Result<T, RequestError> {
+    serde_json::from_value(Value::Object(fields))
+        .map_err(|e| RequestError::new(Some(id), ErrorCode::InvalidParams, format!("{}: {e}", method.as_str())))
 }
 
 fn json_kind(v: &Value) -> &'static str {
@@ -328,13 +369,7 @@ mod tests {
     fn parses_hello_and_status() {
         let req = parse_request(br#"{"id":7,"method":"hello","protocol":"tether/1"}"#).unwrap();
         assert_eq!(req.id, RequestId(7));
-        assert_eq!(
-            req.call,
-            Call::Hello(HelloParams {
-                protocol: Some("tether/1".into()),
-                client: None
-            })
-        );
+        assert_eq!(req.call, Call::Hello(HelloParams { protocol: Some("tether/1".into()), client: None }));
         let req = parse_request(br#"{"method":"status","id":0,"task_token":"abc"}"#).unwrap();
         assert_eq!(req.call, Call::Status(StatusParams {}));
         assert_eq!(req.task_token.as_deref(), Some("abc"));
@@ -345,68 +380,26 @@ mod tests {
         assert_eq!(code("{not json"), (None, ErrorCode::InvalidJson));
         assert_eq!(code("[1,2]"), (None, ErrorCode::InvalidRequest));
         assert_eq!(code(r#"{"method":"hello"}"#), (None, ErrorCode::InvalidId));
-        assert_eq!(
-            code(r#"{"id":-1,"method":"hello"}"#),
-            (None, ErrorCode::InvalidId)
-        );
-        assert_eq!(
-            code(r#"{"id":1.5,"method":"hello"}"#),
-            (None, ErrorCode::InvalidId)
-        );
-        assert_eq!(
-            code(r#"{"id":"1","method":"hello"}"#),
-            (None, ErrorCode::InvalidId)
-        );
-        assert_eq!(
-            code(r#"{"id":1e3,"method":"hello"}"#),
-            (None, ErrorCode::InvalidId)
-        );
-        assert_eq!(
-            code(r#"{"id":99999999999999999999999,"method":"hello"}"#),
-            (None, ErrorCode::InvalidId)
-        );
-        assert_eq!(
-            code(r#"{"id":3}"#),
-            (Some(RequestId(3)), ErrorCode::InvalidRequest)
-        );
-        assert_eq!(
-            code(r#"{"id":3,"method":"fly"}"#),
-            (Some(RequestId(3)), ErrorCode::UnknownMethod)
-        );
-        assert_eq!(
-            code(r#"{"id":4,"method":"status","bogus":1}"#),
-            (Some(RequestId(4)), ErrorCode::InvalidParams)
-        );
-        assert_eq!(
-            code(r#"{"id":5,"method":"hello","protocol":5}"#),
-            (Some(RequestId(5)), ErrorCode::InvalidParams)
-        );
-        assert_eq!(
-            code(r#"{"id":6,"method":"hello","task_token":1}"#),
-            (Some(RequestId(6)), ErrorCode::InvalidParams)
-        );
+        assert_eq!(code(r#"{"id":-1,"method":"hello"}"#), (None, ErrorCode::InvalidId));
+        assert_eq!(code(r#"{"id":1.5,"method":"hello"}"#), (None, ErrorCode::InvalidId));
+        assert_eq!(code(r#"{"id":"1","method":"hello"}"#), (None, ErrorCode::InvalidId));
+        assert_eq!(code(r#"{"id":1e3,"method":"hello"}"#), (None, ErrorCode::InvalidId));
+        assert_eq!(code(r#"{"id":99999999999999999999999,"method":"hello"}"#), (None, ErrorCode::InvalidId));
+        assert_eq!(code(r#"{"id":3}"#), (Some(RequestId(3)), ErrorCode::InvalidRequest));
+        assert_eq!(code(r#"{"id":3,"method":"fly"}"#), (Some(RequestId(3)), ErrorCode::UnknownMethod));
+        assert_eq!(code(r#"{"id":4,"method":"status","bogus":1}"#), (Some(RequestId(4)), ErrorCode::InvalidParams));
+        assert_eq!(code(r#"{"id":5,"method":"hello","protocol":5}"#), (Some(RequestId(5)), ErrorCode::InvalidParams));
+        assert_eq!(code(r#"{"id":6,"method":"hello","task_token":1}"#), (Some(RequestId(6)), ErrorCode::InvalidParams));
     }
 
     #[test]
     fn depth_limit_is_exact_and_ignores_brackets_in_strings() {
-        let ok = format!(
-            r#"{{"id":1,"method":"status","x":{}1{}}}"#,
-            "[".repeat(31),
-            "]".repeat(31)
-        );
+        let ok = format!(r#"{{"id":1,"method":"status","x":{}1{}}}"#, "[".repeat(31), "]".repeat(31));
         // Depth 32 is allowed; the unknown field then fails parameter validation.
         assert_eq!(code(&ok).1, ErrorCode::InvalidParams);
-        let deep = format!(
-            r#"{{"id":1,"method":"status","x":{}1{}}}"#,
-            "[".repeat(32),
-            "]".repeat(32)
-        );
+        let deep = format!(r#"{{"id":1,"method":"status","x":{}1{}}}"#, "[".repeat(32), "]".repeat(32));
         assert_eq!(code(&deep), (None, ErrorCode::NestingTooDeep));
-        let in_string = format!(
-            r#"{{"id":1,"method":"hello","client":"{}\"{}"}}"#,
-            "[".repeat(40),
-            "{".repeat(40)
-        );
+        let in_string = format!(r#"{{"id":1,"method":"hello","client":"{}\"{}"}}"#, "[".repeat(40), "{".repeat(40));
         assert!(parse_request(in_string.as_bytes()).is_ok());
     }
 
@@ -419,24 +412,14 @@ mod tests {
 
     #[test]
     fn long_client_name_is_rejected() {
-        let line = format!(
-            r#"{{"id":1,"method":"hello","client":"{}"}}"#,
-            "é".repeat(100)
-        );
+        let line = format!(r#"{{"id":1,"method":"hello","client":"{}"}}"#, "é".repeat(100));
         assert_eq!(code(&line), (Some(RequestId(1)), ErrorCode::InvalidParams));
     }
 
     #[test]
     fn codes_serialize_as_screaming_snake() {
-        for code in [
-            ErrorCode::InvalidJson,
-            ErrorCode::NestingTooDeep,
-            ErrorCode::HostNotConnected,
-        ] {
-            assert_eq!(
-                serde_json::to_value(code).unwrap(),
-                Value::String(code.as_str().to_string())
-            );
+        for code in [ErrorCode::InvalidJson, ErrorCode::NestingTooDeep, ErrorCode::HostNotConnected] {
+            assert_eq!(serde_json::to_value(code).unwrap(), Value::String(code.as_str().to_string()));
         }
     }
 }

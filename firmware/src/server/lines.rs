@@ -14,10 +14,7 @@ pub enum Line {
 }
 
 /// Reads the next line, never buffering more than `max` bytes of it.
-pub async fn next_line<R: AsyncBufRead + Unpin>(
-    reader: &mut R,
-    max: usize,
-) -> std::io::Result<Line> {
+pub async fn next_line<R: AsyncBufRead + Unpin>(reader: &mut R, max: usize) -> std::io::Result<Line> {
     let mut line = Vec::new();
     let mut discarded = 0usize;
     loop {
@@ -42,11 +39,7 @@ pub async fn next_line<R: AsyncBufRead + Unpin>(
         let consumed = found.unwrap_or(available.len());
         reader.consume(consumed);
         if found.is_some() {
-            return Ok(if discarded > 0 {
-                Line::TooLong(discarded)
-            } else {
-                Line::Complete(line)
-            });
+            return Ok(if discarded > 0 { Line::TooLong(discarded) } else { Line::Complete(line) });
         }
     }
 }
@@ -61,19 +54,10 @@ mod tests {
         let input = b"abc\n0123456789ABCDEF\nxy\nlast".to_vec();
         // A tiny buffer forces lines to span several fill_buf calls.
         let mut r = BufReader::with_capacity(4, &input[..]);
-        assert_eq!(
-            next_line(&mut r, 8).await.unwrap(),
-            Line::Complete(b"abc".to_vec())
-        );
+        assert_eq!(next_line(&mut r, 8).await.unwrap(), Line::Complete(b"abc".to_vec()));
         assert_eq!(next_line(&mut r, 8).await.unwrap(), Line::TooLong(16));
-        assert_eq!(
-            next_line(&mut r, 8).await.unwrap(),
-            Line::Complete(b"xy".to_vec())
-        );
-        assert_eq!(
-            next_line(&mut r, 8).await.unwrap(),
-            Line::Complete(b"last".to_vec())
-        );
+        assert_eq!(next_line(&mut r, 8).await.unwrap(), Line::Complete(b"xy".to_vec()));
+        assert_eq!(next_line(&mut r, 8).await.unwrap(), Line::Complete(b"last".to_vec()));
         assert_eq!(next_line(&mut r, 8).await.unwrap(), Line::Eof);
     }
 
@@ -81,10 +65,7 @@ mod tests {
     async fn exact_limit_is_accepted() {
         let input = b"12345678\n123456789\n".to_vec();
         let mut r = BufReader::with_capacity(3, &input[..]);
-        assert_eq!(
-            next_line(&mut r, 8).await.unwrap(),
-            Line::Complete(b"12345678".to_vec())
-        );
+        assert_eq!(next_line(&mut r, 8).await.unwrap(), Line::Complete(b"12345678".to_vec()));
         assert_eq!(next_line(&mut r, 8).await.unwrap(), Line::TooLong(9));
     }
 }

@@ -51,16 +51,7 @@ impl Outbound {
         let (tx, rx) = mpsc::channel(max_messages);
         let bytes = Arc::new(Semaphore::new(max_bytes));
         let writer = write_loop(sink, rx, stall, closed.clone());
-        (
-            Outbound {
-                tx,
-                bytes,
-                max_bytes,
-                stall,
-                closed,
-            },
-            writer,
-        )
+        (Outbound { tx, bytes, max_bytes, stall, closed }, writer)
     }
 
     /// Queues one line. Waits at most the stall timeout for room.
@@ -69,17 +60,9 @@ impl Outbound {
         // out once everything before it is written.
         let cost = u32::try_from(line.len().min(self.max_bytes)).unwrap_or(u32::MAX);
         let reserve = async {
-            let permit = self
-                .bytes
-                .clone()
-                .acquire_many_owned(cost)
-                .await
-                .map_err(|_| PushError::Closed)?;
+            let permit = self.bytes.clone().acquire_many_owned(cost).await.map_err(|_| PushError::Closed)?;
             let slot = self.tx.reserve().await.map_err(|_| PushError::Closed)?;
-            slot.send(Queued {
-                line,
-                _bytes: permit,
-            });
+            slot.send(Queued { line, _bytes: permit });
             Ok(())
         };
         tokio::select! {
@@ -117,10 +100,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                 break;
             }
             Err(_) => {
-                tracing::warn!(
-                    timeout_s = stall.as_secs(),
-                    "peer stopped reading; disconnecting"
-                );
+                tracing::warn!(timeout_s = stall.as_secs(), "peer stopped reading; disconnecting");
                 closed.cancel();
                 break;
             }
@@ -145,9 +125,7 @@ mod tests {
             results.push(out.push(vec![b'x'; 32]).await);
         }
         assert!(closed.is_cancelled());
-        assert!(results
-            .iter()
-            .any(|r| *r == Err(PushError::Stalled) || *r == Err(PushError::Closed)));
+        assert!(results.iter().any(|r| *r == Err(PushError::Stalled) || *r == Err(PushError::Closed)));
         writer.await.unwrap();
         drop(client);
     }
@@ -162,9 +140,7 @@ mod tests {
         out.push(vec![b'a'; 300]).await.unwrap();
         out.push(b"b\n".to_vec()).await.unwrap();
         let mut buf = vec![0u8; 302];
-        tokio::io::AsyncReadExt::read_exact(&mut client, &mut buf)
-            .await
-            .unwrap();
+        tokio::io::AsyncReadExt::read_exact(&mut client, &mut buf).await.unwrap();
         assert_eq!(&buf[300..], b"b\n");
         assert!(!closed.is_cancelled());
     }

@@ -19,8 +19,8 @@ use super::lines::{next_line, Line};
 use super::outbound::Outbound;
 use crate::daemon::{Caller, Daemon, Identity, PeerCredentials, RolePolicy, Session};
 use crate::protocol::{
-    parse_request, ErrorBody, ErrorCode, Outgoing, RequestError, Response, MAX_OUTPUT_BYTES,
-    MAX_OUTPUT_MESSAGES, MAX_REQUEST_BYTES, STALL_TIMEOUT,
+    parse_request, ErrorBody, ErrorCode, Outgoing, RequestError, Response, MAX_OUTPUT_BYTES, MAX_OUTPUT_MESSAGES,
+    MAX_REQUEST_BYTES, STALL_TIMEOUT,
 };
 
 /// Requests one connection may have in flight; reading pauses beyond this, which pushes
@@ -74,13 +74,7 @@ pub struct UnixServerConfig {
 impl UnixServerConfig {
     /// Defaults for `path`: mode 0660, no group change, 10 s stall timeout.
     pub fn new(path: PathBuf, policy: RolePolicy) -> Self {
-        UnixServerConfig {
-            path,
-            mode: 0o660,
-            group: None,
-            policy,
-            stall_timeout: STALL_TIMEOUT,
-        }
+        UnixServerConfig { path, mode: 0o660, group: None, policy, stall_timeout: STALL_TIMEOUT }
     }
 }
 
@@ -98,33 +92,21 @@ impl UnixServer {
         let path = config.path.clone();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             if !dir.exists() {
-                std::fs::create_dir_all(dir).map_err(|source| ServerError::CreateDir {
-                    path: dir.into(),
-                    source,
-                })?;
+                std::fs::create_dir_all(dir).map_err(|source| ServerError::CreateDir { path: dir.into(), source })?;
                 // Peers (operators, the agent uid) must be able to reach the socket; the
                 // socket's own mode is the gate.
                 let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
             }
         }
         remove_stale(&path)?;
-        let bind_err = |source| ServerError::Bind {
-            path: path.clone(),
-            source,
-        };
+        let bind_err = |source| ServerError::Bind { path: path.clone(), source };
         let listener = UnixListener::bind(&path).map_err(bind_err)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(config.mode))
-            .map_err(bind_err)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(config.mode)).map_err(bind_err)?;
         if let Some(gid) = config.group {
-            nix::unistd::chown(&path, None, Some(Gid::from_raw(gid)))
-                .map_err(|e| bind_err(io::Error::from(e)))?;
+            nix::unistd::chown(&path, None, Some(Gid::from_raw(gid))).map_err(|e| bind_err(io::Error::from(e)))?;
         }
         tracing::info!(path = %path.display(), mode = format!("{:o}", config.mode), "control socket listening");
-        Ok(UnixServer {
-            listener,
-            config: Arc::new(config),
-            daemon,
-        })
+        Ok(UnixServer { listener, config: Arc::new(config), daemon })
     }
 
     /// The socket path.
@@ -172,10 +154,7 @@ fn remove_stale(path: &Path) -> Result<(), ServerError> {
     if std::os::unix::net::UnixStream::connect(path).is_ok() {
         return Err(ServerError::AlreadyRunning(path.into()));
     }
-    std::fs::remove_file(path).map_err(|source| ServerError::Bind {
-        path: path.into(),
-        source,
-    })
+    std::fs::remove_file(path).map_err(|source| ServerError::Bind { path: path.into(), source })
 }
 
 /// Supplementary groups of `uid`'s user (plus `gid`), from the user database.
@@ -191,23 +170,12 @@ fn groups_of(uid: u32, gid: u32) -> Vec<u32> {
         .unwrap_or_else(|_| vec![gid])
 }
 
-async fn identify(
-    stream: &UnixStream,
-    policy: &RolePolicy,
-) -> io::Result<(PeerCredentials, Option<Caller>)> {
+async fn identify(stream: &UnixStream, policy: &RolePolicy) -> io::Result<(PeerCredentials, Option<Caller>)> {
     let cred = stream.peer_cred()?;
-    let creds = PeerCredentials {
-        pid: cred.pid(),
-        uid: cred.uid(),
-        gid: cred.gid(),
-    };
-    let groups = tokio::task::spawn_blocking(move || groups_of(creds.uid, creds.gid))
-        .await
-        .unwrap_or_else(|_| vec![creds.gid]);
-    let caller = policy.role_for(&creds, &groups).map(|role| Caller {
-        identity: Identity::Unix(creds),
-        role,
-    });
+    let creds = PeerCredentials { pid: cred.pid(), uid: cred.uid(), gid: cred.gid() };
+    let groups =
+        tokio::task::spawn_blocking(move || groups_of(creds.uid, creds.gid)).await.unwrap_or_else(|_| vec![creds.gid]);
+    let caller = policy.role_for(&creds, &groups).map(|role| Caller { identity: Identity::Unix(creds), role });
     Ok((creds, caller))
 }
 
@@ -221,13 +189,8 @@ async fn connection(daemon: Daemon, config: Arc<UnixServerConfig>, stream: UnixS
     };
     let (read, write) = stream.into_split();
     let closed = CancellationToken::new();
-    let (out, writer) = Outbound::new(
-        write,
-        MAX_OUTPUT_MESSAGES,
-        MAX_OUTPUT_BYTES,
-        config.stall_timeout,
-        closed.clone(),
-    );
+    let (out, writer) =
+        Outbound::new(write, MAX_OUTPUT_MESSAGES, MAX_OUTPUT_BYTES, config.stall_timeout, closed.clone());
     let writer = tokio::spawn(writer);
     let Some(caller) = caller else {
         tracing::warn!(uid = creds.uid, gid = creds.gid, pid = ?creds.pid, "peer has no role; refused");
@@ -236,9 +199,7 @@ async fn connection(daemon: Daemon, config: Arc<UnixServerConfig>, stream: UnixS
             "this user has no role on this appliance: add it to the operators' group (or use the agent \
              user via `tether task run`)",
         );
-        let _ = out
-            .push(Outgoing::Response(Response::err(None, body)).to_line())
-            .await;
+        let _ = out.push(Outgoing::Response(Response::err(None, body)).to_line()).await;
         drop(out);
         let _ = writer.await;
         return;
@@ -247,10 +208,7 @@ async fn connection(daemon: Daemon, config: Arc<UnixServerConfig>, stream: UnixS
     tracing::info!(session = session.id().0, uid = creds.uid, pid = ?creds.pid, role = ?caller.role, "connected");
     let eof = read_requests(&daemon, &session, read, &out, &closed).await;
     if eof {
-        tracing::debug!(
-            session = session.id().0,
-            "peer closed its side; finishing in-flight requests"
-        );
+        tracing::debug!(session = session.id().0, "peer closed its side; finishing in-flight requests");
     } else {
         tracing::info!(session = session.id().0, "connection dropped");
     }
@@ -281,9 +239,7 @@ async fn read_requests(
             Ok(Line::Complete(bytes)) => bytes,
             Ok(Line::TooLong(len)) => {
                 let err = RequestError::too_large(len);
-                let _ = out
-                    .push(Outgoing::Response(Response::err(err.id, err.error)).to_line())
-                    .await;
+                let _ = out.push(Outgoing::Response(Response::err(err.id, err.error)).to_line()).await;
                 continue;
             }
             Ok(Line::Eof) => break true,
@@ -298,9 +254,7 @@ async fn read_requests(
         let request = match parse_request(&line) {
             Ok(request) => request,
             Err(err) => {
-                let _ = out
-                    .push(Outgoing::Response(Response::err(err.id, err.error)).to_line())
-                    .await;
+                let _ = out.push(Outgoing::Response(Response::err(err.id, err.error)).to_line()).await;
                 continue;
             }
         };
@@ -313,7 +267,7 @@ async fn read_requests(
         };
         let (daemon, session, out) = (daemon.clone(), session.clone(), out.clone());
         tasks.spawn(async move {
-            let response = match daemon.handle(&session, &request.call).await {
+            let response = match daemon.handle(&session, request.id, &request.call).await {
                 Ok(result) => Response::ok(request.id, result),
                 Err(e) => {
                     tracing::debug!(id = request.id.0, error = %e, "request failed");

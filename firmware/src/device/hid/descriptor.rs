@@ -189,14 +189,8 @@ impl DescriptorSet {
     pub fn fingerprint(&self) -> u64 {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         for f in self.functions() {
-            let len = u64::try_from(f.descriptor.len())
-                .unwrap_or(u64::MAX)
-                .to_le_bytes();
-            for &b in len
-                .iter()
-                .chain(f.descriptor)
-                .chain(&[u8::try_from(f.report_len).unwrap_or(u8::MAX)])
-            {
+            let len = u64::try_from(f.descriptor.len()).unwrap_or(u64::MAX).to_le_bytes();
+            for &b in len.iter().chain(f.descriptor).chain(&[u8::try_from(f.report_len).unwrap_or(u8::MAX)]) {
                 h ^= u64::from(b);
                 h = h.wrapping_mul(0x0100_0000_01b3);
             }
@@ -219,10 +213,7 @@ mod tests {
                 3 => 4,
                 n => n as usize,
             };
-            let data = desc[i + 1..i + 1 + len]
-                .iter()
-                .rev()
-                .fold(0usize, |a, &b| (a << 8) | b as usize);
+            let data = desc[i + 1..i + 1 + len].iter().rev().fold(0usize, |a, &b| (a << 8) | b as usize);
             match prefix & 0xFC {
                 0x74 => size = data,
                 0x94 => count = data,
@@ -238,12 +229,7 @@ mod tests {
     fn report_lengths_match_the_descriptors() {
         for profile in [PointerProfile::Absolute, PointerProfile::Relative] {
             for f in (DescriptorSet { profile }).functions() {
-                assert_eq!(
-                    bits(f.descriptor, 0x80),
-                    f.report_len * 8,
-                    "{:?}",
-                    f.interface
-                );
+                assert_eq!(bits(f.descriptor, 0x80), f.report_len * 8, "{:?}", f.interface);
             }
         }
         assert_eq!(bits(KEYBOARD, 0x90), 8, "one LED output byte");
@@ -260,21 +246,10 @@ mod tests {
 
     #[test]
     fn order_and_fingerprint() {
-        let abs = DescriptorSet {
-            profile: PointerProfile::Absolute,
-        };
-        let rel = DescriptorSet {
-            profile: PointerProfile::Relative,
-        };
+        let abs = DescriptorSet { profile: PointerProfile::Absolute };
+        let rel = DescriptorSet { profile: PointerProfile::Relative };
         let order: Vec<_> = abs.functions().iter().map(|f| f.interface).collect();
-        assert_eq!(
-            order,
-            [
-                HidInterface::Keyboard,
-                HidInterface::Consumer,
-                HidInterface::Pointer
-            ]
-        );
+        assert_eq!(order, [HidInterface::Keyboard, HidInterface::Consumer, HidInterface::Pointer]);
         assert_ne!(abs.fingerprint(), rel.fingerprint());
         assert_eq!(abs.fingerprint(), abs.fingerprint());
     }

@@ -72,11 +72,7 @@ pub struct UntypeableText {
 }
 
 fn describe(chars: &[char]) -> String {
-    chars
-        .iter()
-        .map(|c| format!("{c:?} (U+{:04X})", u32::from(*c)))
-        .collect::<Vec<_>>()
-        .join(", ")
+    chars.iter().map(|c| format!("{c:?} (U+{:04X})", u32::from(*c))).collect::<Vec<_>>().join(", ")
 }
 
 /// Keys common to every layout: (usage, char).
@@ -200,27 +196,14 @@ impl Keymap {
             rows.retain(|r| r.0 != row.0);
             rows.push(*row);
         }
-        let mut map = Keymap {
-            layout,
-            to_key: HashMap::new(),
-            from_key: HashMap::new(),
-        };
+        let mut map = Keymap { layout, to_key: HashMap::new(), from_key: HashMap::new() };
         for (usage, c) in COMMON {
-            map.insert(
-                *c,
-                KeyStroke {
-                    usage: *usage,
-                    modifiers: 0,
-                },
-            );
+            map.insert(*c, KeyStroke { usage: *usage, modifiers: 0 });
         }
         for (usage, plain, shift, option, shift_option) in rows {
-            for (c, modifiers) in [
-                (plain, 0),
-                (shift, MOD_SHIFT),
-                (option, MOD_OPTION),
-                (shift_option, MOD_SHIFT | MOD_OPTION),
-            ] {
+            for (c, modifiers) in
+                [(plain, 0), (shift, MOD_SHIFT), (option, MOD_OPTION), (shift_option, MOD_SHIFT | MOD_OPTION)]
+            {
                 if c != '\0' {
                     map.insert(c, KeyStroke { usage, modifiers });
                 }
@@ -258,31 +241,15 @@ impl Keymap {
         if bad.is_empty() {
             Ok(out)
         } else {
-            Err(UntypeableText {
-                layout: self.layout,
-                chars: bad,
-            })
+            Err(UntypeableText { layout: self.layout, chars: bad })
         }
     }
 
     /// The character a stroke types (what the phone does with it), ignoring Control and GUI.
     pub fn char_for(&self, usage: u8, modifiers: u8) -> Option<char> {
-        let shift = if modifiers & (MOD_SHIFT | 0x20) != 0 {
-            MOD_SHIFT
-        } else {
-            0
-        };
-        let option = if modifiers & (MOD_OPTION | MOD_ALT) != 0 {
-            MOD_OPTION
-        } else {
-            0
-        };
-        self.from_key
-            .get(&KeyStroke {
-                usage,
-                modifiers: shift | option,
-            })
-            .copied()
+        let shift = if modifiers & (MOD_SHIFT | 0x20) != 0 { MOD_SHIFT } else { 0 };
+        let option = if modifiers & (MOD_OPTION | MOD_ALT) != 0 { MOD_OPTION } else { 0 };
+        self.from_key.get(&KeyStroke { usage, modifiers: shift | option }).copied()
     }
 }
 
@@ -330,46 +297,23 @@ mod tests {
         for layout in Layout::ALL {
             let map = Keymap::new(layout);
             for (c, k) in &map.to_key {
-                assert_eq!(
-                    map.char_for(k.usage, k.modifiers),
-                    Some(*c),
-                    "{layout} {c:?}"
-                );
+                assert_eq!(map.char_for(k.usage, k.modifiers), Some(*c), "{layout} {c:?}");
             }
             let text = "Hello World 123, tether.";
             let strokes = map.strokes(text).unwrap();
-            let back: String = strokes
-                .iter()
-                .map(|k| map.char_for(k.usage, k.modifiers).unwrap())
-                .collect();
+            let back: String = strokes.iter().map(|k| map.char_for(k.usage, k.modifiers).unwrap()).collect();
             assert_eq!(back, text, "{layout}");
         }
     }
 
     #[test]
     fn layouts_are_positional() {
-        let (us, de, fr) = (
-            Keymap::new(Layout::Us),
-            Keymap::new(Layout::De),
-            Keymap::new(Layout::Fr),
-        );
+        let (us, de, fr) = (Keymap::new(Layout::Us), Keymap::new(Layout::De), Keymap::new(Layout::Fr));
         assert_eq!(us.stroke('y').unwrap().usage, 0x1C);
         assert_eq!(de.stroke('y').unwrap().usage, 0x1D);
         assert_eq!(fr.stroke('a').unwrap().usage, 0x14);
-        assert_eq!(
-            fr.stroke('1').unwrap(),
-            KeyStroke {
-                usage: 0x1E,
-                modifiers: MOD_SHIFT
-            }
-        );
-        assert_eq!(
-            de.stroke('@').unwrap(),
-            KeyStroke {
-                usage: 0x0F,
-                modifiers: MOD_OPTION
-            }
-        );
+        assert_eq!(fr.stroke('1').unwrap(), KeyStroke { usage: 0x1E, modifiers: MOD_SHIFT });
+        assert_eq!(de.stroke('@').unwrap(), KeyStroke { usage: 0x0F, modifiers: MOD_OPTION });
         assert_eq!(Keymap::new(Layout::Uk).stroke('£').unwrap().usage, 0x20);
         assert_eq!(de.stroke('ß').unwrap().usage, 0x2D);
     }

@@ -9,11 +9,10 @@ mod report;
 mod sink;
 
 pub use keymap::{
-    named_key, KeyStroke, Keymap, Layout, UntypeableText, MOD_ALT, MOD_CTRL, MOD_GUI, MOD_OPTION,
-    MOD_SHIFT,
+    named_key, KeyStroke, Keymap, Layout, UntypeableText, MOD_ALT, MOD_CTRL, MOD_GUI, MOD_OPTION, MOD_SHIFT,
 };
 pub use report::{
-    ConsumerReport, EncodedReport, HidInterface, HidReport, KeyboardReport, MouseReport,
-    PointerReport, POINTER_MAX, POINTER_MIN,
+    ConsumerReport, EncodedReport, HidInterface, HidReport, KeyboardReport, MouseReport, PointerReport, POINTER_MAX,
+    POINTER_MIN,
 };
 pub use sink::{BoxFuture, HidError, HidSink, HostState, RecordedReport, RecordingSink};

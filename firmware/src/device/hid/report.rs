@@ -59,12 +59,7 @@ impl PointerReport {
     /// A report at (x, y) with the given button bits; coordinates are clamped so that
     /// neither is ever 0.
     pub fn new(buttons: u8, x: u16, y: u16, wheel: i8) -> Self {
-        PointerReport {
-            buttons,
-            x: x.clamp(POINTER_MIN, POINTER_MAX),
-            y: y.clamp(POINTER_MIN, POINTER_MAX),
-            wheel,
-        }
+        PointerReport { buttons, x: x.clamp(POINTER_MIN, POINTER_MAX), y: y.clamp(POINTER_MIN, POINTER_MAX), wheel }
     }
 
     /// Button bits (bit 0 = primary).
@@ -175,22 +170,17 @@ impl HidReport {
     pub fn decode(interface: HidInterface, bytes: &[u8]) -> Option<HidReport> {
         Some(match (interface, bytes) {
             (HidInterface::Keyboard, &[modifiers, _, k0, k1, k2, k3, k4, k5]) => {
-                HidReport::Keyboard(KeyboardReport {
-                    modifiers,
-                    keys: [k0, k1, k2, k3, k4, k5],
-                })
+                HidReport::Keyboard(KeyboardReport { modifiers, keys: [k0, k1, k2, k3, k4, k5] })
             }
-            (HidInterface::Consumer, &[lo, hi]) => HidReport::Consumer(ConsumerReport {
-                usage: u16::from_le_bytes([lo, hi]),
+            (HidInterface::Consumer, &[lo, hi]) => {
+                HidReport::Consumer(ConsumerReport { usage: u16::from_le_bytes([lo, hi]) })
+            }
+            (HidInterface::Pointer, &[buttons, x0, x1, y0, y1, wheel]) => HidReport::Pointer(PointerReport {
+                buttons,
+                x: u16::from_le_bytes([x0, x1]),
+                y: u16::from_le_bytes([y0, y1]),
+                wheel: i8::from_le_bytes([wheel]),
             }),
-            (HidInterface::Pointer, &[buttons, x0, x1, y0, y1, wheel]) => {
-                HidReport::Pointer(PointerReport {
-                    buttons,
-                    x: u16::from_le_bytes([x0, x1]),
-                    y: u16::from_le_bytes([y0, y1]),
-                    wheel: i8::from_le_bytes([wheel]),
-                })
-            }
             (HidInterface::Mouse, &[buttons, dx, dy, wheel]) => HidReport::Mouse(MouseReport {
                 buttons,
                 dx: i8::from_le_bytes([dx]),
@@ -231,27 +221,16 @@ mod tests {
     fn pointer_is_never_zero_and_encodes_little_endian() {
         let p = PointerReport::new(1, 0, 40000, -1);
         assert_eq!((p.x(), p.y()), (1, 32767));
-        assert_eq!(
-            HidReport::Pointer(p).encode().as_bytes(),
-            &[1, 1, 0, 0xff, 0x7f, 0xff]
-        );
+        assert_eq!(HidReport::Pointer(p).encode().as_bytes(), &[1, 1, 0, 0xff, 0x7f, 0xff]);
     }
 
     #[test]
     fn round_trips_every_interface() {
         let reports = [
-            HidReport::Keyboard(KeyboardReport {
-                modifiers: 0x08,
-                keys: [0x0b, 0, 0, 0, 0, 0],
-            }),
+            HidReport::Keyboard(KeyboardReport { modifiers: 0x08, keys: [0x0b, 0, 0, 0, 0, 0] }),
             HidReport::Consumer(ConsumerReport { usage: 0x00e9 }),
             HidReport::Pointer(PointerReport::new(3, 16384, 200, 2)),
-            HidReport::Mouse(MouseReport {
-                buttons: 1,
-                dx: -5,
-                dy: 7,
-                wheel: 0,
-            }),
+            HidReport::Mouse(MouseReport { buttons: 1, dx: -5, dy: 7, wheel: 0 }),
         ];
         for r in reports {
             let bytes = r.encode();
@@ -267,10 +246,7 @@ mod tests {
         let rel = held.released();
         assert!(!rel.holds_input());
         assert_eq!(rel, HidReport::Pointer(PointerReport::new(0, 500, 600, 0)));
-        let kb = HidReport::Keyboard(KeyboardReport {
-            modifiers: 0x02,
-            keys: [0; 6],
-        });
+        let kb = HidReport::Keyboard(KeyboardReport { modifiers: 0x02, keys: [0; 6] });
         assert!(kb.holds_input());
         assert_eq!(kb.released().encode().as_bytes(), &[0; 8]);
     }

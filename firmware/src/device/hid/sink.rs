@@ -86,10 +86,7 @@ pub struct RecordingSink {
 
 impl Default for RecordingSink {
     fn default() -> Self {
-        RecordingSink {
-            log: Arc::default(),
-            host: Arc::new(Mutex::new(HostState::Configured)),
-        }
+        RecordingSink { log: Arc::default(), host: Arc::new(Mutex::new(HostState::Configured)) }
     }
 }
 
@@ -118,10 +115,7 @@ impl HidSink for RecordingSink {
                 return Err(HidError::HostNotConnected);
             }
             if let Ok(mut log) = self.log.lock() {
-                log.push(RecordedReport {
-                    at: Instant::now(),
-                    report: *report,
-                });
+                log.push(RecordedReport { at: Instant::now(), report: *report });
             }
             Ok(())
         })

@@ -10,9 +10,7 @@ use super::{SimConfig, SimPhone};
 
 /// What a rendered frame depends on: UI version, pointer position, buttons.
 type RenderKey = (u64, (i32, i32), u8);
-use crate::device::video::{
-    Frame, FrameHub, FrameSource, PixelFormat, Signal, SourceGuard, VideoError, VideoState,
-};
+use crate::device::video::{Frame, FrameHub, FrameSource, PixelFormat, Signal, SourceGuard, VideoError, VideoState};
 
 /// The [`FrameSource`] of a [`SimPhone`]: a thread that publishes frames at the configured
 /// rate, re-rendering only when the phone's state changed.
@@ -30,27 +28,14 @@ impl SimDisplay {
 /// Where the phone sits inside the capture frame: scaled to fit, centred.
 fn active_rect(cw: u32, ch: u32, pw: u32, ph: u32) -> (u32, u32, u32, u32) {
     let (cw64, ch64, pw64, ph64) = (u64::from(cw), u64::from(ch), u64::from(pw), u64::from(ph));
-    let (w, h) = if cw64 * ph64 > ch64 * pw64 {
-        (pw64 * ch64 / ph64, ch64)
-    } else {
-        (cw64, ph64 * cw64 / pw64)
-    };
+    let (w, h) = if cw64 * ph64 > ch64 * pw64 { (pw64 * ch64 / ph64, ch64) } else { (cw64, ph64 * cw64 / pw64) };
     // w <= cw and h <= ch by construction, so both fit in u32.
-    let (w, h) = (
-        u32::try_from(w).unwrap_or(cw),
-        u32::try_from(h).unwrap_or(ch),
-    );
+    let (w, h) = (u32::try_from(w).unwrap_or(cw), u32::try_from(h).unwrap_or(ch));
     ((cw - w) / 2, (ch - h) / 2, w, h)
 }
 
 /// A rectangle in capture pixels, clipped to the frame.
-fn fill(
-    data: &mut [u8],
-    cw: usize,
-    ch: usize,
-    (x0, y0, x1, y1): (usize, usize, usize, usize),
-    colour: [u8; 3],
-) {
+fn fill(data: &mut [u8], cw: usize, ch: usize, (x0, y0, x1, y1): (usize, usize, usize, usize), colour: [u8; 3]) {
     let (x1, y1) = (x1.min(cw), y1.min(ch));
     for y in y0..y1 {
         let row = &mut data[(y * cw + x0) * 3..(y * cw + x1.max(x0)) * 3];
@@ -82,63 +67,33 @@ fn colour_of(e: &Element) -> [u8; 3] {
 fn render(cfg: &SimConfig, elements: &[Element], snap: &PhoneSnapshot) -> Vec<u8> {
     let (cw, ch) = (cfg.capture_width as usize, cfg.capture_height as usize);
     let mut data = vec![0u8; cw * ch * 3];
-    let (ax, ay, aw, ah) = active_rect(
-        cfg.capture_width,
-        cfg.capture_height,
-        cfg.phone_width,
-        cfg.phone_height,
-    );
+    let (ax, ay, aw, ah) = active_rect(cfg.capture_width, cfg.capture_height, cfg.phone_width, cfg.phone_height);
     let (ax, ay, aw, ah) = (ax as usize, ay as usize, aw as usize, ah as usize);
-    let (pw, ph) = (
-        cfg.phone_width.max(1) as usize,
-        cfg.phone_height.max(1) as usize,
-    );
+    let (pw, ph) = (cfg.phone_width.max(1) as usize, cfg.phone_height.max(1) as usize);
     // Phone pixel -> capture pixel, clamped to the phone's area.
     let to_x = |v: i32| ax + usize::try_from(v.max(0)).unwrap_or(0).min(pw) * aw / pw;
     let to_y = |v: i32| ay + usize::try_from(v.max(0)).unwrap_or(0).min(ph) * ah / ph;
     for y in 0..ah {
         // A vertical gradient stands in for the wallpaper.
         let shade = u8::try_from(40 + y * 120 / ah.max(1)).unwrap_or(160);
-        fill(
-            &mut data,
-            cw,
-            ch,
-            (ax, ay + y, ax + aw, ay + y + 1),
-            [20, shade / 2, shade],
-        );
+        fill(&mut data, cw, ch, (ax, ay + y, ax + aw, ay + y + 1), [20, shade / 2, shade]);
     }
     for e in elements {
         let r = e.rect;
-        fill(
-            &mut data,
-            cw,
-            ch,
-            (to_x(r.x), to_y(r.y), to_x(r.x + r.w), to_y(r.y + r.h)),
-            colour_of(e),
-        );
+        fill(&mut data, cw, ch, (to_x(r.x), to_y(r.y), to_x(r.x + r.w), to_y(r.y + r.h)), colour_of(e));
         if let Some(text) = &e.text {
             // One dark bar per character so typed text is visible in frames.
             let n = i32::try_from(text.chars().count().min(40)).unwrap_or(40);
             for i in 0..n {
                 let x = r.x + 20 + i * 24;
-                fill(
-                    &mut data,
-                    cw,
-                    ch,
-                    (to_x(x), to_y(r.y + 40), to_x(x + 16), to_y(r.y + r.h - 40)),
-                    [30, 30, 30],
-                );
+                fill(&mut data, cw, ch, (to_x(x), to_y(r.y + 40), to_x(x + 16), to_y(r.y + r.h - 40)), [30, 30, 30]);
             }
         }
     }
     // The AssistiveTouch-style pointer: a grey disc, darker while pressed.
     let (px, py) = (to_x(snap.pointer.0), to_y(snap.pointer.1));
     let r = (aw / 40).max(3);
-    let colour = if snap.buttons != 0 {
-        [90, 90, 90]
-    } else {
-        [200, 200, 200]
-    };
+    let colour = if snap.buttons != 0 { [90, 90, 90] } else { [200, 200, 200] };
     for y in py.saturating_sub(r)..(py + r).min(ay + ah) {
         for x in px.saturating_sub(r)..(px + r).min(ax + aw) {
             if x.abs_diff(px).pow(2) + y.abs_diff(py).pow(2) <= r * r {
@@ -210,9 +165,7 @@ impl FrameSource for SimDisplay {
                 }
             })
             .map_err(VideoError::Spawn)?;
-        Ok(SourceGuard::new(move || {
-            stop.store(true, Ordering::Relaxed)
-        }))
+        Ok(SourceGuard::new(move || stop.store(true, Ordering::Relaxed)))
     }
 }
 
@@ -228,10 +181,7 @@ mod tests {
 
     #[test]
     fn publishes_frames_of_the_configured_size() {
-        let phone = SimPhone::new(SimConfig {
-            fps: 100,
-            ..SimConfig::default()
-        });
+        let phone = SimPhone::new(SimConfig { fps: 100, ..SimConfig::default() });
         let (hub, reader) = FrameHub::new();
         let guard = Box::new(phone.display()).start(hub).unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -240,10 +190,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         let frame = reader.latest().unwrap();
-        assert_eq!(
-            (frame.width, frame.height, frame.data.len()),
-            (1920, 1080, 1920 * 1080 * 3)
-        );
+        assert_eq!((frame.width, frame.height, frame.data.len()), (1920, 1080, 1920 * 1080 * 3));
         // Outside the pillarbox is black, inside is not.
         assert_eq!(&frame.data[..3], &[0, 0, 0]);
         let mid = (540 * 1920 + 960) * 3;

@@ -7,8 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ui::{Element, Screen, Touch, Ui};
 use crate::device::hid::{
-    BoxFuture, HidError, HidInterface, HidReport, HidSink, HostState, Keymap, Layout, MOD_GUI,
-    POINTER_MAX,
+    BoxFuture, HidError, HidInterface, HidReport, HidSink, HostState, Keymap, Layout, MOD_GUI, POINTER_MAX,
 };
 
 /// Shape and behaviour of the virtual phone and of the capture frame around it.
@@ -126,17 +125,10 @@ pub struct SimPhone {
 impl SimPhone {
     /// A phone showing its home screen, pointer in the middle.
     pub fn new(config: SimConfig) -> Self {
-        let mid = (
-            f64::from(config.phone_width) / 2.0,
-            f64::from(config.phone_height) / 2.0,
-        );
+        let mid = (f64::from(config.phone_width) / 2.0, f64::from(config.phone_height) / 2.0);
         let state = PhoneState {
             ui: Ui::new(config.phone_width, config.phone_height),
-            glide: Glide {
-                from: mid,
-                to: mid,
-                started: Instant::now(),
-            },
+            glide: Glide { from: mid, to: mid, started: Instant::now() },
             buttons: 0,
             down: None,
             keys: [0; 6],
@@ -147,11 +139,7 @@ impl SimPhone {
             malformed: 0,
             version: 0,
         };
-        SimPhone {
-            config,
-            keymap: Arc::new(Keymap::new(config.layout)),
-            state: Arc::new(Mutex::new(state)),
-        }
+        SimPhone { config, keymap: Arc::new(Keymap::new(config.layout)), state: Arc::new(Mutex::new(state)) }
     }
 
     /// The phone's configuration.
@@ -161,9 +149,7 @@ impl SimPhone {
 
     /// The HID sink feeding this phone.
     pub fn hid(&self) -> SimHid {
-        SimHid {
-            phone: self.clone(),
-        }
+        SimHid { phone: self.clone() }
     }
 
     /// The frame source rendering this phone.
@@ -222,25 +208,19 @@ impl SimPhone {
         let g = &st.glide;
         let glide = self.config.glide_ms.max(1) as f64;
         let t = (now.saturating_duration_since(g.started).as_secs_f64() * 1000.0 / glide).min(1.0);
-        (
-            g.from.0 + (g.to.0 - g.from.0) * t,
-            g.from.1 + (g.to.1 - g.from.1) * t,
-        )
+        (g.from.0 + (g.to.0 - g.from.0) * t, g.from.1 + (g.to.1 - g.from.1) * t)
     }
 
     /// Where an absolute HID position puts the pointer, including the simulated error.
     fn map(&self, x: u16, y: u16) -> (f64, f64) {
         let k = 1.0 + f64::from(self.config.pointer_scale_error_permille) / 1000.0;
         let full = f64::from(POINTER_MAX) + 1.0;
-        let px = f64::from(x) / full * f64::from(self.config.phone_width) * k
-            + f64::from(self.config.pointer_offset_px.0);
-        let py = f64::from(y) / full * f64::from(self.config.phone_height) * k
-            + f64::from(self.config.pointer_offset_px.1);
+        let px =
+            f64::from(x) / full * f64::from(self.config.phone_width) * k + f64::from(self.config.pointer_offset_px.0);
+        let py =
+            f64::from(y) / full * f64::from(self.config.phone_height) * k + f64::from(self.config.pointer_offset_px.1);
         let clamp = |v: f64, max: u32| v.clamp(0.0, f64::from(max) - 1.0);
-        (
-            clamp(px, self.config.phone_width),
-            clamp(py, self.config.phone_height),
-        )
+        (clamp(px, self.config.phone_width), clamp(py, self.config.phone_height))
     }
 
     /// Consumes raw report bytes exactly as the gadget would deliver them.
@@ -262,12 +242,7 @@ impl SimPhone {
                 self.pointer(st, now, target, m.buttons);
             }
             HidReport::Keyboard(k) => {
-                let pressed: Vec<u8> = k
-                    .keys
-                    .iter()
-                    .copied()
-                    .filter(|u| *u != 0 && !st.keys.contains(u))
-                    .collect();
+                let pressed: Vec<u8> = k.keys.iter().copied().filter(|u| *u != 0 && !st.keys.contains(u)).collect();
                 st.keys = k.keys;
                 st.modifiers = k.modifiers;
                 for usage in pressed {
@@ -294,18 +269,10 @@ impl SimPhone {
         let is_down = buttons & 1 != 0;
         if was_down {
             // While touching, the touch point follows the finger directly.
-            st.glide = Glide {
-                from: target,
-                to: target,
-                started: now,
-            };
+            st.glide = Glide { from: target, to: target, started: now };
         } else if target != st.glide.to {
             // Up: the pointer glides from where it is drawn now.
-            st.glide = Glide {
-                from: cur,
-                to: target,
-                started: now,
-            };
+            st.glide = Glide { from: cur, to: target, started: now };
         }
         let at = self.pointer_at(st, now);
         let at = (round(at.0), round(at.1));
@@ -313,8 +280,7 @@ impl SimPhone {
             (false, true) => st.down = Some((at, now)),
             (true, false) => {
                 if let Some((down, since)) = st.down.take() {
-                    let ms = u64::try_from(now.saturating_duration_since(since).as_millis())
-                        .unwrap_or(u64::MAX);
+                    let ms = u64::try_from(now.saturating_duration_since(since).as_millis()).unwrap_or(u64::MAX);
                     st.ui.touch(down, at, ms);
                     st.version += 1;
                 }
@@ -386,10 +352,7 @@ mod tests {
     use crate::device::hid::{KeyboardReport, PointerReport};
 
     fn ptr(b: u8, x: u16, y: u16) -> Vec<u8> {
-        HidReport::Pointer(PointerReport::new(b, x, y, 0))
-            .encode()
-            .as_bytes()
-            .to_vec()
+        HidReport::Pointer(PointerReport::new(b, x, y, 0)).encode().as_bytes().to_vec()
     }
 
     fn hid_of(px: i32, extent: u32) -> u16 {
@@ -398,36 +361,23 @@ mod tests {
 
     #[test]
     fn pressing_before_the_glide_ends_lands_at_the_old_spot() {
-        let phone = SimPhone::new(SimConfig {
-            glide_ms: 200,
-            ..SimConfig::default()
-        });
+        let phone = SimPhone::new(SimConfig { glide_ms: 200, ..SimConfig::default() });
         let (x, y) = (hid_of(100, 1179), hid_of(100, 2556));
         phone.consume(HidInterface::Pointer, &ptr(0, x, y));
         phone.consume(HidInterface::Pointer, &ptr(1, x, y));
         phone.consume(HidInterface::Pointer, &ptr(0, x, y));
         let early = phone.state().touches.last().unwrap().down;
-        assert!(
-            early.0 > 400,
-            "landed near the middle, not at (100,100): {early:?}"
-        );
+        assert!(early.0 > 400, "landed near the middle, not at (100,100): {early:?}");
         std::thread::sleep(Duration::from_millis(250));
         phone.consume(HidInterface::Pointer, &ptr(1, x, y));
         phone.consume(HidInterface::Pointer, &ptr(0, x, y));
         let settled = phone.state().touches.last().unwrap().down;
-        assert!(
-            (settled.0 - 100).abs() <= 1 && (settled.1 - 100).abs() <= 1,
-            "{settled:?}"
-        );
+        assert!((settled.0 - 100).abs() <= 1 && (settled.1 - 100).abs() <= 1, "{settled:?}");
     }
 
     #[test]
     fn keys_type_into_a_focused_field_and_cmd_h_goes_home() {
-        let phone = SimPhone::new(SimConfig {
-            glide_ms: 1,
-            layout: Layout::De,
-            ..SimConfig::default()
-        });
+        let phone = SimPhone::new(SimConfig { glide_ms: 1, layout: Layout::De, ..SimConfig::default() });
         let tap = |px: i32, py: i32| {
             let (x, y) = (hid_of(px, 1179), hid_of(py, 2556));
             phone.consume(HidInterface::Pointer, &ptr(0, x, y));
@@ -437,32 +387,14 @@ mod tests {
         };
         tap(190, 350); // app0
         tap(590, 930); // text field
-        let kb = |m: u8, u: u8| KeyboardReport {
-            modifiers: m,
-            keys: [u, 0, 0, 0, 0, 0],
-        };
+        let kb = |m: u8, u: u8| KeyboardReport { modifiers: m, keys: [u, 0, 0, 0, 0, 0] };
         for k in [kb(0, 0x1D), kb(0, 0), kb(0x02, 0x1D), kb(0, 0)] {
-            phone.consume(
-                HidInterface::Keyboard,
-                HidReport::Keyboard(k).encode().as_bytes(),
-            );
+            phone.consume(HidInterface::Keyboard, HidReport::Keyboard(k).encode().as_bytes());
         }
-        let field = phone
-            .state()
-            .elements
-            .into_iter()
-            .find(|e| e.id == "text_field")
-            .unwrap();
-        assert_eq!(
-            field.text.as_deref(),
-            Some("yY"),
-            "0x1D is y on a German layout"
-        );
+        let field = phone.state().elements.into_iter().find(|e| e.id == "text_field").unwrap();
+        assert_eq!(field.text.as_deref(), Some("yY"), "0x1D is y on a German layout");
         for k in [kb(MOD_GUI, 0x0B), kb(0, 0)] {
-            phone.consume(
-                HidInterface::Keyboard,
-                HidReport::Keyboard(k).encode().as_bytes(),
-            );
+            phone.consume(HidInterface::Keyboard, HidReport::Keyboard(k).encode().as_bytes());
         }
         assert_eq!(phone.state().screen, Screen::Home);
         phone.consume(HidInterface::Pointer, &[1, 2, 3]);

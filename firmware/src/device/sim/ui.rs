@@ -27,16 +27,8 @@ impl Rect {
 
     fn intersect(&self, o: &Rect) -> Option<Rect> {
         let (x0, y0) = (self.x.max(o.x), self.y.max(o.y));
-        let (x1, y1) = (
-            (self.x + self.w).min(o.x + o.w),
-            (self.y + self.h).min(o.y + o.h),
-        );
-        (x1 > x0 && y1 > y0).then_some(Rect {
-            x: x0,
-            y: y0,
-            w: x1 - x0,
-            h: y1 - y0,
-        })
+        let (x1, y1) = ((self.x + self.w).min(o.x + o.w), (self.y + self.h).min(o.y + o.h));
+        (x1 > x0 && y1 > y0).then_some(Rect { x: x0, y: y0, w: x1 - x0, h: y1 - y0 })
     }
 }
 
@@ -187,12 +179,7 @@ impl Ui {
     }
 
     fn r(&self, x: i32, y: i32, w: i32, h: i32) -> Rect {
-        Rect {
-            x: self.sx(x),
-            y: self.sy(y),
-            w: self.sx(w),
-            h: self.sy(h),
-        }
+        Rect { x: self.sx(x), y: self.sy(y), w: self.sx(w), h: self.sy(h) }
     }
 
     fn list_viewport(&self) -> Rect {
@@ -238,10 +225,7 @@ impl Ui {
         match self.screen {
             Screen::Home => {
                 for i in 0..APP_ICONS {
-                    let (c, row) = (
-                        i32::try_from(i % 4).unwrap_or(0),
-                        i32::try_from(i / 4).unwrap_or(0),
-                    );
+                    let (c, row) = (i32::try_from(i % 4).unwrap_or(0), i32::try_from(i / 4).unwrap_or(0));
                     out.push(el(
                         format!("app{i}"),
                         ElementKind::AppIcon,
@@ -250,33 +234,17 @@ impl Ui {
                 }
             }
             Screen::App => {
-                out.push(el(
-                    "back".into(),
-                    ElementKind::Back,
-                    self.r(30, 120, 200, 120),
-                ));
+                out.push(el("back".into(), ElementKind::Back, self.r(30, 120, 200, 120)));
                 for i in 0..BUTTONS {
                     let y = 300 + i32::try_from(i).unwrap_or(0) * 180;
-                    let mut b = el(
-                        format!("button{i}"),
-                        ElementKind::Button,
-                        self.r(90, y, 480, 140),
-                    );
+                    let mut b = el(format!("button{i}"), ElementKind::Button, self.r(90, y, 480, 140));
                     b.taps = Some(self.button_taps[i]);
                     out.push(b);
-                    let mut t = el(
-                        format!("toggle{i}"),
-                        ElementKind::Toggle,
-                        self.r(800, y, 280, 140),
-                    );
+                    let mut t = el(format!("toggle{i}"), ElementKind::Toggle, self.r(800, y, 280, 140));
                     t.on = Some(self.toggles[i]);
                     out.push(t);
                 }
-                let mut f = el(
-                    "text_field".into(),
-                    ElementKind::TextField,
-                    self.r(90, 860, 1000, 140),
-                );
+                let mut f = el("text_field".into(), ElementKind::TextField, self.r(90, 860, 1000, 140));
                 f.text = Some(self.text.clone());
                 f.focused = Some(self.focused);
                 out.push(f);
@@ -286,12 +254,7 @@ impl Ui {
                 out.push(list);
                 let rh = self.row_height();
                 for i in 0..LIST_ROWS {
-                    let row = Rect {
-                        x: viewport.x,
-                        y: viewport.y + i * rh - self.scroll,
-                        w: viewport.w,
-                        h: rh - 4,
-                    };
+                    let row = Rect { x: viewport.x, y: viewport.y + i * rh - self.scroll, w: viewport.w, h: rh - 4 };
                     if let Some(visible) = row.intersect(&viewport) {
                         let mut e = el(format!("row{i}"), ElementKind::ListRow, visible);
                         e.taps = Some(self.row_taps[usize::try_from(i).unwrap_or(0)]);
@@ -300,31 +263,20 @@ impl Ui {
                 }
             }
             Screen::Spotlight => {
-                let mut f = el(
-                    "search_field".into(),
-                    ElementKind::TextField,
-                    self.r(90, 200, 1000, 140),
-                );
+                let mut f = el("search_field".into(), ElementKind::TextField, self.r(90, 200, 1000, 140));
                 f.text = Some(self.text.clone());
                 f.focused = Some(self.focused);
                 out.push(f);
             }
         }
         if let Some(i) = self.context_menu {
-            out.push(el(
-                format!("menu_app{i}"),
-                ElementKind::ContextMenu,
-                self.r(190, 900, 800, 600),
-            ));
+            out.push(el(format!("menu_app{i}"), ElementKind::ContextMenu, self.r(190, 900, 800, 600)));
         }
         out
     }
 
     fn hit(&self, x: i32, y: i32) -> Option<Element> {
-        self.elements()
-            .into_iter()
-            .rev()
-            .find(|e| e.rect.contains(x, y))
+        self.elements().into_iter().rev().find(|e| e.rect.contains(x, y))
     }
 
     /// Applies a finished touch; returns whether anything changed.
@@ -370,10 +322,7 @@ impl Ui {
             self.focused = false;
             return;
         };
-        let index = |prefix: &str| {
-            e.id.strip_prefix(prefix)
-                .and_then(|n| n.parse::<usize>().ok())
-        };
+        let index = |prefix: &str| e.id.strip_prefix(prefix).and_then(|n| n.parse::<usize>().ok());
         match e.kind {
             ElementKind::AppIcon => {
                 self.opened_app = index("app");
@@ -474,16 +423,9 @@ mod tests {
         assert_eq!(ui.screen(), Screen::App);
         let t = centre(&ui, "toggle1");
         ui.touch(t, t, 80);
-        let toggle = ui
-            .elements()
-            .into_iter()
-            .find(|e| e.id == "toggle1")
-            .unwrap();
+        let toggle = ui.elements().into_iter().find(|e| e.id == "toggle1").unwrap();
         assert_eq!(toggle.on, Some(true));
-        assert_eq!(
-            ui.touches().last().unwrap().target.as_deref(),
-            Some("toggle1")
-        );
+        assert_eq!(ui.touches().last().unwrap().target.as_deref(), Some("toggle1"));
     }
 
     #[test]
@@ -491,18 +433,12 @@ mod tests {
         let mut ui = Ui::new(1179, 2556);
         let p = centre(&ui, "app0");
         ui.touch(p, p, 1600);
-        assert!(ui
-            .elements()
-            .iter()
-            .any(|e| e.kind == ElementKind::ContextMenu));
+        assert!(ui.elements().iter().any(|e| e.kind == ElementKind::ContextMenu));
         ui.touch(p, p, 80); // dismiss
         ui.touch(p, p, 80); // open
         ui.touch((500, 2200), (500, 1400), 700);
         let list = ui.elements().into_iter().find(|e| e.id == "list").unwrap();
         assert_eq!(list.scroll_offset, Some(800));
-        assert!(
-            !ui.elements().iter().any(|e| e.id == "row0"),
-            "row0 scrolled out"
-        );
+        assert!(!ui.elements().iter().any(|e| e.id == "row0"), "row0 scrolled out");
     }
 }

@@ -79,11 +79,7 @@ pub struct VideoState {
 
 impl Default for VideoState {
     fn default() -> Self {
-        VideoState {
-            signal: Signal::NoDevice,
-            source_size: None,
-            generation: 0,
-        }
+        VideoState { signal: Signal::NoDevice, source_size: None, generation: 0 }
     }
 }
 
@@ -117,16 +113,7 @@ impl FrameHub {
     pub fn new() -> (FrameHub, FrameReader) {
         let (latest_tx, latest_rx) = watch::channel(None);
         let (state_tx, state_rx) = watch::channel(VideoState::default());
-        (
-            FrameHub {
-                latest: latest_tx,
-                state: state_tx,
-            },
-            FrameReader {
-                latest: latest_rx,
-                state: state_rx,
-            },
-        )
+        (FrameHub { latest: latest_tx, state: state_tx }, FrameReader { latest: latest_rx, state: state_rx })
     }
 
     /// Publishes a new latest frame. Never waits on readers.
@@ -168,9 +155,7 @@ pub struct SourceGuard {
 impl SourceGuard {
     /// A guard that runs `stop` once when dropped.
     pub fn new(stop: impl FnOnce() + Send + Sync + 'static) -> Self {
-        SourceGuard {
-            stop: Some(Box::new(stop)),
-        }
+        SourceGuard { stop: Some(Box::new(stop)) }
     }
 }
 
@@ -216,24 +201,12 @@ mod tests {
     #[test]
     fn generation_change_drops_the_old_frame() {
         let (hub, reader) = FrameHub::new();
-        hub.set_state(VideoState {
-            signal: Signal::Locked,
-            source_size: Some((2, 1)),
-            generation: 1,
-        });
+        hub.set_state(VideoState { signal: Signal::Locked, source_size: Some((2, 1)), generation: 1 });
         hub.publish(frame(1, 1));
         assert_eq!(reader.latest().map(|f| f.sequence), Some(1));
-        hub.set_state(VideoState {
-            signal: Signal::Locked,
-            source_size: Some((2, 1)),
-            generation: 1,
-        });
+        hub.set_state(VideoState { signal: Signal::Locked, source_size: Some((2, 1)), generation: 1 });
         assert!(reader.latest().is_some(), "same generation keeps the frame");
-        hub.set_state(VideoState {
-            signal: Signal::NoSignal,
-            source_size: None,
-            generation: 2,
-        });
+        hub.set_state(VideoState { signal: Signal::NoSignal, source_size: None, generation: 2 });
         assert!(reader.latest().is_none());
         assert_eq!(reader.state().signal, Signal::NoSignal);
     }

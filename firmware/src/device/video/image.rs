@@ -121,7 +121,8 @@ mod tests {
         let mut data = Vec::with_capacity((w * h * 3) as usize);
         for y in 0..h {
             for x in 0..w {
-                data.extend_from_slice(&[(x % 256) as u8, (y % 256) as u8, ((x * 7 + y * 13) % 256) as u8]);
+                let byte = |v: u32| u8::try_from(v % 256).unwrap_or(0);
+                data.extend_from_slice(&[byte(x), byte(y), byte(x * 7 + y * 13)]);
             }
         }
         Frame {

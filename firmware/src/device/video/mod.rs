@@ -6,7 +6,4 @@
 mod frame;
 pub mod image;
 
-pub use frame::{
-    Frame, FrameHub, FrameReader, FrameSource, PixelFormat, Signal, SourceGuard, VideoError,
-    VideoState,
-};
+pub use frame::{Frame, FrameHub, FrameReader, FrameSource, PixelFormat, Signal, SourceGuard, VideoError, VideoState};

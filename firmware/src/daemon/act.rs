@@ -1,0 +1,249 @@
+//! `screenshot`, `action`, `cancel` and `sim_state`: observations in, gestures out.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::operations::{Begin, OperationState};
+use super::{Daemon, DaemonError, InputStep, Session};
+use crate::device::geometry::{detect_active_rect, ObservationMapping, PixelRect};
+use crate::device::hid::{named_key, KeyStroke, UntypeableText};
+use crate::device::input::{self, plan, Gesture, HidPoint};
+use crate::device::video::image::observe;
+use crate::device::video::Frame;
+use crate::protocol::params::{ActionParams, ActionSpec, Direction, ScreenshotParams, DEFAULT_MAX_EDGE};
+use crate::protocol::{ErrorBody, RequestId};
+
+/// Largest PNG returned by `screenshot`.
+pub const MAX_SCREENSHOT_BYTES: usize = 1 << 20;
+
+impl Daemon {
+    /// The newest frame, waiting up to `timeout` for one newer than `after`.
+    async fn frame_after(&self, after: Option<u64>, timeout: Duration) -> Result<Arc<Frame>, DaemonError> {
+        let mut reader = self.inner.frames.clone();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(f) = reader.latest() {
+                if after.is_none_or(|a| f.sequence > a) {
+                    return Ok(f);
+                }
+            }
+            match tokio::time::timeout_at(deadline, reader.changed()).await {
+                Ok(true) => {}
+                _ => {
+                    return match (reader.latest(), after) {
+                        (Some(_), Some(a)) => Err(DaemonError::InvalidArgument(format!(
+                            "no frame newer than {a} arrived within the timeout"
+                        ))),
+                        _ => Err(DaemonError::NoFrame),
+                    }
+                }
+            }
+        }
+    }
+
+    /// The phone's picture in `frame`, detected once per generation.
+    fn active_rect(&self, frame: &Frame) -> PixelRect {
+        let mut cache = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+        match *cache {
+            Some((generation, rect)) if generation == frame.generation => rect,
+            _ => {
+                let rect = detect_active_rect(frame);
+                tracing::info!(generation = frame.generation, ?rect, "active rectangle detected");
+                *cache = Some((frame.generation, rect));
+                rect
+            }
+        }
+    }
+
+    pub(super) async fn screenshot(&self, p: &ScreenshotParams) -> Result<Value, DaemonError> {
+        let timeout =
+            Duration::from_millis(p.timeout_ms.unwrap_or(if p.after_frame_id.is_some() { 1000 } else { 2000 }));
+        let frame = self.frame_after(p.after_frame_id, timeout).await?;
+        let active = self.active_rect(&frame);
+        let source = match p.region {
+            None => active,
+            Some(r) => {
+                let rect = PixelRect { x: active.x + r.x, y: active.y + r.y, width: r.width, height: r.height };
+                if !active.contains_rect(&rect) {
+                    return Err(DaemonError::InvalidArgument(format!(
+                        "region {}x{}+{}+{} is outside the phone's {}x{} picture",
+                        r.width, r.height, r.x, r.y, active.width, active.height
+                    )));
+                }
+                rect
+            }
+        };
+        let max_edge = p.max_edge.unwrap_or(DEFAULT_MAX_EDGE);
+        let f = frame.clone();
+        let image = tokio::task::spawn_blocking(move || observe(&f, source, max_edge, MAX_SCREENSHOT_BYTES))
+            .await
+            .map_err(|_| DaemonError::InvalidArgument("screenshot worker failed".into()))??;
+        let mapping = ObservationMapping { active, source, image: (image.width, image.height) };
+        let obs = self.lock_observations().insert(frame.generation, frame.sequence, mapping, Instant::now());
+        Ok(json!({
+            "mime_type": "image/png",
+            "data": base64::engine::general_purpose::STANDARD.encode(&image.png),
+            "metadata": {
+                "observation_id": obs.id,
+                "generation": frame.generation,
+                "frame_id": frame.sequence,
+                "source_rect": source,
+                "active_rect": active,
+                "source_size": {"width": frame.width, "height": frame.height},
+                "image_size": {"width": image.width, "height": image.height},
+                "frame_age_ms": u64::try_from(frame.captured_at.elapsed().as_millis()).unwrap_or(u64::MAX),
+            }
+        }))
+    }
+
+    pub(super) async fn action(
+        &self,
+        session: &Session,
+        request: RequestId,
+        p: &ActionParams,
+    ) -> Result<Value, DaemonError> {
+        let args = json!({"observation_id": p.observation_id, "action": p.action});
+        let begin = self.lock_operations().begin(&p.operation_id, &args, Instant::now());
+        match begin {
+            Begin::Conflict => return Err(DaemonError::OperationConflict { operation_id: p.operation_id.clone() }),
+            Begin::Known(OperationState::InProgress) => {
+                return Ok(json!({"status": "in_progress", "operation_id": p.operation_id}))
+            }
+            Begin::Known(OperationState::Done(result)) => return result.map_err(DaemonError::Cached),
+            Begin::Run => {}
+        }
+        let started = Instant::now();
+        let result = self.run_action(session, request, p).await.map(|reports| {
+            let latest = self.inner.frames.latest();
+            json!({
+                "status": "submitted",
+                "operation_id": p.operation_id,
+                "reports": reports,
+                "duration_ms": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                "generation": latest.as_ref().map(|f| f.generation),
+                "after_frame_id": latest.as_ref().map(|f| f.sequence),
+            })
+        });
+        let cached = result.as_ref().map(Value::clone).map_err(action_error);
+        self.lock_operations().finish(&p.operation_id, cached);
+        result
+    }
+
+    async fn run_action(&self, session: &Session, request: RequestId, p: &ActionParams) -> Result<usize, DaemonError> {
+        let steps = self.plan_action(p)?;
+        let cancel = session.cancel.child_token();
+        session.in_flight().insert(request.0, cancel.clone());
+        let result = self.run_input_with(session, &steps, &cancel).await;
+        session.in_flight().remove(&request.0);
+        result
+    }
+
+    fn plan_action(&self, p: &ActionParams) -> Result<Vec<InputStep>, DaemonError> {
+        let t = &self.inner.timings;
+        let mapping = match (&p.observation_id, p.action.needs_observation()) {
+            (Some(id), true) => {
+                let generation = self.inner.frames.state().generation;
+                Some(self.lock_observations().get(id, generation, Instant::now())?.mapping)
+            }
+            _ => None,
+        };
+        let point = |x: f64, y: f64| -> Result<HidPoint, DaemonError> {
+            let m = mapping.ok_or_else(|| DaemonError::InvalidArgument("observation_id is required".into()))?;
+            let (hx, hy) = m.to_hid(x, y)?;
+            Ok(HidPoint::new(hx, hy))
+        };
+        let gesture = match &p.action {
+            ActionSpec::Move { x, y } => Gesture::Move(point(*x, *y)?),
+            ActionSpec::Tap { x, y } => Gesture::Tap(point(*x, *y)?),
+            ActionSpec::DoubleTap { x, y } => Gesture::DoubleTap(point(*x, *y)?),
+            ActionSpec::LongPress { x, y } => Gesture::LongPress(point(*x, *y)?),
+            ActionSpec::Drag { path, duration_ms } => Gesture::Drag {
+                path: path.iter().map(|pt| point(pt.x, pt.y)).collect::<Result<_, _>>()?,
+                duration: Duration::from_millis(duration_ms.unwrap_or(t.swipe_ms)),
+            },
+            ActionSpec::Scroll { x, y, direction, distance } => {
+                let (w, h) = mapping.map(|m| m.image).unwrap_or((1, 1));
+                let (w, h) = (f64::from(w), f64::from(h));
+                let d = distance.unwrap_or(h / 3.0);
+                // Revealing content below means the finger moves up, and so on.
+                let (ex, ey) = match direction {
+                    Direction::Down => (*x, y - d),
+                    Direction::Up => (*x, y + d),
+                    Direction::Right => (x - d, *y),
+                    Direction::Left => (x + d, *y),
+                };
+                let (ex, ey) = (ex.clamp(0.0, w - 1.0), ey.clamp(0.0, h - 1.0));
+                Gesture::Drag {
+                    path: vec![point(*x, *y)?, point(ex, ey)?],
+                    duration: Duration::from_millis(t.swipe_ms),
+                }
+            }
+            ActionSpec::KeyPress { key } => Gesture::Key(self.key_stroke(key)?),
+            ActionSpec::Hotkey { keys } => {
+                let mut modifiers = 0u8;
+                let mut main: Option<KeyStroke> = None;
+                for k in keys {
+                    match named_key(k) {
+                        Some((0, m)) => modifiers |= m,
+                        _ if main.is_none() => main = Some(self.key_stroke(k)?),
+                        _ => return Err(DaemonError::InvalidArgument("hotkey takes modifiers plus one key".into())),
+                    }
+                }
+                let main =
+                    main.ok_or_else(|| DaemonError::InvalidArgument("hotkey needs one non-modifier key".into()))?;
+                Gesture::Key(KeyStroke { usage: main.usage, modifiers: modifiers | main.modifiers })
+            }
+            ActionSpec::TypeText { text } => Gesture::Type(self.inner.keymap.strokes(text)?),
+            ActionSpec::Home => Gesture::Key(input::HOME),
+            ActionSpec::Spotlight => Gesture::Key(input::SPOTLIGHT),
+            ActionSpec::Back => Gesture::Key(input::BACK),
+            ActionSpec::AppSwitcher => return Ok(input::app_switcher(t)),
+            ActionSpec::Consumer { key } => Gesture::Consumer(key.usage()),
+        };
+        Ok(plan(&gesture, t))
+    }
+
+    /// A key by name, or a single character typed with the phone's layout.
+    fn key_stroke(&self, key: &str) -> Result<KeyStroke, DaemonError> {
+        if let Some((usage, modifiers)) = named_key(key).filter(|(u, _)| *u != 0) {
+            return Ok(KeyStroke { usage, modifiers });
+        }
+        let mut chars = key.chars();
+        match (chars.next(), chars.next()) {
+            (Some(c), None) => self
+                .inner
+                .keymap
+                .stroke(c)
+                .ok_or_else(|| UntypeableText { layout: self.inner.keymap.layout(), chars: vec![c] }.into()),
+            _ => Err(DaemonError::InvalidArgument(format!(
+                "unknown key {key:?}: use a single character or a name like enter, tab, escape, backspace, \
+                 delete, up, down, left, right, home, end, pageup, pagedown, f1-f12, cmd, shift, ctrl, alt"
+            ))),
+        }
+    }
+
+    /// Cancels request `id` of this session; returns whether it was running.
+    pub(super) fn cancel(&self, session: &Session, id: u64) -> bool {
+        match session.in_flight().get(&id) {
+            Some(token) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// The cached form of an action error, with its status.
+fn action_error(e: &DaemonError) -> ErrorBody {
+    let mut body = ErrorBody::from(e);
+    body.status = Some(if body.side_effect_possible { "outcome_unknown" } else { "failed_before_submit" });
+    body
+}
+
+/// Token map type of a session's cancellable requests.
+pub(super) type InFlight = std::collections::HashMap<u64, CancellationToken>;

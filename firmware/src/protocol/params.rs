@@ -1,0 +1,241 @@
+//! Parameters of the observation and action methods.
+
+use serde::{Deserialize, Serialize};
+
+/// Largest `max_edge` a screenshot may ask for.
+pub const MAX_EDGE_LIMIT: u32 = 4096;
+/// Default `max_edge` of a screenshot.
+pub const DEFAULT_MAX_EDGE: u32 = 1568;
+/// Longest wait for a newer frame.
+pub const MAX_TIMEOUT_MS: u64 = 5000;
+/// Longest `type_text` text, in bytes.
+pub const MAX_TEXT_BYTES: usize = 16 * 1024;
+/// Most points in a drag path.
+pub const MAX_PATH_POINTS: usize = 128;
+
+/// A rectangle in the coordinates of a full-resolution observation of the phone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Region {
+    /// Left.
+    pub x: u32,
+    /// Top.
+    pub y: u32,
+    /// Width.
+    pub width: u32,
+    /// Height.
+    pub height: u32,
+}
+
+/// Parameters of `screenshot`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScreenshotParams {
+    /// Longest edge of the returned image, 64..=4096 (default 1568).
+    #[serde(default)]
+    pub max_edge: Option<u32>,
+    /// Only this part of the phone's picture (capture pixels relative to its top-left).
+    #[serde(default)]
+    pub region: Option<Region>,
+    /// Wait for a frame newer than this one.
+    #[serde(default)]
+    pub after_frame_id: Option<u64>,
+    /// How long to wait for it, 0..=5000 ms.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// A point in observation image pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Point {
+    /// X.
+    pub x: f64,
+    /// Y.
+    pub y: f64,
+}
+
+/// Scroll direction: the direction the content moves into view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// Reveal content above.
+    Up,
+    /// Reveal content below.
+    Down,
+    /// Reveal content to the left.
+    Left,
+    /// Reveal content to the right.
+    Right,
+}
+
+/// Consumer-control keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConsumerKey {
+    /// Volume up.
+    VolumeUp,
+    /// Volume down.
+    VolumeDown,
+    /// Mute.
+    Mute,
+    /// Play/pause.
+    PlayPause,
+    /// Next track.
+    NextTrack,
+    /// Previous track.
+    PreviousTrack,
+}
+
+impl ConsumerKey {
+    /// The consumer-page usage.
+    pub fn usage(self) -> u16 {
+        match self {
+            ConsumerKey::VolumeUp => 0xE9,
+            ConsumerKey::VolumeDown => 0xEA,
+            ConsumerKey::Mute => 0xE2,
+            ConsumerKey::PlayPause => 0xCD,
+            ConsumerKey::NextTrack => 0xB5,
+            ConsumerKey::PreviousTrack => 0xB6,
+        }
+    }
+}
+
+/// What to do. Pointer actions take observation image coordinates.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ActionSpec {
+    /// Move the pointer.
+    Move {
+        /// X.
+        x: f64,
+        /// Y.
+        y: f64,
+    },
+    /// Tap.
+    Tap {
+        /// X.
+        x: f64,
+        /// Y.
+        y: f64,
+    },
+    /// Double tap.
+    DoubleTap {
+        /// X.
+        x: f64,
+        /// Y.
+        y: f64,
+    },
+    /// Long press (≥ 1.5 s).
+    LongPress {
+        /// X.
+        x: f64,
+        /// Y.
+        y: f64,
+    },
+    /// Drag along a path of 2–128 points.
+    Drag {
+        /// The path.
+        path: Vec<Point>,
+        /// Duration, 100..=5000 ms (default from the input timings).
+        #[serde(default)]
+        duration_ms: Option<u64>,
+    },
+    /// Scroll by dragging: `distance` observation pixels (default: a third of the image).
+    Scroll {
+        /// Where to start.
+        x: f64,
+        /// Where to start.
+        y: f64,
+        /// Which content to reveal.
+        direction: Direction,
+        /// How far, in observation pixels.
+        #[serde(default)]
+        distance: Option<f64>,
+    },
+    /// One key by name (`enter`, `tab`, `a`, `f5`, …).
+    KeyPress {
+        /// Key name or a single character.
+        key: String,
+    },
+    /// Modifiers plus one key, e.g. `["cmd", "h"]`.
+    Hotkey {
+        /// 2–6 unique key names.
+        keys: Vec<String>,
+    },
+    /// Type text with the phone's keyboard layout.
+    TypeText {
+        /// At most 16 KiB.
+        text: String,
+    },
+    /// Cmd+H.
+    Home,
+    /// The app switcher.
+    AppSwitcher,
+    /// Cmd+Space.
+    Spotlight,
+    /// Cmd+[.
+    Back,
+    /// A consumer-control key.
+    Consumer {
+        /// Which.
+        key: ConsumerKey,
+    },
+}
+
+impl ActionSpec {
+    /// Whether the action needs an observation (it has coordinates).
+    pub fn needs_observation(&self) -> bool {
+        matches!(
+            self,
+            ActionSpec::Move { .. }
+                | ActionSpec::Tap { .. }
+                | ActionSpec::DoubleTap { .. }
+                | ActionSpec::LongPress { .. }
+                | ActionSpec::Drag { .. }
+                | ActionSpec::Scroll { .. }
+        )
+    }
+}
+
+/// Parameters of `action`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionParams {
+    /// Idempotency key, 1–128 bytes: the same id and arguments return the cached result.
+    pub operation_id: String,
+    /// The screenshot the coordinates refer to (required for pointer actions).
+    #[serde(default)]
+    pub observation_id: Option<String>,
+    /// What to do.
+    pub action: ActionSpec,
+}
+
+/// Parameters of `cancel`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelParams {
+    /// The id of the request to cancel (same connection).
+    pub request_id: u64,
+}
+
+/// Parameters of `sim_state` (none).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimStateParams {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn action_specs_parse_and_reject_unknown_fields() {
+        let a: ActionSpec = serde_json::from_str(r#"{"type":"tap","x":1,"y":2.5}"#).unwrap();
+        assert_eq!(a, ActionSpec::Tap { x: 1.0, y: 2.5 });
+        assert!(serde_json::from_str::<ActionSpec>(r#"{"type":"tap","x":1,"y":2,"z":3}"#).is_err());
+        assert!(serde_json::from_str::<ActionSpec>(r#"{"type":"fly"}"#).is_err());
+        let h: ActionSpec = serde_json::from_str(r#"{"type":"home"}"#).unwrap();
+        assert_eq!(h, ActionSpec::Home);
+        assert!(!h.needs_observation());
+    }
+}
