@@ -118,6 +118,39 @@ impl RawClient {
         Ok(serde_json::from_str(&line)?)
     }
 
+    /// Calls `method` with `params` (an object) as request `id`; returns the whole reply,
+    /// skipping replies to other ids (pipelined requests may answer out of order).
+    pub async fn call(&mut self, id: u64, method: &str, params: Value) -> anyhow::Result<Value> {
+        let mut req = match params {
+            Value::Object(m) => m,
+            _ => serde_json::Map::new(),
+        };
+        req.insert("id".into(), id.into());
+        req.insert("method".into(), method.into());
+        self.send(&Value::Object(req).to_string()).await?;
+        loop {
+            let reply = self.recv_within(Duration::from_secs(30)).await?;
+            if reply["id"] == id {
+                return Ok(reply);
+            }
+        }
+    }
+
+    /// Calls and returns `result`, failing when the reply is an error.
+    pub async fn ok(&mut self, id: u64, method: &str, params: Value) -> anyhow::Result<Value> {
+        let reply = self.call(id, method, params).await?;
+        anyhow::ensure!(reply["ok"] == true, "{method} failed: {reply}");
+        Ok(reply["result"].clone())
+    }
+
+    /// Reads one JSON message, failing after `limit`.
+    pub async fn recv_within(&mut self, limit: Duration) -> anyhow::Result<Value> {
+        let mut line = String::new();
+        let n = tokio::time::timeout(limit, self.reader.read_line(&mut line)).await??;
+        anyhow::ensure!(n > 0, "connection closed");
+        Ok(serde_json::from_str(&line)?)
+    }
+
     /// Sends one line and reads one reply.
     pub async fn roundtrip(&mut self, line: &str) -> anyhow::Result<Value> {
         self.send(line).await?;

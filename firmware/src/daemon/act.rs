@@ -113,7 +113,7 @@ impl Daemon {
             Begin::Known(OperationState::InProgress) => {
                 return Ok(json!({"status": "in_progress", "operation_id": p.operation_id}))
             }
-            Begin::Known(OperationState::Done(result)) => return result.map_err(DaemonError::Cached),
+            Begin::Known(OperationState::Done(result)) => return result.map_err(DaemonError::ActionFailed),
             Begin::Run => {}
         }
         let started = Instant::now();
@@ -128,7 +128,8 @@ impl Daemon {
                 "after_frame_id": latest.as_ref().map(|f| f.sequence),
             })
         });
-        let cached = result.as_ref().map(Value::clone).map_err(action_error);
+        let result = result.map_err(|e| DaemonError::ActionFailed(action_error(&e)));
+        let cached = result.as_ref().map(Value::clone).map_err(ErrorBody::from);
         self.lock_operations().finish(&p.operation_id, cached);
         result
     }

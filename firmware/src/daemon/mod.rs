@@ -87,9 +87,10 @@ pub enum DaemonError {
     /// Producing an image failed.
     #[error("could not produce the image")]
     Image(#[from] ImageError),
-    /// The cached result of an earlier run of the same operation.
+    /// An action's failure, already mapped to its wire error with its status
+    /// (`failed_before_submit` / `outcome_unknown`); also how cached failures come back.
     #[error("{}", .0.message)]
-    Cached(ErrorBody),
+    ActionFailed(ErrorBody),
 }
 
 impl DaemonError {

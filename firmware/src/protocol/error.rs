@@ -156,7 +156,7 @@ impl ErrorBody {
 /// The one place internal daemon errors become wire errors.
 impl From<&DaemonError> for ErrorBody {
     fn from(err: &DaemonError) -> Self {
-        if let DaemonError::Cached(body) = err {
+        if let DaemonError::ActionFailed(body) = err {
             return body.clone();
         }
         let (code, side_effect) = match err {
@@ -177,7 +177,7 @@ impl From<&DaemonError> for ErrorBody {
             DaemonError::Untypeable(_) => (ErrorCode::UntypeableText, false),
             DaemonError::InvalidArgument(_) => (ErrorCode::InvalidParams, false),
             DaemonError::Image(_) => (ErrorCode::Internal, false),
-            DaemonError::Cached(_) => (ErrorCode::Internal, false),
+            DaemonError::ActionFailed(_) => (ErrorCode::Internal, false),
         };
         let mut body = ErrorBody::new(code, err.public_message());
         body.side_effect_possible = side_effect;

@@ -124,17 +124,20 @@ impl FrameSource for SimDisplay {
         std::thread::Builder::new()
             .name("sim-display".into())
             .spawn(move || {
-                let generation = 1;
-                hub.set_state(VideoState {
-                    signal: Signal::Locked,
-                    source_size: Some((cfg.capture_width, cfg.capture_height)),
-                    generation,
-                });
+                let mut generation = 0;
                 let interval = Duration::from_secs(1) / cfg.fps;
                 let mut rendered: Option<(RenderKey, Arc<[u8]>)> = None;
                 let mut sequence = 0u64;
                 let mut next = Instant::now();
                 while !stop_thread.load(Ordering::Relaxed) {
+                    if phone.generation() != generation {
+                        generation = phone.generation();
+                        hub.set_state(VideoState {
+                            signal: Signal::Locked,
+                            source_size: Some((cfg.capture_width, cfg.capture_height)),
+                            generation,
+                        });
+                    }
                     let (elements, snap) = phone.render_state();
                     let key = (snap.version, snap.pointer, snap.buttons);
                     let data = match &rendered {

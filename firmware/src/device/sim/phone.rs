@@ -118,6 +118,7 @@ struct PhoneState {
 #[derive(Debug, Clone)]
 pub struct SimPhone {
     config: SimConfig,
+    generation: Arc<std::sync::atomic::AtomicU32>,
     keymap: Arc<Keymap>,
     state: Arc<Mutex<PhoneState>>,
 }
@@ -139,12 +140,28 @@ impl SimPhone {
             malformed: 0,
             version: 0,
         };
-        SimPhone { config, keymap: Arc::new(Keymap::new(config.layout)), state: Arc::new(Mutex::new(state)) }
+        SimPhone {
+            config,
+            generation: Arc::new(std::sync::atomic::AtomicU32::new(1)),
+            keymap: Arc::new(Keymap::new(config.layout)),
+            state: Arc::new(Mutex::new(state)),
+        }
     }
 
     /// The phone's configuration.
     pub fn config(&self) -> SimConfig {
         self.config
+    }
+
+    /// The video generation the virtual capture reports.
+    pub fn generation(&self) -> u32 {
+        self.generation.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Simulates what a cable replug or a resolution change does to capture: the frame
+    /// generation bumps, which invalidates observations.
+    pub fn replug(&self) {
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The HID sink feeding this phone.

@@ -1,0 +1,358 @@
+//! Closed loop through the daemon API only: screenshots → actions → the virtual iPhone's
+//! own account of what it registered (`sim_state`).
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tether::device::hid::Layout;
+use tether::device::input::InputTimings;
+use tether::device::sim::SimConfig;
+use tether_tests::harness::{RawClient, SimDaemon};
+
+/// Fast but still glide-respecting timings, so a thousand taps stay quick.
+fn fast_timings() -> InputTimings {
+    InputTimings {
+        settle_ms: 60,
+        tap_hold_ms: 30,
+        release_gap_ms: 5,
+        long_press_ms: 1600,
+        swipe_ms: 300,
+        key_hold_ms: 5,
+        key_gap_ms: 5,
+        ..InputTimings::default()
+    }
+}
+
+fn fast_phone() -> SimConfig {
+    SimConfig { glide_ms: 30, fps: 60, ..SimConfig::default() }
+}
+
+/// A screenshot plus the numbers needed to turn phone pixels into image pixels.
+struct Shot {
+    id: String,
+    image: (f64, f64),
+}
+
+struct Driver {
+    c: RawClient,
+    next_id: u64,
+    screen: (f64, f64),
+}
+
+impl Driver {
+    async fn new(d: &SimDaemon) -> Driver {
+        let mut c = d.connect().await.unwrap();
+        let st = c.ok(0, "sim_state", json!({})).await.unwrap();
+        let screen = (st["screen_size"][0].as_f64().unwrap(), st["screen_size"][1].as_f64().unwrap());
+        Driver { c, next_id: 1, screen }
+    }
+
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    async fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.id();
+        self.c.call(id, method, params).await.unwrap()
+    }
+
+    async fn ok(&mut self, method: &str, params: Value) -> Value {
+        let reply = self.call(method, params).await;
+        assert_eq!(reply["ok"], true, "{method}: {reply}");
+        reply["result"].clone()
+    }
+
+    async fn shot(&mut self) -> Shot {
+        let r = self.ok("screenshot", json!({})).await;
+        let m = &r["metadata"];
+        assert_eq!(r["mime_type"], "image/png");
+        Shot {
+            id: m["observation_id"].as_str().unwrap().to_string(),
+            image: (m["image_size"]["width"].as_f64().unwrap(), m["image_size"]["height"].as_f64().unwrap()),
+        }
+    }
+
+    async fn state(&mut self) -> Value {
+        self.ok("sim_state", json!({})).await
+    }
+
+    async fn element(&mut self, id: &str) -> Value {
+        let st = self.state().await;
+        st["elements"].as_array().unwrap().iter().find(|e| e["id"] == id).cloned().unwrap_or(Value::Null)
+    }
+
+    /// Image pixel for a phone pixel.
+    fn to_image(&self, shot: &Shot, px: f64, py: f64) -> (f64, f64) {
+        ((px * shot.image.0 / self.screen.0).floor(), (py * shot.image.1 / self.screen.1).floor())
+    }
+
+    fn centre(&self, shot: &Shot, e: &Value) -> (f64, f64) {
+        let r = &e["rect"];
+        let (x, y, w, h) =
+            (r["x"].as_f64().unwrap(), r["y"].as_f64().unwrap(), r["w"].as_f64().unwrap(), r["h"].as_f64().unwrap());
+        self.to_image(shot, x + w / 2.0, y + h / 2.0)
+    }
+
+    async fn act(&mut self, shot: Option<&Shot>, action: Value) -> Value {
+        let op = format!("op-{}", self.next_id + 1);
+        let mut params = json!({"operation_id": op, "action": action});
+        if let Some(s) = shot {
+            params["observation_id"] = json!(s.id);
+        }
+        self.call("action", params).await
+    }
+
+    async fn tap(&mut self, shot: &Shot, x: f64, y: f64) {
+        let r = self.act(Some(shot), json!({"type": "tap", "x": x, "y": y})).await;
+        assert_eq!(r["result"]["status"], "submitted", "{r}");
+    }
+
+    async fn tap_element(&mut self, id: &str) {
+        let shot = self.shot().await;
+        let e = self.element(id).await;
+        assert!(!e.is_null(), "{id} not on screen");
+        let (x, y) = self.centre(&shot, &e);
+        self.tap(&shot, x, y).await;
+    }
+}
+
+/// A tiny deterministic PRNG (xorshift64*), so failures reproduce.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_random_taps_land_on_their_targets() {
+    let d = SimDaemon::start_phone(fast_phone(), fast_timings()).await.unwrap();
+    let mut drv = Driver::new(&d).await;
+    let mut rng = Rng(0x7e7e_5eed);
+    let mut shot = drv.shot().await;
+    let (mut hits, mut total) = (0, 0);
+    let mut misses = Vec::new();
+    while total < 1000 {
+        if total % 25 == 0 {
+            shot = drv.shot().await;
+        }
+        let st = drv.state().await;
+        // Tap anything but the list viewport itself (its rows are the targets) and the
+        // back button (covered by the home/app round trips anyway).
+        let targets: Vec<&Value> = st["elements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] != "list" && (e["kind"] != "back" || rng.below(10) == 0))
+            .filter(|e| e["rect"]["h"].as_f64().unwrap() >= 12.0)
+            .collect();
+        let e = targets[rng.below(targets.len() as u64) as usize];
+        let r = &e["rect"];
+        let (x, y, w, h) =
+            (r["x"].as_f64().unwrap(), r["y"].as_f64().unwrap(), r["w"].as_f64().unwrap(), r["h"].as_f64().unwrap());
+        // A random image pixel whose whole footprint lies inside the element.
+        let (sx, sy) = (drv.screen.0 / shot.image.0, drv.screen.1 / shot.image.1);
+        let (ix0, ix1) = ((x / sx).ceil(), ((x + w) / sx).floor() - 1.0);
+        let (iy0, iy1) = ((y / sy).ceil(), ((y + h) / sy).floor() - 1.0);
+        if ix1 < ix0 || iy1 < iy0 {
+            continue;
+        }
+        let ix = ix0 + rng.below((ix1 - ix0) as u64 + 1) as f64;
+        let iy = iy0 + rng.below((iy1 - iy0) as u64 + 1) as f64;
+        let before = st["touches"].as_array().unwrap().last().map(|t| t["seq"].as_u64().unwrap()).unwrap_or(0);
+        drv.tap(&shot, ix, iy).await;
+        let after = drv.state().await;
+        let touch = after["touches"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(touch["seq"].as_u64().unwrap(), before + 1, "exactly one touch per tap");
+        assert_eq!(touch["kind"], "tap");
+        total += 1;
+        if touch["target"] == e["id"] {
+            hits += 1;
+        } else {
+            misses.push(format!("{} at ({ix},{iy}) landed on {} at {}", e["id"], touch["target"], touch["down"]));
+        }
+    }
+    assert_eq!(hits, 1000, "misses: {misses:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_text_appears_for_every_layout() {
+    let samples = [
+        (Layout::Us, "Hello, World! 42 @home #tag (ok)?"),
+        (Layout::Uk, "Price: £5 for 2 @ shop #1"),
+        (Layout::De, "Grüße aus Köln: Straße 7 @ Büro? Ja!"),
+        (Layout::Fr, "ça va à l'été, où est-il? 3 @ 9"),
+    ];
+    for (layout, text) in samples {
+        let d = SimDaemon::start_phone(SimConfig { layout, ..fast_phone() }, fast_timings()).await.unwrap();
+        let mut drv = Driver::new(&d).await;
+        drv.tap_element("app0").await;
+        drv.tap_element("text_field").await;
+        let r = drv.act(None, json!({"type": "type_text", "text": text})).await;
+        assert_eq!(r["result"]["status"], "submitted", "{layout}: {r}");
+        let field = drv.element("text_field").await;
+        assert_eq!(field["text"], text, "{layout}");
+        // Something the layout cannot type is refused whole, naming the character.
+        let r = drv.act(None, json!({"type": "type_text", "text": "ok ☃"})).await;
+        assert_eq!(r["error"]["code"], "UNTYPEABLE_TEXT");
+        assert_eq!(r["error"]["status"], "failed_before_submit");
+        assert!(r["error"]["message"].as_str().unwrap().contains("U+2603"));
+        assert_eq!(drv.element("text_field").await["text"], text, "nothing typed");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swipe_scrolls_long_press_opens_menu_and_home_returns() {
+    let d = SimDaemon::start_phone(fast_phone(), fast_timings()).await.unwrap();
+    let mut drv = Driver::new(&d).await;
+    // Long press on an icon opens its context menu.
+    let shot = drv.shot().await;
+    let icon = drv.element("app3").await;
+    let (x, y) = drv.centre(&shot, &icon);
+    let r = drv.act(Some(&shot), json!({"type": "long_press", "x": x, "y": y})).await;
+    assert_eq!(r["result"]["status"], "submitted");
+    assert!(drv.element("menu_app3").await.is_object(), "context menu open");
+    assert_eq!(drv.state().await["touches"].as_array().unwrap().last().unwrap()["kind"], "long_press");
+    drv.tap_element("app3").await; // dismisses the menu
+    drv.tap_element("app3").await; // opens the app
+    assert_eq!(drv.state().await["screen"], "app");
+    // Scrolling down the list by dragging.
+    let shot = drv.shot().await;
+    let list = drv.element("list").await;
+    let (x, y) = drv.centre(&shot, &list);
+    let r = drv.act(Some(&shot), json!({"type": "scroll", "x": x, "y": y, "direction": "down"})).await;
+    assert_eq!(r["result"]["status"], "submitted", "{r}");
+    let offset = drv.element("list").await["scroll_offset"].as_i64().unwrap();
+    assert!(offset > 500, "list scrolled by {offset}");
+    assert!(drv.element("row0").await.is_null(), "first row scrolled away");
+    // Cmd+H goes home.
+    let r = drv.act(None, json!({"type": "home"})).await;
+    assert_eq!(r["result"]["status"], "submitted");
+    assert_eq!(drv.state().await["screen"], "home");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pressing_before_the_glide_ends_misses() {
+    let slow_glide = SimConfig { glide_ms: 400, ..fast_phone() };
+    let too_early = InputTimings { settle_ms: 10, ..fast_timings() };
+    let d = SimDaemon::start_phone(slow_glide, too_early).await.unwrap();
+    let mut drv = Driver::new(&d).await;
+    let shot = drv.shot().await;
+    // The pointer starts mid-screen; aim far away at the top-left icon.
+    let icon = drv.element("app0").await;
+    let (x, y) = drv.centre(&shot, &icon);
+    drv.tap(&shot, x, y).await;
+    let touch = drv.state().await["touches"].as_array().unwrap().last().unwrap().clone();
+    assert_ne!(touch["target"], "app0", "a press before the glide ends must miss: {touch}");
+    assert_eq!(drv.state().await["screen"], "home");
+    // With the settle longer than the glide, the same tap lands.
+    drop(drv);
+    drop(d);
+    let d = SimDaemon::start_phone(slow_glide, InputTimings { settle_ms: 450, ..fast_timings() }).await.unwrap();
+    let mut drv = Driver::new(&d).await;
+    drv.tap_element("app0").await;
+    assert_eq!(drv.state().await["screen"], "app");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observation_and_operation_errors() {
+    let d = SimDaemon::start_phone(fast_phone(), fast_timings()).await.unwrap();
+    let mut drv = Driver::new(&d).await;
+    let shot = drv.shot().await;
+    // Outside the image.
+    let r = drv.act(Some(&shot), json!({"type": "tap", "x": shot.image.0, "y": 10})).await;
+    assert_eq!(r["error"]["code"], "OUT_OF_BOUNDS", "{r}");
+    assert_eq!(r["error"]["status"], "failed_before_submit");
+    let r = drv.act(Some(&shot), json!({"type": "tap", "x": -1, "y": 10})).await;
+    assert_eq!(r["error"]["code"], "OUT_OF_BOUNDS");
+    // Unknown (or expired: older than 30 s, see daemon::observations tests) observation.
+    let r = drv
+        .call(
+            "action",
+            json!({"operation_id": "x1", "observation_id": "obs_1_999", "action": {"type": "tap", "x": 1, "y": 1}}),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], "OBSERVATION_EXPIRED");
+    // Pointer action without an observation.
+    let r = drv.call("action", json!({"operation_id": "x2", "action": {"type": "tap", "x": 1, "y": 1}})).await;
+    assert_eq!(r["error"]["code"], "INVALID_PARAMS");
+    // Idempotency: same id + args → cached; different args → conflict.
+    let params = json!({"operation_id": "same", "observation_id": shot.id, "action": {"type": "move", "x": 5, "y": 5}});
+    let first = drv.call("action", params.clone()).await;
+    assert_eq!(first["result"]["status"], "submitted");
+    let reports = drv.state().await["input"]["reports"].clone();
+    let again = drv.call("action", params).await;
+    assert_eq!(again["result"], first["result"], "cached result returned");
+    assert_eq!(drv.state().await["input"]["reports"], reports, "not sent twice");
+    let other = json!({"operation_id": "same", "observation_id": shot.id, "action": {"type": "move", "x": 6, "y": 5}});
+    let r = drv.call("action", other).await;
+    assert_eq!(r["error"]["code"], "OPERATION_CONFLICT");
+    // A generation change (replug) makes the observation stale.
+    d.phone.replug();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = drv.act(Some(&shot), json!({"type": "tap", "x": 5, "y": 5})).await;
+    assert_eq!(r["error"]["code"], "STALE_OBSERVATION", "{r}");
+    let fresh = drv.shot().await;
+    assert_ne!(fresh.id, shot.id);
+    let r = drv.act(Some(&fresh), json!({"type": "move", "x": 5, "y": 5})).await;
+    assert_eq!(r["result"]["status"], "submitted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_mid_drag_releases_the_button() {
+    let d = SimDaemon::start_phone(fast_phone(), fast_timings()).await.unwrap();
+    let mut drv = Driver::new(&d).await;
+    let shot = drv.shot().await;
+    let drag = json!({"id": 500, "method": "action", "operation_id": "long-drag", "observation_id": shot.id,
+        "action": {"type": "drag", "path": [{"x": 100, "y": 900}, {"x": 100, "y": 100}], "duration_ms": 4000}});
+    drv.c.send(&drag.to_string()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(drv.state().await["input"]["buttons"], 1, "finger is down mid-drag");
+    let cancel = drv.ok("cancel", json!({"request_id": 500})).await;
+    assert_eq!(cancel["cancelled"], true);
+    let reply = loop {
+        let r = drv.c.recv().await.unwrap();
+        if r["id"] == 500 {
+            break r;
+        }
+    };
+    assert_eq!(reply["error"]["code"], "CANCELLED", "{reply}");
+    assert_eq!(reply["error"]["side_effect_possible"], true);
+    assert_eq!(reply["error"]["status"], "outcome_unknown");
+    let st = drv.state().await;
+    assert_eq!(st["input"]["buttons"], 0, "no button held after cancel");
+    assert_eq!(st["touches"].as_array().unwrap().last().unwrap()["kind"], "drag");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn screenshot_limits_and_region() {
+    let d =
+        SimDaemon::start_phone(SimConfig { capture_width: 3840, capture_height: 2160, ..fast_phone() }, fast_timings())
+            .await
+            .unwrap();
+    let mut drv = Driver::new(&d).await;
+    let r = drv.ok("screenshot", json!({})).await;
+    let m = &r["metadata"];
+    assert_eq!(m["source_size"]["width"], 3840);
+    assert_eq!(m["image_size"]["height"], 1568, "max_edge defaults to 1568");
+    assert!(r["data"].as_str().unwrap().len() * 3 / 4 <= 1 << 20, "at most 1 MiB");
+    let frame = m["frame_id"].as_u64().unwrap();
+    let newer = drv.ok("screenshot", json!({"after_frame_id": frame, "timeout_ms": 2000, "max_edge": 256})).await;
+    assert!(newer["metadata"]["frame_id"].as_u64().unwrap() > frame);
+    assert_eq!(newer["metadata"]["image_size"]["height"], 256);
+    let region = drv.ok("screenshot", json!({"region": {"x": 10, "y": 20, "width": 100, "height": 50}})).await;
+    assert_eq!(region["metadata"]["image_size"], json!({"width": 100, "height": 50}));
+    let r = drv.call("screenshot", json!({"region": {"x": 0, "y": 0, "width": 5000, "height": 50}})).await;
+    assert_eq!(r["error"]["code"], "INVALID_PARAMS");
+    let r = drv.call("screenshot", json!({"max_edge": 10})).await;
+    assert_eq!(r["error"]["code"], "INVALID_PARAMS");
+}
