@@ -1,6 +1,9 @@
 //! The control socket end to end over the sim: correlation, pipelining, bad input, limits,
 //! slow readers.
 
+// Test code: a panic is how an assertion fails.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::cast_possible_truncation)]
+
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};

@@ -1,6 +1,9 @@
 //! Closed loop through the daemon API only: screenshots → actions → the virtual iPhone's
 //! own account of what it registered (`sim_state`).
 
+// Test code: a panic is how an assertion fails.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::cast_possible_truncation)]
+
 use std::time::Duration;
 
 use serde_json::{json, Value};
