@@ -359,3 +359,17 @@ async fn screenshot_limits_and_region() {
     let r = drv.call("screenshot", json!({"max_edge": 10})).await;
     assert_eq!(r["error"]["code"], "INVALID_PARAMS");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preview_is_small_and_cannot_authorize_input() {
+    let d = SimDaemon::start_phone(fast_phone(), fast_timings()).await.unwrap();
+    let mut drv = Driver::new(&d).await;
+    let p = drv.ok("preview", json!({})).await;
+    assert_eq!(p["metadata"]["image_size"]["height"], 480);
+    assert!(p["metadata"]["observation_id"].is_null());
+    let frame = p["metadata"]["frame_id"].as_u64().unwrap();
+    let same = drv.ok("preview", json!({"after_frame_id": frame + 1_000_000, "timeout_ms": 50})).await;
+    assert_eq!(same["unchanged"], true);
+    let r = drv.call("preview", json!({"max_edge": 2000})).await;
+    assert_eq!(r["error"]["code"], "INVALID_PARAMS");
+}

@@ -14,11 +14,15 @@ use crate::device::hid::{named_key, KeyStroke, UntypeableText};
 use crate::device::input::{self, plan, Gesture, HidPoint};
 use crate::device::video::image::observe;
 use crate::device::video::Frame;
-use crate::protocol::params::{ActionParams, ActionSpec, Direction, ScreenshotParams, DEFAULT_MAX_EDGE};
+use crate::protocol::params::{
+    ActionParams, ActionSpec, Direction, PreviewParams, ScreenshotParams, DEFAULT_MAX_EDGE, DEFAULT_PREVIEW_EDGE,
+};
 use crate::protocol::{ErrorBody, RequestId};
 
 /// Largest PNG returned by `screenshot`.
 pub const MAX_SCREENSHOT_BYTES: usize = 1 << 20;
+/// Largest PNG returned by `preview`.
+pub const MAX_PREVIEW_BYTES: usize = 256 << 10;
 
 impl Daemon {
     /// The newest frame, waiting up to `timeout` for one newer than `after`.
@@ -94,6 +98,41 @@ impl Daemon {
                 "source_rect": source,
                 "active_rect": active,
                 "source_size": {"width": frame.width, "height": frame.height},
+                "image_size": {"width": image.width, "height": image.height},
+                "frame_age_ms": u64::try_from(frame.captured_at.elapsed().as_millis()).unwrap_or(u64::MAX),
+            }
+        }))
+    }
+
+    pub(super) async fn preview(&self, p: &PreviewParams) -> Result<Value, DaemonError> {
+        let timeout = Duration::from_millis(p.timeout_ms.unwrap_or(0));
+        let frame = match self.frame_after(p.after_frame_id, timeout).await {
+            Ok(f) => f,
+            Err(DaemonError::InvalidArgument(_)) => {
+                // Nothing newer: say so instead of re-sending the same picture.
+                let latest = self.inner.frames.latest().ok_or(DaemonError::NoFrame)?;
+                return Ok(json!({
+                    "unchanged": true,
+                    "generation": latest.generation,
+                    "frame_id": latest.sequence,
+                    "frame_age_ms": u64::try_from(latest.captured_at.elapsed().as_millis()).unwrap_or(u64::MAX),
+                }));
+            }
+            Err(e) => return Err(e),
+        };
+        let active = self.active_rect(&frame);
+        let max_edge = p.max_edge.unwrap_or(DEFAULT_PREVIEW_EDGE);
+        let f = frame.clone();
+        let image = tokio::task::spawn_blocking(move || observe(&f, active, max_edge, MAX_PREVIEW_BYTES))
+            .await
+            .map_err(|_| DaemonError::InvalidArgument("preview worker failed".into()))??;
+        Ok(json!({
+            "mime_type": "image/png",
+            "data": base64::engine::general_purpose::STANDARD.encode(&image.png),
+            "metadata": {
+                "generation": frame.generation,
+                "frame_id": frame.sequence,
+                "source_rect": active,
                 "image_size": {"width": image.width, "height": image.height},
                 "frame_age_ms": u64::try_from(frame.captured_at.elapsed().as_millis()).unwrap_or(u64::MAX),
             }

@@ -281,6 +281,7 @@ impl Daemon {
             Call::Hello(params) => to_value(&self.hello(session, params)?),
             Call::Status(_) => to_value(&self.status().await),
             Call::Screenshot(p) => self.screenshot(p).await?,
+            Call::Preview(p) => self.preview(p).await?,
             Call::Action(p) => self.action(session, id, p).await?,
             Call::Cancel(p) => serde_json::json!({"cancelled": self.cancel(session, p.request_id)}),
             Call::SimState(_) => to_value(&self.inner.sim.as_ref().ok_or(DaemonError::NotSim)?.state()),

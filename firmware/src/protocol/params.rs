@@ -45,6 +45,26 @@ pub struct ScreenshotParams {
     pub timeout_ms: Option<u64>,
 }
 
+/// Default `max_edge` of a preview.
+pub const DEFAULT_PREVIEW_EDGE: u32 = 480;
+/// Largest `max_edge` of a preview.
+pub const MAX_PREVIEW_EDGE: u32 = 960;
+
+/// Parameters of `preview`: a small image for people, which actions cannot refer to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreviewParams {
+    /// Longest edge, 64..=960 (default 480).
+    #[serde(default)]
+    pub max_edge: Option<u32>,
+    /// Answer `unchanged` unless a frame newer than this arrives within `timeout_ms`.
+    #[serde(default)]
+    pub after_frame_id: Option<u64>,
+    /// How long to wait for a newer frame, 0..=5000 ms.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
 /// A point in observation image pixels.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::params::{
-    ActionParams, ActionSpec, CancelParams, ScreenshotParams, SimStateParams, MAX_EDGE_LIMIT, MAX_PATH_POINTS,
-    MAX_TEXT_BYTES, MAX_TIMEOUT_MS,
+    ActionParams, ActionSpec, CancelParams, PreviewParams, ScreenshotParams, SimStateParams, MAX_EDGE_LIMIT,
+    MAX_PATH_POINTS, MAX_PREVIEW_EDGE, MAX_TEXT_BYTES, MAX_TIMEOUT_MS,
 };
 use super::{ErrorBody, ErrorCode, MAX_NESTING_DEPTH, MAX_REQUEST_BYTES};
 
@@ -37,6 +37,8 @@ pub enum Method {
     Status,
     /// A PNG of the phone's screen that actions can refer to.
     Screenshot,
+    /// A small PNG for people; creates no observation.
+    Preview,
     /// Tap, drag, type, … on a screenshot's coordinates.
     Action,
     /// Cancel an in-flight request of this connection.
@@ -47,8 +49,15 @@ pub enum Method {
 
 impl Method {
     /// All implemented methods, in the order `hello` lists them.
-    pub const ALL: &'static [Method] =
-        &[Method::Hello, Method::Status, Method::Screenshot, Method::Action, Method::Cancel, Method::SimState];
+    pub const ALL: &'static [Method] = &[
+        Method::Hello,
+        Method::Status,
+        Method::Screenshot,
+        Method::Preview,
+        Method::Action,
+        Method::Cancel,
+        Method::SimState,
+    ];
 
     /// The wire name.
     pub fn as_str(self) -> &'static str {
@@ -56,6 +65,7 @@ impl Method {
             Method::Hello => "hello",
             Method::Status => "status",
             Method::Screenshot => "screenshot",
+            Method::Preview => "preview",
             Method::Action => "action",
             Method::Cancel => "cancel",
             Method::SimState => "sim_state",
@@ -94,6 +104,8 @@ pub enum Call {
     Status(StatusParams),
     /// `screenshot`.
     Screenshot(ScreenshotParams),
+    /// `preview`.
+    Preview(PreviewParams),
     /// `action`.
     Action(ActionParams),
     /// `cancel`.
@@ -109,6 +121,7 @@ impl Call {
             Call::Hello(_) => Method::Hello,
             Call::Status(_) => Method::Status,
             Call::Screenshot(_) => Method::Screenshot,
+            Call::Preview(_) => Method::Preview,
             Call::Action(_) => Method::Action,
             Call::Cancel(_) => Method::Cancel,
             Call::SimState(_) => Method::SimState,
@@ -217,6 +230,24 @@ pub fn parse_request(line: &[u8]) -> Result<Request, RequestError> {
             let p: ScreenshotParams = params(id, known, fields)?;
             validate_screenshot(&p).map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
             Call::Screenshot(p)
+        }
+        Method::Preview => {
+            let p: PreviewParams = params(id, known, fields)?;
+            if p.max_edge.is_some_and(|e| !(64..=MAX_PREVIEW_EDGE).contains(&e)) {
+                return Err(RequestError::new(
+                    Some(id),
+                    ErrorCode::InvalidParams,
+                    format!("preview: max_edge must be 64..={MAX_PREVIEW_EDGE}"),
+                ));
+            }
+            if p.timeout_ms.is_some_and(|t| t > MAX_TIMEOUT_MS) {
+                return Err(RequestError::new(
+                    Some(id),
+                    ErrorCode::InvalidParams,
+                    format!("preview: timeout_ms must be at most {MAX_TIMEOUT_MS}"),
+                ));
+            }
+            Call::Preview(p)
         }
         Method::Action => {
             let p: ActionParams = params(id, known, fields)?;
