@@ -105,7 +105,8 @@ impl Daemon {
     }
 
     pub(super) async fn preview(&self, p: &PreviewParams) -> Result<Value, DaemonError> {
-        let timeout = Duration::from_millis(p.timeout_ms.unwrap_or(0));
+        // With no frame yet (just started, or signal back), wait briefly for the first one.
+        let timeout = Duration::from_millis(p.timeout_ms.unwrap_or(if p.after_frame_id.is_some() { 0 } else { 2000 }));
         let frame = match self.frame_after(p.after_frame_id, timeout).await {
             Ok(f) => f,
             Err(DaemonError::InvalidArgument(_)) => {
