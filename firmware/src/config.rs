@@ -18,6 +18,9 @@ pub enum Profile {
     Appliance,
 }
 
+/// The agent user looked for when none is configured.
+pub const DEFAULT_AGENT_USER: &str = "tether-agent";
+
 /// The appliance's configuration file; its presence selects [`Profile::Appliance`].
 pub const APPLIANCE_CONFIG: &str = "/etc/tether/tether.toml";
 
@@ -45,8 +48,9 @@ pub struct Config {
     pub socket_group: String,
     /// HTTPS listen address (used once the HTTPS console exists).
     pub listen: SocketAddr,
-    /// The agent user (name or numeric uid): agent-only on the control socket.
-    pub agent_user: String,
+    /// The agent user (name or numeric uid): agent-only on the control socket. `None`:
+    /// [`DEFAULT_AGENT_USER`] if that user exists (set explicitly, it must exist).
+    pub agent_user: Option<String>,
     /// The virtual iPhone's shape.
     pub sim_phone: SimConfig,
     /// The phone's soft-keyboard language, which fixes the HID layout at enumeration.
@@ -145,7 +149,7 @@ impl Config {
                 Profile::Appliance => SocketAddr::from(([0, 0, 0, 0], 443)),
                 Profile::Laptop => SocketAddr::from(([127, 0, 0, 1], 8443)),
             },
-            agent_user: "tether-agent".into(),
+            agent_user: None,
             sim_phone: SimConfig::default(),
             keyboard_layout: Layout::Us,
             input: InputTimings::default(),
@@ -169,7 +173,7 @@ impl Config {
         c.socket = socket.unwrap_or(c.socket);
         c.socket_group = socket_group.unwrap_or(c.socket_group);
         c.listen = listen.unwrap_or(c.listen);
-        c.agent_user = agent_user.unwrap_or(c.agent_user);
+        c.agent_user = agent_user.or(c.agent_user);
         c.sim_phone = sim_phone.unwrap_or(c.sim_phone);
         c.keyboard_layout = keyboard_layout.unwrap_or(c.keyboard_layout);
         c.input = input.unwrap_or(c.input);
@@ -189,7 +193,7 @@ mod tests {
         )
         .unwrap();
         assert!(c.sim);
-        assert_eq!(c.agent_user, "nobody");
+        assert_eq!(c.agent_user.as_deref(), Some("nobody"));
         assert_eq!(c.socket, PathBuf::from("/run/tether/control.sock"));
         assert_eq!(c.sim_phone.capture_width, 3840);
         assert_eq!(c.sim_phone.phone_width, 1179, "unset sim fields keep defaults");

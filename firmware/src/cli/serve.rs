@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use nix::unistd::{Group, Uid, User};
-use tether::config::{default_config_file, Config, Profile};
+use tether::config::{default_config_file, Config, Profile, DEFAULT_AGENT_USER};
 use tether::daemon::{Daemon, DaemonOptions, Devices, RolePolicy};
 use tether::device::sim::{SimConfig, SimPhone};
 use tether::server::{UnixServer, UnixServerConfig};
@@ -47,7 +47,7 @@ fn resolve_config(opts: &ServeOptions) -> anyhow::Result<Config> {
         config.listen = v;
     }
     if let Some(v) = &opts.agent_user {
-        config.agent_user = v.clone();
+        config.agent_user = Some(v.clone());
     }
     tracing::info!(profile = ?profile, config_file = ?file, "configuration loaded");
     Ok(config)
@@ -55,8 +55,9 @@ fn resolve_config(opts: &ServeOptions) -> anyhow::Result<Config> {
 
 /// Resolves the agent user to a uid. A missing default user is fine (no agent role on this
 /// machine); a missing user that was asked for explicitly is an error.
-fn agent_uid(config: &Config, explicit: bool) -> anyhow::Result<Option<u32>> {
-    let name = config.agent_user.as_str();
+fn agent_uid(config: &Config) -> anyhow::Result<Option<u32>> {
+    let explicit = config.agent_user.is_some();
+    let name = config.agent_user.as_deref().unwrap_or(DEFAULT_AGENT_USER);
     if let Ok(uid) = name.parse::<u32>() {
         return Ok(Some(uid));
     }
@@ -76,13 +77,12 @@ fn agent_uid(config: &Config, explicit: bool) -> anyhow::Result<Option<u32>> {
 pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
     init_logging();
     let config = resolve_config(&opts)?;
-    let explicit_agent = opts.agent_user.is_some() || opts.config.is_some();
-    let agent_uid = agent_uid(&config, explicit_agent)?;
+    let agent_uid = agent_uid(&config)?;
     let service_uid = Uid::effective().as_raw();
     if agent_uid == Some(service_uid) || agent_uid == Some(0) {
         bail!(
             "agent user {:?} is root or the daemon's own user; agents must run under a separate uid",
-            config.agent_user
+            config.agent_user.as_deref().unwrap_or(DEFAULT_AGENT_USER)
         );
     }
     let operator_gid = Group::from_name(&config.socket_group)

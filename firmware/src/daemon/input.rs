@@ -40,6 +40,23 @@ pub enum InputError {
     },
 }
 
+/// How much of each wait is left to a precise thread sleep: tokio's timer fires on 1 ms
+/// ticks, which alone would add 1-2 ms to every gesture.
+const FINE_SLEEP: Duration = Duration::from_millis(2);
+
+/// Sleeps until `due` with sub-millisecond precision: the runtime timer for the bulk (so it
+/// stays cancellable), then a short sleep on the blocking pool (never on a runtime worker).
+async fn precise_sleep_until(due: tokio::time::Instant) {
+    if let Some(coarse) = due.checked_sub(FINE_SLEEP) {
+        tokio::time::sleep_until(coarse).await;
+    }
+    let remaining = due.saturating_duration_since(tokio::time::Instant::now());
+    if !remaining.is_zero() {
+        // If the blocking pool is gone (runtime shutting down) the wait simply ends early.
+        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(remaining)).await;
+    }
+}
+
 /// Owns the HID sink. Callers serialize access (the daemon holds it behind a fair lock).
 #[derive(Debug)]
 pub struct InputLane {
@@ -82,6 +99,9 @@ impl InputLane {
         cancel: &CancellationToken,
         sent: &mut usize,
     ) -> Result<(), InputError> {
+        // Waits are measured from the sequence's start, not from the previous step, so
+        // timer granularity does not accumulate over a gesture's many waits.
+        let mut due = tokio::time::Instant::now();
         for step in steps {
             if cancel.is_cancelled() {
                 return Err(InputError::Cancelled { reports_sent: *sent });
@@ -95,9 +115,10 @@ impl InputLane {
                     *sent += 1;
                 }
                 InputStep::Wait(d) => {
+                    due += *d;
                     tokio::select! {
                         () = cancel.cancelled() => return Err(InputError::Cancelled { reports_sent: *sent }),
-                        () = tokio::time::sleep(*d) => {}
+                        () = precise_sleep_until(due) => {}
                     }
                 }
             }

@@ -1,0 +1,169 @@
+//! tether benchmarks over the virtual iPhone. Run with:
+//!
+//! ```sh
+//! cargo run --release -p tether-tests --bin bench
+//! ```
+//!
+//! Prints a Markdown section for BENCHMARKS.md: screenshot latency at 1080p and 2160p
+//! capture, action overhead beyond the intended gesture timeline, and the daemon's memory.
+
+#![allow(clippy::cast_possible_truncation, clippy::cast_precision_loss, clippy::cast_sign_loss)]
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde_json::{json, Value};
+use tether::device::input::InputTimings;
+use tether::device::sim::SimConfig;
+use tether_tests::harness::{RawClient, SimDaemon};
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (p / 100.0 * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn summary(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (percentile(&v, 50.0), percentile(&v, 99.0))
+}
+
+/// Screenshot round trips (request → PNG in the reply) over the control socket.
+async fn screenshots(width: u32, height: u32, n: usize) -> anyhow::Result<(f64, f64, usize)> {
+    let d = SimDaemon::start_phone(
+        SimConfig { capture_width: width, capture_height: height, ..SimConfig::default() },
+        InputTimings::default(),
+    )
+    .await?;
+    let mut c = d.connect().await?;
+    c.ok(1, "screenshot", json!({})).await?; // first frame, active-rect detection
+    let mut times = Vec::with_capacity(n);
+    let mut bytes = 0;
+    for i in 0..n {
+        let t = Instant::now();
+        let r = c.ok(10 + i as u64, "screenshot", json!({})).await?;
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+        bytes = r["data"].as_str().map_or(0, str::len) * 3 / 4;
+    }
+    let (p50, p99) = summary(times);
+    Ok((p50, p99, bytes))
+}
+
+/// Planned timeline of one tap under `t`.
+fn tap_timeline(t: &InputTimings) -> f64 {
+    (t.settle_ms + t.tap_hold_ms + u64::from(t.release_repeats.saturating_sub(1)) * t.release_gap_ms) as f64
+}
+
+/// Client-observed action time minus the gesture's own waits, for `kind` (`tap` or `move`;
+/// a move has no waits, so its time is all overhead).
+async fn action_overhead(kind: &str, n: usize) -> anyhow::Result<(f64, f64)> {
+    let timings = InputTimings::default();
+    let d = SimDaemon::start_phone(SimConfig::default(), timings).await?;
+    let mut c = d.connect().await?;
+    let mut obs = String::new();
+    let mut over = Vec::with_capacity(n);
+    for i in 0..n {
+        // Observations last 30 s: refresh now and then (outside the timed part).
+        if i % 50 == 0 {
+            let shot = c.ok(1, "screenshot", json!({})).await?;
+            obs = shot["metadata"]["observation_id"].as_str().context("observation id")?.to_string();
+        }
+        // Tap the wallpaper between icons so the screen stays put.
+        let params = json!({"operation_id": format!("b{i}"), "observation_id": obs,
+            "action": {"type": kind, "x": 20 + (i % 10), "y": 20}});
+        let t = Instant::now();
+        let r = c.ok(100 + i as u64, "action", params).await?;
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        anyhow::ensure!(r["status"] == "submitted", "{r}");
+        over.push(if kind == "move" { ms } else { ms - tap_timeline(&timings) });
+    }
+    Ok(summary(over))
+}
+
+fn rss_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok((field("VmRSS:"), field("VmHWM:")))
+}
+
+/// The real `tether serve --sim` process under load: RSS now and its peak.
+async fn daemon_memory(width: u32, height: u32) -> anyhow::Result<(u64, u64)> {
+    let exe = std::env::current_exe()?;
+    let tether = exe.with_file_name("tether");
+    anyhow::ensure!(tether.exists(), "build the daemon first: cargo build --release -p tether");
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("control.sock");
+    let config = dir.path().join("tether.toml");
+    std::fs::write(&config, format!("[sim_phone]\ncapture_width = {width}\ncapture_height = {height}\n"))?;
+    let mut child = Command::new(&tether)
+        .args(["serve", "--sim", "--socket"])
+        .arg(&socket)
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !socket.exists() {
+        anyhow::ensure!(Instant::now() < deadline, "daemon did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut c = RawClient::connect(&socket).await?;
+    let mut obs = String::new();
+    for i in 0..60u64 {
+        let r: Value = c.ok(i, "screenshot", json!({})).await?;
+        obs = r["metadata"]["observation_id"].as_str().unwrap_or_default().to_string();
+    }
+    for i in 0..20u64 {
+        let params = json!({"operation_id": format!("m{i}"), "observation_id": obs,
+            "action": {"type": "tap", "x": 20, "y": 20}});
+        c.ok(1000 + i, "action", params).await?;
+    }
+    let rss = rss_kib(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    rss
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let n = 200;
+    let (p50_1080, p99_1080, bytes_1080) = screenshots(1920, 1080, n).await?;
+    let (p50_2160, p99_2160, bytes_2160) = screenshots(3840, 2160, n).await?;
+    let (o50, o99) = action_overhead("tap", n).await?;
+    let (m50, m99) = action_overhead("move", n).await?;
+    let (rss, hwm) = daemon_memory(1920, 1080).await?;
+    let (rss4k, hwm4k) = daemon_memory(3840, 2160).await?;
+    println!("| measure | p50 | p99 | notes |");
+    println!("|---|---|---|---|");
+    println!("| screenshot, 1080p capture | {p50_1080:.1} ms | {p99_1080:.1} ms | {n} runs, PNG {bytes_1080} B, end to end over the socket |");
+    println!("| screenshot, 2160p capture | {p50_2160:.1} ms | {p99_2160:.1} ms | {n} runs, PNG {bytes_2160} B, scaled to 1568 px |");
+    println!(
+        "| tap overhead beyond its {:.0} ms timeline | {o50:.2} ms | {o99:.2} ms | {n} taps, client round trip |",
+        tap_timeline(&InputTimings::default())
+    );
+    println!("| move (no waits) round trip | {m50:.2} ms | {m99:.2} ms | {n} moves |");
+    println!(
+        "| daemon RSS, 1080p sim | {} MiB | peak {} MiB | after 60 screenshots + 20 taps |",
+        rss / 1024,
+        hwm / 1024
+    );
+    println!(
+        "| daemon RSS, 2160p sim | {} MiB | peak {} MiB | after 60 screenshots + 20 taps |",
+        rss4k / 1024,
+        hwm4k / 1024
+    );
+    Ok(())
+}
