@@ -28,6 +28,11 @@ enum Command {
     Serve(ServeArgs),
     /// Show what the running daemon sees: USB host, video signal, active task.
     Status(StatusArgs),
+    /// Measure where the pointer really lands (from video) and correct the mapping.
+    ///
+    /// Needs AssistiveTouch's pointer visible and the screen otherwise still. The result is
+    /// stored per orientation in the data directory and used by every later action.
+    Calibrate(CalibrateArgs),
     /// Check this machine: USB device controllers, HID gadget nodes, video and codec nodes,
     /// and whether a daemon answers.
     Doctor(DoctorArgs),
@@ -68,6 +73,23 @@ struct StatusArgs {
     json: bool,
 }
 
+/// Flags of `tether calibrate`.
+#[derive(Debug, Args)]
+struct CalibrateArgs {
+    /// Control socket path.
+    #[arg(long, value_name = "PATH", env = "TETHER_SOCKET")]
+    socket: Option<PathBuf>,
+    /// Points per side of the measuring grid (3-6).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(3..=6))]
+    grid: Option<u32>,
+    /// Forget the current orientation's calibration instead of measuring.
+    #[arg(long)]
+    reset: bool,
+    /// Print the raw result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
 /// Flags of `tether doctor`.
 #[derive(Debug, Args)]
 struct DoctorArgs {
@@ -91,6 +113,7 @@ fn main() -> ExitCode {
             agent_user: args.agent_user,
         }),
         Command::Status(args) => cli::status::run_status(args.socket, args.json),
+        Command::Calibrate(args) => cli::calibrate::run_calibrate(args.socket, args.grid, args.reset, args.json),
         Command::Doctor(args) => cli::doctor::run_doctor(args.socket, args.json),
     };
     match result {

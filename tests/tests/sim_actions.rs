@@ -373,3 +373,63 @@ async fn preview_is_small_and_cannot_authorize_input() {
     let r = drv.call("preview", json!({"max_edge": 2000})).await;
     assert_eq!(r["error"]["code"], "INVALID_PARAMS");
 }
+
+/// Distance in phone pixels between where each tap was aimed and where the phone registered it.
+async fn aim_errors(drv: &mut Driver, targets: &[&str]) -> Vec<(String, bool, f64)> {
+    let mut out = Vec::new();
+    for id in targets {
+        let shot = drv.shot().await;
+        let e = drv.element(id).await;
+        let (ix, iy) = drv.centre(&shot, &e);
+        drv.tap(&shot, ix, iy).await;
+        let touch = drv.state().await["touches"].as_array().unwrap().last().unwrap().clone();
+        // The phone point the image pixel's centre stands for.
+        let aim = ((ix + 0.5) * drv.screen.0 / shot.image.0, (iy + 0.5) * drv.screen.1 / shot.image.1);
+        let down = (touch["down"][0].as_f64().unwrap(), touch["down"][1].as_f64().unwrap());
+        out.push((id.to_string(), touch["target"] == *id, (down.0 - aim.0).hypot(down.1 - aim.1)));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calibration_removes_scale_and_offset_error() {
+    let skewed = SimConfig { pointer_scale_error_permille: 30, pointer_offset_px: (20, 20), ..fast_phone() };
+    let d = SimDaemon::start_phone(skewed, fast_timings()).await.unwrap();
+    let mut drv = Driver::new(&d).await;
+    drv.tap_element("app0").await; // into the app (the icon is big enough to hit anyway)
+    assert_eq!(drv.state().await["screen"], "app");
+    // Rows low on the screen: 3 % of 2556 px plus 20 px puts taps ~95 px too low.
+    let shot = drv.shot().await;
+    let list = drv.element("list").await;
+    let (x, y) = drv.centre(&shot, &list);
+    drv.act(Some(&shot), json!({"type": "scroll", "x": x, "y": y, "direction": "down", "distance": 1})).await;
+    let rows: Vec<String> = drv.state().await["elements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "list_row" && e["rect"]["h"].as_i64().unwrap() > 100)
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .rev()
+        .take(4)
+        .collect();
+    let targets: Vec<&str> = rows.iter().map(String::as_str).chain(["toggle2", "button0"]).collect();
+    let before = aim_errors(&mut drv, &targets).await;
+    assert!(before.iter().any(|(_, hit, _)| !hit), "taps must miss before calibration: {before:?}");
+    assert!(before.iter().all(|(_, _, err)| *err > 20.0), "{before:?}");
+
+    let cal = drv.ok("calibrate", json!({})).await;
+    assert_eq!(cal["orientation"], "portrait");
+    let residual = cal["residual"]["phone_max"].as_f64().unwrap();
+    assert!(residual <= 2.0, "residual {residual} phone px: {cal}");
+
+    let after = aim_errors(&mut drv, &targets).await;
+    assert!(after.iter().all(|(_, hit, _)| *hit), "taps must land after calibration: {after:?}");
+    let worst = after.iter().map(|(_, _, e)| *e).fold(0.0, f64::max);
+    assert!(worst <= 2.0, "worst aim error {worst} phone px: {after:?}");
+
+    // Persisted: a reset forgets it and the error comes back.
+    let reset = drv.ok("calibrate", json!({"reset": true})).await;
+    assert_eq!(reset["reset"], true);
+    let again = aim_errors(&mut drv, &targets[..1]).await;
+    assert!(again[0].2 > 20.0, "{again:?}");
+}

@@ -1,5 +1,6 @@
 //! CLI glue: each subcommand's `run_*` function. `anyhow` lives here and in `main` only.
 
+pub mod calibrate;
 pub mod doctor;
 pub mod serve;
 pub mod status;

@@ -105,9 +105,16 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
         let phone = SimPhone::new(SimConfig { layout: config.keyboard_layout, ..config.sim_phone });
         let devices =
             Devices { hid: Box::new(phone.hid()), video: Box::new(phone.display()), sim: Some(phone.clone()) };
-        let daemon =
-            Daemon::start(devices, DaemonOptions { sim: true, timings: config.input, layout: config.keyboard_layout })
-                .context("start daemon")?;
+        let daemon = Daemon::start(
+            devices,
+            DaemonOptions {
+                sim: true,
+                timings: config.input,
+                layout: config.keyboard_layout,
+                data_dir: Some(config.data_dir.clone()),
+            },
+        )
+        .context("start daemon")?;
         let mut server_config =
             UnixServerConfig::new(config.socket.clone(), RolePolicy { service_uid, agent_uid, operator_gid });
         server_config.group = operator_gid;

@@ -26,7 +26,7 @@ pub const MAX_PREVIEW_BYTES: usize = 256 << 10;
 
 impl Daemon {
     /// The newest frame, waiting up to `timeout` for one newer than `after`.
-    async fn frame_after(&self, after: Option<u64>, timeout: Duration) -> Result<Arc<Frame>, DaemonError> {
+    pub(super) async fn frame_after(&self, after: Option<u64>, timeout: Duration) -> Result<Arc<Frame>, DaemonError> {
         let mut reader = self.inner.frames.clone();
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
@@ -50,7 +50,7 @@ impl Daemon {
     }
 
     /// The phone's picture in `frame`, detected once per generation.
-    fn active_rect(&self, frame: &Frame) -> PixelRect {
+    pub(super) fn active_rect(&self, frame: &Frame) -> PixelRect {
         let mut cache = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
         match *cache {
             Some((generation, rect)) if generation == frame.generation => rect,
@@ -194,7 +194,7 @@ impl Daemon {
         };
         let point = |x: f64, y: f64| -> Result<HidPoint, DaemonError> {
             let m = mapping.ok_or_else(|| DaemonError::InvalidArgument("observation_id is required".into()))?;
-            let (hx, hy) = m.to_hid(x, y)?;
+            let (hx, hy) = self.calibrated_hid(m.to_normalized(x, y)?, &m.active);
             Ok(HidPoint::new(hx, hy))
         };
         let gesture = match &p.action {

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod act;
+mod calibrate;
 mod caller;
 mod input;
 mod observations;
@@ -20,6 +21,7 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
+pub use calibrate::{calibration_file, Calibrations, Orientation};
 pub use caller::{Caller, Identity, PeerCredentials, Role, RolePolicy};
 pub use input::{InputError, InputLane, InputStep};
 pub use observations::{Observation, ObservationError, ObservationStore, OBSERVATIONS_KEPT, OBSERVATION_TTL};
@@ -84,6 +86,9 @@ pub enum DaemonError {
     /// An argument is valid JSON but makes no sense here.
     #[error("{0}")]
     InvalidArgument(String),
+    /// Calibration failed; the pointer moved (side effect), the old calibration stays.
+    #[error("{0}")]
+    Calibration(String),
     /// Producing an image failed.
     #[error("could not produce the image")]
     Image(#[from] ImageError),
@@ -131,8 +136,10 @@ pub struct Devices {
 }
 
 /// Start-up options that are not devices.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct DaemonOptions {
+    /// Where persistent state lives (calibration); `None` keeps it in memory only.
+    pub data_dir: Option<std::path::PathBuf>,
     /// Whether the devices are the virtual iPhone (advertised in `hello` and `status`).
     pub sim: bool,
     /// Gesture timings.
@@ -204,6 +211,8 @@ struct Inner {
     observations: std::sync::Mutex<ObservationStore>,
     operations: std::sync::Mutex<OperationCache>,
     active: std::sync::Mutex<Option<(u32, PixelRect)>>,
+    calibrations: std::sync::Mutex<Calibrations>,
+    data_dir: Option<std::path::PathBuf>,
     _video: SourceGuard,
 }
 
@@ -220,6 +229,9 @@ impl Daemon {
         let video_backend = devices.video.backend();
         let hid_backend = devices.hid.backend();
         let guard = devices.video.start(hub)?;
+        let calibrations =
+            options.data_dir.as_deref().map(|d| Calibrations::load(&calibration_file(d))).unwrap_or_default();
+        let (timings, keymap, data_dir) = (options.timings, Keymap::new(options.layout), options.data_dir.clone());
         Ok(Daemon {
             inner: Arc::new(Inner {
                 options,
@@ -233,11 +245,13 @@ impl Daemon {
                 next_session: AtomicU64::new(1),
                 shutdown: CancellationToken::new(),
                 sim: devices.sim,
-                timings: options.timings,
-                keymap: Keymap::new(options.layout),
+                timings,
+                keymap,
                 observations: std::sync::Mutex::default(),
                 operations: std::sync::Mutex::default(),
                 active: std::sync::Mutex::default(),
+                calibrations: std::sync::Mutex::new(calibrations),
+                data_dir,
                 _video: guard,
             }),
         })
@@ -285,6 +299,7 @@ impl Daemon {
             Call::Action(p) => self.action(session, id, p).await?,
             Call::Cancel(p) => serde_json::json!({"cancelled": self.cancel(session, p.request_id)}),
             Call::SimState(_) => to_value(&self.inner.sim.as_ref().ok_or(DaemonError::NotSim)?.state()),
+            Call::Calibrate(p) => self.calibrate(session, p).await?,
         };
         Ok(value)
     }

@@ -46,15 +46,16 @@ impl Affine {
         (clamp(x), clamp(y))
     }
 
-    /// Least-squares fit of `hid ≈ A(normalized)` over at least 3 non-collinear pairs.
-    pub fn fit(pairs: &[((f64, f64), (f64, f64))]) -> Option<Affine> {
-        if pairs.len() < 3 {
+    /// Least-squares fit of `hid ≈ A(normalized)` over at least 3 non-collinear points.
+    pub fn fit(points: &[CalibrationPoint]) -> Option<Affine> {
+        if points.len() < 3 {
             return None;
         }
+        let pairs = points.iter().map(|p| (p.normalized, p.hid));
         // Normal equations (AᵀA) p = Aᵀb with rows [nx, ny, 1], solved once per axis.
         let mut ata = [[0.0f64; 3]; 3];
         let mut atb = [[0.0f64; 3]; 2];
-        for &((nx, ny), (hx, hy)) in pairs {
+        for ((nx, ny), (hx, hy)) in pairs {
             let row = [nx, ny, 1.0];
             for i in 0..3 {
                 for j in 0..3 {
@@ -68,7 +69,18 @@ impl Affine {
     }
 }
 
+/// One measured calibration point.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CalibrationPoint {
+    /// Where the pointer was seen, normalized to the phone's picture (0..1).
+    pub normalized: (f64, f64),
+    /// The HID position that was sent.
+    pub hid: (f64, f64),
+}
+
 /// Solves a 3x3 system by Gaussian elimination with partial pivoting.
+// Index loops mirror the textbook algorithm; iterator forms obscure it.
+#[allow(clippy::needless_range_loop)]
 fn solve3(mut a: [[f64; 3]; 3], mut b: [f64; 3]) -> Option<[f64; 3]> {
     for col in 0..3 {
         let pivot = (col..3).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
@@ -139,8 +151,10 @@ mod tests {
     #[test]
     fn fit_recovers_a_known_map() {
         let truth = Affine { m: [[30000.0, 500.0, 1200.0], [-300.0, 31000.0, 800.0]] };
-        let pairs: Vec<_> =
-            [(0.1, 0.1), (0.9, 0.1), (0.1, 0.9), (0.9, 0.9), (0.5, 0.5)].iter().map(|&n| (n, truth.apply(n))).collect();
+        let pairs: Vec<_> = [(0.1, 0.1), (0.9, 0.1), (0.1, 0.9), (0.9, 0.9), (0.5, 0.5)]
+            .iter()
+            .map(|&n| CalibrationPoint { normalized: n, hid: truth.apply(n) })
+            .collect();
         let fitted = Affine::fit(&pairs).unwrap();
         for (row, want) in fitted.m.iter().zip(truth.m) {
             for (a, b) in row.iter().zip(want) {
@@ -148,7 +162,10 @@ mod tests {
             }
         }
         assert!(Affine::fit(&pairs[..2]).is_none());
-        let collinear = [((0.1, 0.1), (1.0, 1.0)), ((0.2, 0.2), (2.0, 2.0)), ((0.3, 0.3), (3.0, 3.0))];
+        let collinear: Vec<_> = [0.1, 0.2, 0.3]
+            .iter()
+            .map(|&v| CalibrationPoint { normalized: (v, v), hid: (v * 10.0, v * 10.0) })
+            .collect();
         assert!(Affine::fit(&collinear).is_none());
     }
 

@@ -58,6 +58,8 @@ pub enum ErrorCode {
     OperationConflict,
     /// The phone's keyboard layout cannot type some characters; nothing was typed.
     UntypeableText,
+    /// Calibration could not measure the pointer; the previous calibration is kept.
+    CalibrationFailed,
     // --- the daemon ---
     /// The daemon is shutting down.
     ShuttingDown,
@@ -105,6 +107,7 @@ impl ErrorCode {
             ErrorCode::OutOfBounds => "OUT_OF_BOUNDS",
             ErrorCode::OperationConflict => "OPERATION_CONFLICT",
             ErrorCode::UntypeableText => "UNTYPEABLE_TEXT",
+            ErrorCode::CalibrationFailed => "CALIBRATION_FAILED",
             ErrorCode::PermissionDenied => "PERMISSION_DENIED",
             ErrorCode::DeviceUnavailable => "DEVICE_UNAVAILABLE",
             ErrorCode::HostNotConnected => "HOST_NOT_CONNECTED",
@@ -175,6 +178,7 @@ impl From<&DaemonError> for ErrorBody {
             DaemonError::OutOfBounds(_) => (ErrorCode::OutOfBounds, false),
             DaemonError::OperationConflict { .. } => (ErrorCode::OperationConflict, false),
             DaemonError::Untypeable(_) => (ErrorCode::UntypeableText, false),
+            DaemonError::Calibration(_) => (ErrorCode::CalibrationFailed, true),
             DaemonError::InvalidArgument(_) => (ErrorCode::InvalidParams, false),
             DaemonError::Image(_) => (ErrorCode::Internal, false),
             DaemonError::ActionFailed(_) => (ErrorCode::Internal, false),

@@ -239,6 +239,18 @@ pub struct CancelParams {
     pub request_id: u64,
 }
 
+/// Parameters of `calibrate`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CalibrateParams {
+    /// Points per side of the measuring grid, 3..=6 (default 4).
+    #[serde(default)]
+    pub grid: Option<u32>,
+    /// Forget the calibration of the current orientation instead of measuring.
+    #[serde(default)]
+    pub reset: Option<bool>,
+}
+
 /// Parameters of `sim_state` (none).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]

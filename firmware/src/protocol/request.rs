@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::params::{
-    ActionParams, ActionSpec, CancelParams, PreviewParams, ScreenshotParams, SimStateParams, MAX_EDGE_LIMIT,
-    MAX_PATH_POINTS, MAX_PREVIEW_EDGE, MAX_TEXT_BYTES, MAX_TIMEOUT_MS,
+    ActionParams, ActionSpec, CalibrateParams, CancelParams, PreviewParams, ScreenshotParams, SimStateParams,
+    MAX_EDGE_LIMIT, MAX_PATH_POINTS, MAX_PREVIEW_EDGE, MAX_TEXT_BYTES, MAX_TIMEOUT_MS,
 };
 use super::{ErrorBody, ErrorCode, MAX_NESTING_DEPTH, MAX_REQUEST_BYTES};
 
@@ -45,6 +45,8 @@ pub enum Method {
     Cancel,
     /// The virtual iPhone's internal state (sim only).
     SimState,
+    /// Measure where the pointer lands and correct the mapping.
+    Calibrate,
 }
 
 impl Method {
@@ -57,6 +59,7 @@ impl Method {
         Method::Action,
         Method::Cancel,
         Method::SimState,
+        Method::Calibrate,
     ];
 
     /// The wire name.
@@ -69,6 +72,7 @@ impl Method {
             Method::Action => "action",
             Method::Cancel => "cancel",
             Method::SimState => "sim_state",
+            Method::Calibrate => "calibrate",
         }
     }
 
@@ -112,6 +116,8 @@ pub enum Call {
     Cancel(CancelParams),
     /// `sim_state`.
     SimState(SimStateParams),
+    /// `calibrate`.
+    Calibrate(CalibrateParams),
 }
 
 impl Call {
@@ -125,6 +131,7 @@ impl Call {
             Call::Action(_) => Method::Action,
             Call::Cancel(_) => Method::Cancel,
             Call::SimState(_) => Method::SimState,
+            Call::Calibrate(_) => Method::Calibrate,
         }
     }
 }
@@ -256,6 +263,13 @@ pub fn parse_request(line: &[u8]) -> Result<Request, RequestError> {
         }
         Method::Cancel => Call::Cancel(params(id, known, fields)?),
         Method::SimState => Call::SimState(params(id, known, fields)?),
+        Method::Calibrate => {
+            let p: CalibrateParams = params(id, known, fields)?;
+            if p.grid.is_some_and(|g| !(3..=6).contains(&g)) {
+                return Err(RequestError::new(Some(id), ErrorCode::InvalidParams, "calibrate: grid must be 3..=6"));
+            }
+            Call::Calibrate(p)
+        }
     };
     Ok(Request { id, task_token, call })
 }
@@ -445,6 +459,20 @@ mod tests {
     fn long_client_name_is_rejected() {
         let line = format!(r#"{{"id":1,"method":"hello","client":"{}"}}"#, "é".repeat(100));
         assert_eq!(code(&line), (Some(RequestId(1)), ErrorCode::InvalidParams));
+    }
+
+    #[test]
+    fn every_method_is_listed_and_parses() {
+        let names: Vec<&str> = Method::ALL.iter().map(|m| m.as_str()).collect();
+        assert_eq!(names, ["hello", "status", "screenshot", "preview", "action", "cancel", "sim_state", "calibrate"]);
+        for m in Method::ALL {
+            let line = format!(r#"{{"id":1,"method":"{}"}}"#, m.as_str());
+            match parse_request(line.as_bytes()) {
+                Ok(req) => assert_eq!(req.call.method(), *m),
+                // `action` has required parameters; it must fail on them, not on the name.
+                Err(e) => assert_eq!(e.error.code, ErrorCode::InvalidParams, "{}", m.as_str()),
+            }
+        }
     }
 
     #[test]

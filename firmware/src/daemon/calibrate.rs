@@ -1,0 +1,264 @@
+//! `calibrate`: find where the pointer really goes, from video, and correct for it.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::{Daemon, DaemonError, InputError, InputStep, Role, Session};
+use crate::device::calibration::{locate_pointer, Affine, CalibrationPoint};
+use crate::device::geometry::PixelRect;
+use crate::device::hid::{HidReport, PointerReport, POINTER_MAX};
+use crate::protocol::params::CalibrateParams;
+
+/// Which way the phone's picture is oriented; each has its own calibration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Orientation {
+    /// Taller than wide.
+    Portrait,
+    /// Wider than tall.
+    Landscape,
+}
+
+impl Orientation {
+    /// The orientation of a picture rectangle.
+    pub fn of(rect: &PixelRect) -> Orientation {
+        if rect.height >= rect.width {
+            Orientation::Portrait
+        } else {
+            Orientation::Landscape
+        }
+    }
+}
+
+/// Stored calibrations, one per orientation (persisted as JSON in the data directory).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Calibrations {
+    /// Portrait map.
+    pub portrait: Option<Affine>,
+    /// Landscape map.
+    pub landscape: Option<Affine>,
+}
+
+impl Calibrations {
+    /// The map for `o`.
+    pub fn get(&self, o: Orientation) -> Option<Affine> {
+        match o {
+            Orientation::Portrait => self.portrait,
+            Orientation::Landscape => self.landscape,
+        }
+    }
+
+    fn set(&mut self, o: Orientation, a: Option<Affine>) {
+        match o {
+            Orientation::Portrait => self.portrait = a,
+            Orientation::Landscape => self.landscape = a,
+        }
+    }
+
+    /// Reads `path`; a missing or unreadable file means no calibration (logged).
+    pub fn load(path: &Path) -> Calibrations {
+        match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                tracing::warn!(path = %path.display(), error = %e, "ignoring unreadable calibration file");
+                Calibrations::default()
+            }),
+            Err(_) => Calibrations::default(),
+        }
+    }
+}
+
+/// The calibration file inside the data directory.
+pub fn calibration_file(data_dir: &Path) -> PathBuf {
+    data_dir.join("calibration.json")
+}
+
+/// Grid points per side by default, and the allowed range.
+const DEFAULT_GRID: u32 = 4;
+/// Grid spans this fraction of the screen, centred: edges are avoided because a pointer
+/// pushed past the screen's edge stops there and would bias the fit.
+const GRID_SPAN: f64 = 0.76;
+
+impl Daemon {
+    /// HID units for a normalized picture position, through the calibration if any.
+    pub(super) fn calibrated_hid(&self, n: (f64, f64), active: &PixelRect) -> (u16, u16) {
+        let map = self.lock_calibrations().get(Orientation::of(active)).unwrap_or_else(Affine::identity);
+        map.to_hid(n)
+    }
+
+    fn lock_calibrations(&self) -> std::sync::MutexGuard<'_, Calibrations> {
+        // Plain data; a panic elsewhere cannot leave it inconsistent.
+        self.inner.calibrations.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn persist_calibrations(&self) {
+        let Some(dir) = &self.inner.data_dir else { return };
+        let snapshot = *self.lock_calibrations();
+        let path = calibration_file(dir);
+        let tmp = path.with_extension("json.tmp");
+        let write = async {
+            tokio::fs::create_dir_all(dir).await?;
+            tokio::fs::write(&tmp, serde_json::to_vec_pretty(&snapshot).unwrap_or_default()).await?;
+            tokio::fs::rename(&tmp, &path).await
+        };
+        if let Err(e) = write.await {
+            tracing::warn!(path = %path.display(), error = %e, "could not save calibration");
+        }
+    }
+
+    pub(super) async fn calibrate(&self, session: &Session, p: &CalibrateParams) -> Result<Value, DaemonError> {
+        let role = session.caller.role;
+        if !role.includes(Role::Operate) {
+            return Err(DaemonError::PermissionDenied { method: "calibrate", needed: Role::Operate, have: role });
+        }
+        let frame = self.frame_after(None, Duration::from_secs(2)).await?;
+        let active = self.active_rect(&frame);
+        let orientation = Orientation::of(&active);
+        if p.reset.unwrap_or(false) {
+            self.lock_calibrations().set(orientation, None);
+            self.persist_calibrations().await;
+            return Ok(json!({"orientation": orientation, "reset": true}));
+        }
+        let grid = p.grid.unwrap_or(DEFAULT_GRID);
+        let targets: Vec<(u16, u16)> = grid_points(grid);
+        let frames = {
+            let mut lane = tokio::select! {
+                lane = self.inner.lane.lock() => lane,
+                () = session.cancel.cancelled() => return Err(InputError::Cancelled { reports_sent: 0 }.into()),
+            };
+            let mut frames = Vec::with_capacity(targets.len());
+            // Twice the settle time: the pointer must have fully arrived before the frame.
+            let settle = Duration::from_millis(self.inner.timings.settle_ms.max(50) * 2);
+            for &(x, y) in &targets {
+                let step = InputStep::Report(HidReport::Pointer(PointerReport::new(0, x, y, 0)));
+                lane.run(&[step, InputStep::Wait(settle)], &session.cancel).await?;
+                let seen = self.inner.frames.latest().map(|f| f.sequence);
+                frames.push(self.frame_after(seen, Duration::from_secs(2)).await?);
+            }
+            frames
+        };
+        let count = frames.len();
+        let mut points = Vec::with_capacity(count);
+        for (k, &(hx, hy)) in targets.iter().enumerate() {
+            let (prev, next) = (&frames[(k + count - 1) % count], &frames[(k + 1) % count]);
+            let Some((cx, cy)) = locate_pointer(prev, &frames[k], next, active) else {
+                return Err(DaemonError::Calibration(format!(
+                    "the pointer was not found at calibration point {} of {count}: is AssistiveTouch on, the \
+                     pointer visible, and the screen still?",
+                    k + 1
+                )));
+            };
+            let n = (
+                (cx - f64::from(active.x)) / f64::from(active.width),
+                (cy - f64::from(active.y)) / f64::from(active.height),
+            );
+            points.push(CalibrationPoint { normalized: n, hid: (f64::from(hx), f64::from(hy)) });
+        }
+        let affine = Affine::fit(&points).ok_or_else(|| {
+            DaemonError::Calibration("the measured points are degenerate; nothing was changed".into())
+        })?;
+        let residual = Residual::of(&affine, &points, &active, self.inner.sim.as_ref().map(|s| s.config()));
+        self.lock_calibrations().set(orientation, Some(affine));
+        self.persist_calibrations().await;
+        tracing::info!(?orientation, max_px = residual.picture_max, "calibrated");
+        Ok(json!({
+            "orientation": orientation,
+            "points": points,
+            "affine": affine,
+            "residual": residual,
+        }))
+    }
+}
+
+/// How well the fitted map explains the measurements.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct Residual {
+    /// Largest error in capture-picture pixels.
+    picture_max: f64,
+    /// RMS error in capture-picture pixels.
+    picture_rms: f64,
+    /// Largest error in phone pixels (sim only: real phones do not tell their pixel size).
+    phone_max: Option<f64>,
+    /// RMS error in phone pixels (sim only).
+    phone_rms: Option<f64>,
+}
+
+impl Residual {
+    fn of(
+        a: &Affine,
+        points: &[CalibrationPoint],
+        active: &PixelRect,
+        sim: Option<crate::device::sim::SimConfig>,
+    ) -> Residual {
+        let full = f64::from(POINTER_MAX) + 1.0;
+        let errors = |w: f64, h: f64| -> (f64, f64) {
+            let mut max = 0.0f64;
+            let mut sum = 0.0;
+            for p in points {
+                let (px, py) = a.apply(p.normalized);
+                let e = ((px - p.hid.0) / full * w).hypot((py - p.hid.1) / full * h);
+                max = max.max(e);
+                sum += e * e;
+            }
+            // A handful of points: the count is exact in f64.
+            #[allow(clippy::cast_precision_loss)]
+            let n = points.len().max(1) as f64;
+            (max, (sum / n).sqrt())
+        };
+        let (picture_max, picture_rms) = errors(f64::from(active.width), f64::from(active.height));
+        let phone = sim.map(|s| errors(f64::from(s.phone_width), f64::from(s.phone_height)));
+        Residual { picture_max, picture_rms, phone_max: phone.map(|p| p.0), phone_rms: phone.map(|p| p.1) }
+    }
+}
+
+/// `n`x`n` HID points spanning the middle of the screen, in a serpentine order so that
+/// consecutive points are neighbours (never far apart, never the same).
+fn grid_points(n: u32) -> Vec<(u16, u16)> {
+    let n = n.max(2);
+    let full = f64::from(POINTER_MAX) + 1.0;
+    let at = |i: u32| {
+        let v = ((1.0 - GRID_SPAN) / 2.0 + GRID_SPAN * f64::from(i) / f64::from(n - 1)) * full;
+        crate::device::geometry::normalized_to_hid(v / full)
+    };
+    let mut out = Vec::new();
+    for row in 0..n {
+        for c in 0..n {
+            let col = if row % 2 == 0 { c } else { n - 1 - c };
+            out.push((at(col), at(row)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grid_is_serpentine_inside_the_edges() {
+        let g = grid_points(3);
+        assert_eq!(g.len(), 9);
+        assert_eq!(g[2].1, g[3].1, "row 1 starts where row 0 ended");
+        assert!(g.iter().all(|&(x, y)| (3900..=28900).contains(&x) && (3900..=28900).contains(&y)), "{g:?}");
+        let mut unique = g.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), 9);
+    }
+
+    #[test]
+    fn orientation_and_persistence() {
+        assert_eq!(Orientation::of(&PixelRect { x: 0, y: 0, width: 10, height: 20 }), Orientation::Portrait);
+        assert_eq!(Orientation::of(&PixelRect { x: 0, y: 0, width: 20, height: 10 }), Orientation::Landscape);
+        let dir = tempfile::tempdir().unwrap();
+        let path = calibration_file(dir.path());
+        assert_eq!(Calibrations::load(&path), Calibrations::default());
+        let c = Calibrations { portrait: Some(Affine::identity()), landscape: None };
+        std::fs::write(&path, serde_json::to_vec(&c).unwrap()).unwrap();
+        assert_eq!(Calibrations::load(&path), c);
+        std::fs::write(&path, b"{broken").unwrap();
+        assert_eq!(Calibrations::load(&path), Calibrations::default());
+    }
+}
