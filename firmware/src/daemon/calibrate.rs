@@ -240,7 +240,8 @@ mod tests {
     fn grid_is_serpentine_inside_the_edges() {
         let g = grid_points(3);
         assert_eq!(g.len(), 9);
-        assert_eq!(g[2].1, g[3].1, "row 1 starts where row 0 ended");
+        assert_eq!(g[2].0, g[3].0, "row 1 starts under where row 0 ended");
+        assert_ne!(g[2].1, g[3].1);
         assert!(g.iter().all(|&(x, y)| (3900..=28900).contains(&x) && (3900..=28900).contains(&y)), "{g:?}");
         let mut unique = g.clone();
         unique.sort_unstable();
