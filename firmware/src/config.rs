@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::device::geometry::PixelRect;
 use crate::device::hid::Layout;
 use crate::device::input::InputTimings;
 use crate::device::sim::SimConfig;
@@ -57,6 +58,9 @@ pub struct Config {
     pub keyboard_layout: Layout,
     /// Gesture timings.
     pub input: InputTimings,
+    /// Where the phone's picture sits in the capture frame, when detection should not guess
+    /// (capture pixels). `None`: detected per signal generation.
+    pub active_rect: Option<PixelRect>,
 }
 
 /// The TOML file: every field optional, unknown fields rejected.
@@ -72,6 +76,7 @@ struct ConfigFile {
     sim_phone: Option<SimConfig>,
     keyboard_layout: Option<Layout>,
     input: Option<InputTimings>,
+    active_rect: Option<PixelRect>,
 }
 
 /// Errors loading the configuration.
@@ -153,6 +158,7 @@ impl Config {
             sim_phone: SimConfig::default(),
             keyboard_layout: Layout::Us,
             input: InputTimings::default(),
+            active_rect: None,
         }
     }
 
@@ -166,8 +172,18 @@ impl Config {
     pub fn from_toml(profile: Profile, text: &str) -> Result<Config, String> {
         let file: ConfigFile = toml::from_str(text).map_err(|e| e.to_string())?;
         let mut c = Config::defaults(profile);
-        let ConfigFile { sim, data_dir, socket, socket_group, listen, agent_user, sim_phone, keyboard_layout, input } =
-            file;
+        let ConfigFile {
+            sim,
+            data_dir,
+            socket,
+            socket_group,
+            listen,
+            agent_user,
+            sim_phone,
+            keyboard_layout,
+            input,
+            active_rect,
+        } = file;
         c.sim = sim.unwrap_or(c.sim);
         c.data_dir = data_dir.unwrap_or(c.data_dir);
         c.socket = socket.unwrap_or(c.socket);
@@ -177,6 +193,7 @@ impl Config {
         c.sim_phone = sim_phone.unwrap_or(c.sim_phone);
         c.keyboard_layout = keyboard_layout.unwrap_or(c.keyboard_layout);
         c.input = input.unwrap_or(c.input);
+        c.active_rect = active_rect.or(c.active_rect);
         Ok(c)
     }
 }
@@ -200,6 +217,8 @@ mod tests {
         let err = Config::from_toml(Profile::Laptop, "sim = true\nsimm = 1\n").unwrap_err();
         assert!(err.contains("simm"), "{err}");
         assert!(Config::from_toml(Profile::Laptop, "listen = \"nope\"").is_err());
+        let c = Config::from_toml(Profile::Laptop, "active_rect = { x = 1, y = 2, width = 3, height = 4 }").unwrap();
+        assert_eq!(c.active_rect, Some(PixelRect { x: 1, y: 2, width: 3, height: 4 }));
     }
 
     #[test]

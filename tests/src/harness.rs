@@ -52,7 +52,13 @@ impl SimDaemon {
         let phone = SimPhone::new(sim);
         let daemon = Daemon::start(
             Devices { hid: Box::new(phone.hid()), video: Box::new(phone.display()), sim: Some(phone.clone()) },
-            DaemonOptions { sim: true, timings, layout: sim.layout, data_dir: Some(dir.path().join("data")) },
+            DaemonOptions {
+                sim: true,
+                timings,
+                layout: sim.layout,
+                data_dir: Some(dir.path().join("data")),
+                active_rect: None,
+            },
         )?;
         let policy = RolePolicy { service_uid: nix_uid(), agent_uid: None, operator_gid: None };
         let mut config = UnixServerConfig::new(socket.clone(), policy);

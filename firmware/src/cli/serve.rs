@@ -112,6 +112,7 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
                 timings: config.input,
                 layout: config.keyboard_layout,
                 data_dir: Some(config.data_dir.clone()),
+                active_rect: config.active_rect,
             },
         )
         .context("start daemon")?;

@@ -51,6 +51,13 @@ impl Daemon {
 
     /// The phone's picture in `frame`, detected once per generation.
     pub(super) fn active_rect(&self, frame: &Frame) -> PixelRect {
+        if let Some(fixed) = self.inner.options.active_rect {
+            let full = PixelRect { x: 0, y: 0, width: frame.width, height: frame.height };
+            if full.contains_rect(&fixed) && fixed.width > 0 && fixed.height > 0 {
+                return fixed;
+            }
+            tracing::warn!(?fixed, frame = ?(frame.width, frame.height), "configured active_rect is outside the frame; detecting");
+        }
         let mut cache = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
         match *cache {
             Some((generation, rect)) if generation == frame.generation => rect,

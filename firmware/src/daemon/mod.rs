@@ -146,6 +146,8 @@ pub struct DaemonOptions {
     pub timings: InputTimings,
     /// The phone's keyboard layout.
     pub layout: Layout,
+    /// A fixed active rectangle instead of detection.
+    pub active_rect: Option<PixelRect>,
 }
 
 /// Identifies one session (one connection) for the daemon's lifetime.
@@ -497,6 +499,21 @@ mod tests {
         assert_eq!(kinds.first(), Some(&true));
         assert_eq!(kinds.last(), Some(&false));
         assert!(!d.status().await.input.busy);
+    }
+
+    #[tokio::test]
+    async fn configured_active_rect_overrides_detection() {
+        let phone = SimPhone::new(SimConfig::default());
+        let fixed = PixelRect { x: 700, y: 10, width: 500, height: 1000 };
+        let d = Daemon::start(
+            Devices { hid: Box::new(phone.hid()), video: Box::new(phone.display()), sim: Some(phone.clone()) },
+            DaemonOptions { sim: true, active_rect: Some(fixed), ..DaemonOptions::default() },
+        )
+        .unwrap();
+        let s = d.open_session(operator());
+        let shot = d.handle(&s, RequestId(1), &Call::Screenshot(Default::default())).await.unwrap();
+        assert_eq!(shot["metadata"]["active_rect"], serde_json::json!({"x": 700, "y": 10, "width": 500, "height": 1000}));
+        assert_eq!(shot["metadata"]["image_size"], serde_json::json!({"width": 500, "height": 1000}));
     }
 
     #[tokio::test]

@@ -4,13 +4,14 @@
 //! find it once per generation by scanning a few lines for non-black pixels, then map
 //! observation image coordinates through it.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::hid::{POINTER_MAX, POINTER_MIN};
 use super::video::{Frame, PixelFormat};
 
 /// A rectangle in capture-frame pixels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PixelRect {
     /// Left.
     pub x: u32,

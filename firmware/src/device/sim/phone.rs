@@ -101,6 +101,7 @@ struct Glide {
 
 #[derive(Debug)]
 struct PhoneState {
+    started: Instant,
     ui: Ui,
     glide: Glide,
     buttons: u8,
@@ -128,6 +129,7 @@ impl SimPhone {
     pub fn new(config: SimConfig) -> Self {
         let mid = (f64::from(config.phone_width) / 2.0, f64::from(config.phone_height) / 2.0);
         let state = PhoneState {
+            started: Instant::now(),
             ui: Ui::new(config.phone_width, config.phone_height),
             glide: Glide { from: mid, to: mid, started: Instant::now() },
             buttons: 0,
@@ -298,7 +300,9 @@ impl SimPhone {
             (true, false) => {
                 if let Some((down, since)) = st.down.take() {
                     let ms = u64::try_from(now.saturating_duration_since(since).as_millis()).unwrap_or(u64::MAX);
-                    st.ui.touch(down, at, ms);
+                    let at_ms =
+                        u64::try_from(now.saturating_duration_since(st.started).as_millis()).unwrap_or(u64::MAX);
+                    st.ui.touch(down, at, ms, at_ms);
                     st.version += 1;
                 }
             }

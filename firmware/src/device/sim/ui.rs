@@ -117,6 +117,8 @@ pub struct Touch {
     pub up: (i32, i32),
     /// How long it was down.
     pub duration_ms: u64,
+    /// When it ended, in milliseconds since the phone started.
+    pub at_ms: u64,
     /// The element under the down point, if any.
     pub target: Option<String>,
 }
@@ -280,7 +282,7 @@ impl Ui {
     }
 
     /// Applies a finished touch; returns whether anything changed.
-    pub fn touch(&mut self, down: (i32, i32), up: (i32, i32), duration_ms: u64) {
+    pub fn touch(&mut self, down: (i32, i32), up: (i32, i32), duration_ms: u64, at_ms: u64) {
         let moved = (up.0 - down.0).abs().max((up.1 - down.1).abs());
         let kind = if moved >= TAP_SLOP {
             TouchKind::Drag
@@ -297,6 +299,7 @@ impl Ui {
             down,
             up,
             duration_ms,
+            at_ms,
             target: target.as_ref().map(|e| e.id.clone()),
         });
         while self.touches.len() > TOUCHES_KEPT {
@@ -419,10 +422,10 @@ mod tests {
     fn tap_icon_opens_app_and_toggles_flip() {
         let mut ui = Ui::new(1179, 2556);
         let p = centre(&ui, "app5");
-        ui.touch(p, p, 80);
+        ui.touch(p, p, 80, 0);
         assert_eq!(ui.screen(), Screen::App);
         let t = centre(&ui, "toggle1");
-        ui.touch(t, t, 80);
+        ui.touch(t, t, 80, 0);
         let toggle = ui.elements().into_iter().find(|e| e.id == "toggle1").unwrap();
         assert_eq!(toggle.on, Some(true));
         assert_eq!(ui.touches().last().unwrap().target.as_deref(), Some("toggle1"));
@@ -432,11 +435,11 @@ mod tests {
     fn drag_in_list_scrolls_and_long_press_opens_menu() {
         let mut ui = Ui::new(1179, 2556);
         let p = centre(&ui, "app0");
-        ui.touch(p, p, 1600);
+        ui.touch(p, p, 1600, 0);
         assert!(ui.elements().iter().any(|e| e.kind == ElementKind::ContextMenu));
-        ui.touch(p, p, 80); // dismiss
-        ui.touch(p, p, 80); // open
-        ui.touch((500, 2200), (500, 1400), 700);
+        ui.touch(p, p, 80, 0); // dismiss
+        ui.touch(p, p, 80, 0); // open
+        ui.touch((500, 2200), (500, 1400), 700, 0);
         let list = ui.elements().into_iter().find(|e| e.id == "list").unwrap();
         assert_eq!(list.scroll_offset, Some(800));
         assert!(!ui.elements().iter().any(|e| e.id == "row0"), "row0 scrolled out");
