@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::daemon::DEFAULT_RELATIVE_COUNTS;
 use crate::device::geometry::PixelRect;
+use crate::device::hid::descriptor::PointerProfile;
 use crate::device::hid::Layout;
 use crate::device::input::InputTimings;
 use crate::device::sim::SimConfig;
@@ -61,6 +63,10 @@ pub struct Config {
     /// Where the phone's picture sits in the capture frame, when detection should not guess
     /// (capture pixels). `None`: detected per signal generation.
     pub active_rect: Option<PixelRect>,
+    /// `absolute` (default) or the `relative` mouse fallback.
+    pub pointer_profile: PointerProfile,
+    /// Relative profile: the screen's size in base-gain mouse counts (iOS points).
+    pub relative_counts_per_screen: (f64, f64),
 }
 
 /// The TOML file: every field optional, unknown fields rejected.
@@ -77,6 +83,8 @@ struct ConfigFile {
     keyboard_layout: Option<Layout>,
     input: Option<InputTimings>,
     active_rect: Option<PixelRect>,
+    pointer_profile: Option<PointerProfile>,
+    relative_counts_per_screen: Option<(f64, f64)>,
 }
 
 /// Errors loading the configuration.
@@ -159,6 +167,8 @@ impl Config {
             keyboard_layout: Layout::Us,
             input: InputTimings::default(),
             active_rect: None,
+            pointer_profile: PointerProfile::Absolute,
+            relative_counts_per_screen: DEFAULT_RELATIVE_COUNTS,
         }
     }
 
@@ -183,6 +193,8 @@ impl Config {
             keyboard_layout,
             input,
             active_rect,
+            pointer_profile,
+            relative_counts_per_screen,
         } = file;
         c.sim = sim.unwrap_or(c.sim);
         c.data_dir = data_dir.unwrap_or(c.data_dir);
@@ -194,6 +206,8 @@ impl Config {
         c.keyboard_layout = keyboard_layout.unwrap_or(c.keyboard_layout);
         c.input = input.unwrap_or(c.input);
         c.active_rect = active_rect.or(c.active_rect);
+        c.pointer_profile = pointer_profile.unwrap_or(c.pointer_profile);
+        c.relative_counts_per_screen = relative_counts_per_screen.unwrap_or(c.relative_counts_per_screen);
         Ok(c)
     }
 }

@@ -33,18 +33,25 @@ impl SimDaemon {
 
     /// Starts a daemon, letting the caller adjust the socket configuration.
     pub async fn start_with(adjust: impl FnOnce(&mut UnixServerConfig)) -> anyhow::Result<SimDaemon> {
-        SimDaemon::start_full(SimConfig::default(), InputTimings::default(), adjust).await
+        let sim = SimConfig::default();
+        SimDaemon::start_full(sim, DaemonOptions { sim: true, ..DaemonOptions::default() }, adjust).await
     }
 
     /// Starts a daemon over a phone configured as `sim`, with gesture `timings`; the
     /// daemon's keyboard layout follows the phone's.
     pub async fn start_phone(sim: SimConfig, timings: InputTimings) -> anyhow::Result<SimDaemon> {
-        SimDaemon::start_full(sim, timings, |_| {}).await
+        SimDaemon::start_options(sim, DaemonOptions { timings, ..DaemonOptions::default() }).await
+    }
+
+    /// Starts a daemon over a phone configured as `sim` with `options`; `sim`, the layout
+    /// (the phone's) and the data directory (a temporary one) are filled in.
+    pub async fn start_options(sim: SimConfig, options: DaemonOptions) -> anyhow::Result<SimDaemon> {
+        SimDaemon::start_full(sim, options, |_| {}).await
     }
 
     async fn start_full(
         sim: SimConfig,
-        timings: InputTimings,
+        options: DaemonOptions,
         adjust: impl FnOnce(&mut UnixServerConfig),
     ) -> anyhow::Result<SimDaemon> {
         let dir = tempfile::tempdir()?;
@@ -52,13 +59,7 @@ impl SimDaemon {
         let phone = SimPhone::new(sim);
         let daemon = Daemon::start(
             Devices { hid: Box::new(phone.hid()), video: Box::new(phone.display()), sim: Some(phone.clone()) },
-            DaemonOptions {
-                sim: true,
-                timings,
-                layout: sim.layout,
-                data_dir: Some(dir.path().join("data")),
-                active_rect: None,
-            },
+            DaemonOptions { sim: true, layout: sim.layout, data_dir: Some(dir.path().join("data")), ..options },
         )?;
         let policy = RolePolicy { service_uid: nix_uid(), agent_uid: None, operator_gid: None };
         let mut config = UnixServerConfig::new(socket.clone(), policy);

@@ -433,3 +433,46 @@ async fn calibration_removes_scale_and_offset_error() {
     let again = aim_errors(&mut drv, &targets[..1]).await;
     assert!(again[0].2 > 20.0, "{again:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relative_profile_accuracy() {
+    use tether::daemon::DaemonOptions;
+    use tether::device::hid::descriptor::PointerProfile;
+    let options = DaemonOptions {
+        timings: fast_timings(),
+        pointer_profile: PointerProfile::Relative,
+        ..DaemonOptions::default()
+    };
+    let d = SimDaemon::start_options(fast_phone(), options).await.unwrap();
+    let mut drv = Driver::new(&d).await;
+    drv.tap_element("app1").await;
+    assert_eq!(drv.state().await["screen"], "app", "first tap homes, then lands");
+    let mut rng = Rng(0xbeef);
+    let (mut hits, mut worst, mut sum, n) = (0, 0.0f64, 0.0, 40);
+    let mut shot = drv.shot().await;
+    for i in 0..n {
+        if i % 10 == 0 {
+            shot = drv.shot().await; // relative taps are slow: stay inside the 30 s lifetime
+        }
+        let st = drv.state().await;
+        let targets: Vec<&Value> = st["elements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| matches!(e["kind"].as_str(), Some("button" | "toggle" | "list_row" | "text_field")))
+            .filter(|e| e["rect"]["h"].as_f64().unwrap() > 60.0)
+            .collect();
+        let e = targets[rng.below(targets.len() as u64) as usize];
+        let (ix, iy) = drv.centre(&shot, e);
+        drv.tap(&shot, ix, iy).await;
+        let touch = drv.state().await["touches"].as_array().unwrap().last().unwrap().clone();
+        let aim = ((ix + 0.5) * drv.screen.0 / shot.image.0, (iy + 0.5) * drv.screen.1 / shot.image.1);
+        let err = (touch["down"][0].as_f64().unwrap() - aim.0).hypot(touch["down"][1].as_f64().unwrap() - aim.1);
+        worst = worst.max(err);
+        sum += err;
+        hits += usize::from(touch["target"] == e["id"]);
+    }
+    eprintln!("relative profile: {hits}/{n} taps on target, mean error {:.1} px, worst {worst:.1} px", sum / n as f64);
+    assert_eq!(hits, n, "relative taps must land on their targets");
+    assert!(worst <= 4.0, "dead reckoning at base gain stays within one count (3 px): worst {worst}");
+}

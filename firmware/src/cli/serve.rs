@@ -113,6 +113,8 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
                 layout: config.keyboard_layout,
                 data_dir: Some(config.data_dir.clone()),
                 active_rect: config.active_rect,
+                pointer_profile: config.pointer_profile,
+                relative_counts_per_screen: config.relative_counts_per_screen,
             },
         )
         .context("start daemon")?;

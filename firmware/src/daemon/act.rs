@@ -187,6 +187,10 @@ impl Daemon {
         session.in_flight().insert(request.0, cancel.clone());
         let result = self.run_input_with(session, &steps, &cancel).await;
         session.in_flight().remove(&request.0);
+        if let (Err(_), Some(relative)) = (&result, &self.inner.relative) {
+            // The pointer may have stopped anywhere: find it again by homing next time.
+            relative.lock().unwrap_or_else(|p| p.into_inner()).forget();
+        }
         result
     }
 
@@ -249,9 +253,18 @@ impl Daemon {
             ActionSpec::Home => Gesture::Key(input::HOME),
             ActionSpec::Spotlight => Gesture::Key(input::SPOTLIGHT),
             ActionSpec::Back => Gesture::Key(input::BACK),
-            ActionSpec::AppSwitcher => return Ok(input::app_switcher(t)),
+            ActionSpec::AppSwitcher => Gesture::Drag {
+                path: vec![HidPoint::new(16384, 32700), HidPoint::new(16384, 19000)],
+                duration: Duration::from_millis(800),
+            },
             ActionSpec::Consumer { key } => Gesture::Consumer(key.usage()),
         };
+        if let Some(relative) = &self.inner.relative {
+            return Ok(relative.lock().unwrap_or_else(|p| p.into_inner()).plan(&gesture, t));
+        }
+        if matches!(p.action, ActionSpec::AppSwitcher) {
+            return Ok(input::app_switcher(t));
+        }
         Ok(plan(&gesture, t))
     }
 

@@ -29,8 +29,9 @@ pub use operations::{OperationCache, OPERATIONS_KEPT, OPERATION_TTL};
 pub use status::{Capabilities, DaemonInfo, HelloResult, HidStatus, InputStatus, StatusResult, VideoStatus};
 
 use crate::device::geometry::{OutOfBounds, PixelRect};
+use crate::device::hid::descriptor::PointerProfile;
 use crate::device::hid::{HidSink, Keymap, Layout, UntypeableText};
-use crate::device::input::InputTimings;
+use crate::device::input::{InputTimings, RelativePlanner};
 use crate::device::sim::SimPhone;
 use crate::device::video::image::ImageError;
 use crate::device::video::{FrameHub, FrameReader, FrameSource, SourceGuard, VideoError};
@@ -135,6 +136,10 @@ pub struct Devices {
     pub sim: Option<SimPhone>,
 }
 
+/// The relative profile's default screen size in mouse counts: an iPhone 15/16 Pro is
+/// 393x852 points, and iOS moves one point per count at base gain.
+pub const DEFAULT_RELATIVE_COUNTS: (f64, f64) = (393.0, 852.0);
+
 /// Start-up options that are not devices.
 #[derive(Debug, Clone, Default)]
 pub struct DaemonOptions {
@@ -148,6 +153,10 @@ pub struct DaemonOptions {
     pub layout: Layout,
     /// A fixed active rectangle instead of detection.
     pub active_rect: Option<PixelRect>,
+    /// Absolute pointer (default) or the relative-mouse fallback.
+    pub pointer_profile: PointerProfile,
+    /// For the relative profile: the screen's size in base-gain mouse counts.
+    pub relative_counts_per_screen: (f64, f64),
 }
 
 /// Identifies one session (one connection) for the daemon's lifetime.
@@ -214,6 +223,7 @@ struct Inner {
     operations: std::sync::Mutex<OperationCache>,
     active: std::sync::Mutex<Option<(u32, PixelRect)>>,
     calibrations: std::sync::Mutex<Calibrations>,
+    relative: Option<std::sync::Mutex<RelativePlanner>>,
     data_dir: Option<std::path::PathBuf>,
     _video: SourceGuard,
 }
@@ -234,6 +244,11 @@ impl Daemon {
         let calibrations =
             options.data_dir.as_deref().map(|d| Calibrations::load(&calibration_file(d))).unwrap_or_default();
         let (timings, keymap, data_dir) = (options.timings, Keymap::new(options.layout), options.data_dir.clone());
+        let relative = (options.pointer_profile == PointerProfile::Relative).then(|| {
+            let counts = options.relative_counts_per_screen;
+            let counts = if counts.0 > 0.0 && counts.1 > 0.0 { counts } else { DEFAULT_RELATIVE_COUNTS };
+            std::sync::Mutex::new(RelativePlanner::new(counts))
+        });
         Ok(Daemon {
             inner: Arc::new(Inner {
                 options,
@@ -253,6 +268,7 @@ impl Daemon {
                 operations: std::sync::Mutex::default(),
                 active: std::sync::Mutex::default(),
                 calibrations: std::sync::Mutex::new(calibrations),
+                relative,
                 data_dir,
                 _video: guard,
             }),
@@ -512,7 +528,10 @@ mod tests {
         .unwrap();
         let s = d.open_session(operator());
         let shot = d.handle(&s, RequestId(1), &Call::Screenshot(Default::default())).await.unwrap();
-        assert_eq!(shot["metadata"]["active_rect"], serde_json::json!({"x": 700, "y": 10, "width": 500, "height": 1000}));
+        assert_eq!(
+            shot["metadata"]["active_rect"],
+            serde_json::json!({"x": 700, "y": 10, "width": 500, "height": 1000})
+        );
         assert_eq!(shot["metadata"]["image_size"], serde_json::json!({"width": 500, "height": 1000}));
     }
 

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::daemon::InputStep;
 use crate::device::hid::{
-    ConsumerReport, HidReport, KeyStroke, KeyboardReport, PointerReport, MOD_GUI, POINTER_MAX, POINTER_MIN,
+    ConsumerReport, HidReport, KeyStroke, KeyboardReport, MouseReport, PointerReport, MOD_GUI, POINTER_MAX, POINTER_MIN,
 };
 
 /// Every timing of the input engine, in milliseconds. Defaults are the reliable values.
@@ -316,5 +316,155 @@ mod tests {
         let n = s.len();
         assert_eq!(s[n - 6], wait(600));
         assert!(matches!(s[n - 5], InputStep::Report(HidReport::Pointer(p)) if p.buttons() == 0));
+    }
+}
+
+/// Relative-mouse planning (the fallback pointer profile).
+///
+/// iOS accelerates relative mice: the distance moved per count grows with the speed of the
+/// report stream, so a big delta cannot be trusted. We home the pointer into the top-left
+/// corner (the screen edge stops it, however accelerated the motion), then move with at most
+/// [`RelativePlanner::MAX_STEP`] counts per axis per report, where the gain stays at its
+/// base value, and track the position by dead reckoning. Any failed or cancelled sequence
+/// forgets the position, so the next one homes again.
+#[derive(Debug, Clone)]
+pub struct RelativePlanner {
+    counts_per_screen: (f64, f64),
+    position: Option<(i64, i64)>,
+}
+
+impl RelativePlanner {
+    /// Largest per-axis delta per report while positioning.
+    pub const MAX_STEP: i64 = 2;
+    /// Spacing of positioning reports.
+    pub const STEP_INTERVAL: Duration = Duration::from_millis(4);
+    /// Reports of -127 that home the pointer from anywhere.
+    const HOME_REPORTS: usize = 40;
+
+    /// A planner for a screen `counts_per_screen` base-gain counts wide and high.
+    pub fn new(counts_per_screen: (f64, f64)) -> Self {
+        RelativePlanner { counts_per_screen, position: None }
+    }
+
+    /// Forgets the position (after a failure, or when someone else moved the pointer).
+    pub fn forget(&mut self) {
+        self.position = None;
+    }
+
+    fn mouse(buttons: u8, dx: i64, dy: i64) -> InputStep {
+        let c = |v: i64| i8::try_from(v.clamp(-127, 127)).unwrap_or(0);
+        InputStep::Report(HidReport::Mouse(MouseReport { buttons, dx: c(dx), dy: c(dy), wheel: 0 }))
+    }
+
+    /// Moves the pointer to `p` (HID units, read as a fraction of the screen).
+    fn move_to(&mut self, s: &mut Vec<InputStep>, buttons: u8, p: HidPoint) {
+        let full = f64::from(POINTER_MAX) + 1.0;
+        // Rounded counts: well inside i64 for any screen.
+        #[allow(clippy::cast_possible_truncation)]
+        let target = (
+            (f64::from(p.x) / full * self.counts_per_screen.0).round() as i64,
+            (f64::from(p.y) / full * self.counts_per_screen.1).round() as i64,
+        );
+        let mut at = match self.position {
+            Some(at) => at,
+            None => {
+                for _ in 0..Self::HOME_REPORTS {
+                    s.push(Self::mouse(buttons, -127, -127));
+                    s.push(InputStep::Wait(Self::STEP_INTERVAL));
+                }
+                (0, 0)
+            }
+        };
+        while at != target {
+            let dx = (target.0 - at.0).clamp(-Self::MAX_STEP, Self::MAX_STEP);
+            let dy = (target.1 - at.1).clamp(-Self::MAX_STEP, Self::MAX_STEP);
+            s.push(Self::mouse(buttons, dx, dy));
+            s.push(InputStep::Wait(Self::STEP_INTERVAL));
+            at = (at.0 + dx, at.1 + dy);
+        }
+        self.position = Some(at);
+    }
+
+    fn press_release(s: &mut Vec<InputStep>, t: &InputTimings, hold: u64) {
+        s.push(Self::mouse(1, 0, 0));
+        s.push(wait(hold));
+        for i in 0..t.release_repeats.max(1) {
+            if i > 0 {
+                s.push(wait(t.release_gap_ms));
+            }
+            s.push(Self::mouse(0, 0, 0));
+        }
+    }
+
+    /// Plans `gesture` with relative reports; keyboard and consumer gestures are the same
+    /// as with the absolute profile.
+    pub fn plan(&mut self, gesture: &Gesture, t: &InputTimings) -> Vec<InputStep> {
+        let mut s = Vec::new();
+        match gesture {
+            Gesture::Move(p) => self.move_to(&mut s, 0, *p),
+            Gesture::Tap(p) => {
+                self.move_to(&mut s, 0, *p);
+                Self::press_release(&mut s, t, t.tap_hold_ms);
+            }
+            Gesture::DoubleTap(p) => {
+                self.move_to(&mut s, 0, *p);
+                Self::press_release(&mut s, t, t.tap_hold_ms);
+                s.push(wait(t.double_tap_gap_ms));
+                Self::press_release(&mut s, t, t.tap_hold_ms);
+            }
+            Gesture::LongPress(p) => {
+                self.move_to(&mut s, 0, *p);
+                Self::press_release(&mut s, t, t.long_press_ms);
+            }
+            Gesture::Drag { path, .. } => {
+                let Some(first) = path.first() else { return s };
+                self.move_to(&mut s, 0, *first);
+                s.push(Self::mouse(1, 0, 0));
+                for p in &path[1..] {
+                    self.move_to(&mut s, 1, *p);
+                }
+                for i in 0..t.release_repeats.max(1) {
+                    if i > 0 {
+                        s.push(wait(t.release_gap_ms));
+                    }
+                    s.push(Self::mouse(0, 0, 0));
+                }
+            }
+            other => return plan(other, t),
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod relative_tests {
+    use super::*;
+
+    fn deltas(steps: &[InputStep]) -> Vec<(u8, i8, i8)> {
+        steps
+            .iter()
+            .filter_map(|s| match s {
+                InputStep::Report(HidReport::Mouse(m)) => Some((m.buttons, m.dx, m.dy)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn homes_once_then_moves_in_small_steps_by_dead_reckoning() {
+        let t = InputTimings::default();
+        let mut r = RelativePlanner::new((393.0, 852.0));
+        let first = deltas(&r.plan(&Gesture::Move(HidPoint::new(16384, 16384)), &t));
+        assert!(first[..40].iter().all(|&d| d == (0, -127, -127)), "homes first");
+        let moved: (i64, i64) = first[40..].iter().fold((0, 0), |a, d| (a.0 + i64::from(d.1), a.1 + i64::from(d.2)));
+        assert_eq!(moved, (197, 426));
+        assert!(first[40..].iter().all(|d| d.1.abs() <= 2 && d.2.abs() <= 2));
+        let second = deltas(&r.plan(&Gesture::Tap(HidPoint::new(16384, 17000)), &t));
+        assert!(second.iter().all(|d| d.1 != -127), "no re-homing while the position is known");
+        let dy: i64 = second.iter().map(|d| i64::from(d.2)).sum();
+        assert_eq!(dy, 16, "moves only the difference");
+        assert_eq!(second.iter().filter(|d| d.0 == 1).count(), 1, "one press");
+        r.forget();
+        assert_eq!(deltas(&r.plan(&Gesture::Move(HidPoint::new(1, 1)), &t))[0], (0, -127, -127));
     }
 }

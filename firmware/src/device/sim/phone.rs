@@ -253,12 +253,15 @@ impl SimPhone {
             return;
         };
         match report {
-            HidReport::Pointer(p) => self.pointer(st, now, self.map(p.x(), p.y()), p.buttons()),
+            HidReport::Pointer(p) => self.pointer(st, now, self.map(p.x(), p.y()), p.buttons(), true),
             HidReport::Mouse(m) => {
-                // The relative profile moves by raw counts (no acceleration model yet).
                 let cur = self.pointer_at(st, now);
-                let target = (cur.0 + f64::from(m.dx), cur.1 + f64::from(m.dy));
-                self.pointer(st, now, target, m.buttons);
+                let max = |extent: u32| f64::from(extent) - 1.0;
+                let target = (
+                    (cur.0 + accelerated(m.dx) * MOUSE_PX_PER_COUNT).clamp(0.0, max(self.config.phone_width)),
+                    (cur.1 + accelerated(m.dy) * MOUSE_PX_PER_COUNT).clamp(0.0, max(self.config.phone_height)),
+                );
+                self.pointer(st, now, target, m.buttons, false);
             }
             HidReport::Keyboard(k) => {
                 let pressed: Vec<u8> = k.keys.iter().copied().filter(|u| *u != 0 && !st.keys.contains(u)).collect();
@@ -282,11 +285,11 @@ impl SimPhone {
         }
     }
 
-    fn pointer(&self, st: &mut PhoneState, now: Instant, target: (f64, f64), buttons: u8) {
+    fn pointer(&self, st: &mut PhoneState, now: Instant, target: (f64, f64), buttons: u8, glides: bool) {
         let cur = self.pointer_at(st, now);
         let was_down = st.buttons & 1 != 0;
         let is_down = buttons & 1 != 0;
-        if was_down {
+        if was_down || !glides {
             // While touching, the touch point follows the finger directly.
             st.glide = Glide { from: target, to: target, started: now };
         } else if target != st.glide.to {
@@ -332,6 +335,17 @@ impl SimPhone {
             }
         }
     }
+}
+
+/// Phone pixels per relative count at base gain (one iOS point on a 3x screen).
+const MOUSE_PX_PER_COUNT: f64 = 3.0;
+
+/// iOS-like pointer acceleration: deltas of up to 2 counts per report move at base gain;
+/// faster motion gains quadratically, up to 6x.
+fn accelerated(delta: i8) -> f64 {
+    let v = f64::from(delta).abs();
+    let gain = if v <= 2.0 { 1.0 } else { (1.0 + ((v - 2.0) / 12.0).powi(2)).min(6.0) };
+    f64::from(delta) * gain
 }
 
 fn round(v: f64) -> i32 {
@@ -394,6 +408,24 @@ mod tests {
         phone.consume(HidInterface::Pointer, &ptr(0, x, y));
         let settled = phone.state().touches.last().unwrap().down;
         assert!((settled.0 - 100).abs() <= 1 && (settled.1 - 100).abs() <= 1, "{settled:?}");
+    }
+
+    #[test]
+    fn relative_motion_is_accelerated_and_stops_at_the_edges() {
+        let phone = SimPhone::new(SimConfig::default());
+        let mouse = |dx: i8, dy: i8| HidReport::Mouse(crate::device::hid::MouseReport { buttons: 0, dx, dy, wheel: 0 });
+        let start = phone.snapshot().pointer;
+        for _ in 0..10 {
+            phone.consume(HidInterface::Mouse, mouse(2, 0).encode().as_bytes());
+        }
+        assert_eq!(phone.snapshot().pointer.0 - start.0, 60, "base gain: 20 counts x 3 px");
+        let before = phone.snapshot().pointer.0;
+        phone.consume(HidInterface::Mouse, mouse(20, 0).encode().as_bytes());
+        assert!(phone.snapshot().pointer.0 - before > 60, "20 counts at once move further than 20 slow ones");
+        for _ in 0..40 {
+            phone.consume(HidInterface::Mouse, mouse(-127, -127).encode().as_bytes());
+        }
+        assert_eq!(phone.snapshot().pointer, (0, 0), "homed into the corner");
     }
 
     #[test]
