@@ -476,3 +476,19 @@ async fn relative_profile_accuracy() {
     assert_eq!(hits, n, "relative taps must land on their targets");
     assert!(worst <= 4.0, "dead reckoning at base gain stays within one count (3 px): worst {worst}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_keys_reach_the_phone() {
+    let d = SimDaemon::start_phone(fast_phone(), fast_timings()).await.unwrap();
+    let mut drv = Driver::new(&d).await;
+    let before = drv.state().await["volume"].as_u64().unwrap();
+    for _ in 0..3 {
+        let r = drv.act(None, json!({"type": "consumer", "key": "volume_up"})).await;
+        assert_eq!(r["result"]["status"], "submitted");
+    }
+    assert_eq!(drv.state().await["volume"].as_u64().unwrap(), before + 3);
+    let r = drv.act(None, json!({"type": "consumer", "key": "volume_down"})).await;
+    assert_eq!(r["result"]["status"], "submitted");
+    assert_eq!(drv.state().await["volume"].as_u64().unwrap(), before + 2);
+    assert_eq!(drv.state().await["input"]["consumer_usage"], 0, "released");
+}

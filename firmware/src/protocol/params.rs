@@ -105,6 +105,8 @@ pub enum ConsumerKey {
     NextTrack,
     /// Previous track.
     PreviousTrack,
+    /// Snapshot (screenshot on the phone).
+    Snapshot,
 }
 
 impl ConsumerKey {
@@ -117,6 +119,7 @@ impl ConsumerKey {
             ConsumerKey::PlayPause => 0xCD,
             ConsumerKey::NextTrack => 0xB5,
             ConsumerKey::PreviousTrack => 0xB6,
+            ConsumerKey::Snapshot => 0x65,
         }
     }
 }
