@@ -21,6 +21,48 @@ pub enum Profile {
     Appliance,
 }
 
+/// Where HID reports go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HidBackend {
+    /// The virtual iPhone.
+    Sim,
+    /// The configfs gadget's `/dev/hidgN` (set up by `tether gadget up`).
+    Gadget,
+}
+
+/// Where frames come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VideoBackend {
+    /// The virtual iPhone's renderer.
+    Sim,
+    /// No capture (screenshots answer `NO_FRAME`).
+    None,
+}
+
+impl std::str::FromStr for HidBackend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sim" => Ok(HidBackend::Sim),
+            "gadget" => Ok(HidBackend::Gadget),
+            other => Err(format!("unknown HID backend {other:?}: use sim or gadget")),
+        }
+    }
+}
+
+impl std::str::FromStr for VideoBackend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sim" => Ok(VideoBackend::Sim),
+            "none" => Ok(VideoBackend::None),
+            other => Err(format!("unknown video backend {other:?}: use sim or none")),
+        }
+    }
+}
+
 /// The agent user looked for when none is configured.
 pub const DEFAULT_AGENT_USER: &str = "tether-agent";
 
@@ -67,6 +109,12 @@ pub struct Config {
     pub pointer_profile: PointerProfile,
     /// Relative profile: the screen's size in base-gain mouse counts (iOS points).
     pub relative_counts_per_screen: (f64, f64),
+    /// HID backend; default: `sim` with `sim = true`, else `gadget`.
+    pub hid: Option<HidBackend>,
+    /// Video backend; default: `sim` with `sim = true`, else `none` (capture arrives later).
+    pub video: Option<VideoBackend>,
+    /// USB device controller for `tether gadget up` (default: the only real one).
+    pub udc: Option<String>,
 }
 
 /// The TOML file: every field optional, unknown fields rejected.
@@ -85,6 +133,9 @@ struct ConfigFile {
     active_rect: Option<PixelRect>,
     pointer_profile: Option<PointerProfile>,
     relative_counts_per_screen: Option<(f64, f64)>,
+    hid: Option<HidBackend>,
+    video: Option<VideoBackend>,
+    udc: Option<String>,
 }
 
 /// Errors loading the configuration.
@@ -151,6 +202,16 @@ pub fn default_config_file(profile: Profile) -> Option<PathBuf> {
 }
 
 impl Config {
+    /// The HID backend in effect.
+    pub fn hid_backend(&self) -> HidBackend {
+        self.hid.unwrap_or(if self.sim { HidBackend::Sim } else { HidBackend::Gadget })
+    }
+
+    /// The video backend in effect.
+    pub fn video_backend(&self) -> VideoBackend {
+        self.video.unwrap_or(if self.sim { VideoBackend::Sim } else { VideoBackend::None })
+    }
+
     /// The defaults of `profile`.
     pub fn defaults(profile: Profile) -> Config {
         Config {
@@ -169,6 +230,9 @@ impl Config {
             active_rect: None,
             pointer_profile: PointerProfile::Absolute,
             relative_counts_per_screen: DEFAULT_RELATIVE_COUNTS,
+            hid: None,
+            video: None,
+            udc: None,
         }
     }
 
@@ -195,6 +259,9 @@ impl Config {
             active_rect,
             pointer_profile,
             relative_counts_per_screen,
+            hid,
+            video,
+            udc,
         } = file;
         c.sim = sim.unwrap_or(c.sim);
         c.data_dir = data_dir.unwrap_or(c.data_dir);
@@ -208,6 +275,9 @@ impl Config {
         c.active_rect = active_rect.or(c.active_rect);
         c.pointer_profile = pointer_profile.unwrap_or(c.pointer_profile);
         c.relative_counts_per_screen = relative_counts_per_screen.unwrap_or(c.relative_counts_per_screen);
+        c.hid = hid.or(c.hid);
+        c.video = video.or(c.video);
+        c.udc = udc.or(c.udc);
         Ok(c)
     }
 }
@@ -233,6 +303,18 @@ mod tests {
         assert!(Config::from_toml(Profile::Laptop, "listen = \"nope\"").is_err());
         let c = Config::from_toml(Profile::Laptop, "active_rect = { x = 1, y = 2, width = 3, height = 4 }").unwrap();
         assert_eq!(c.active_rect, Some(PixelRect { x: 1, y: 2, width: 3, height: 4 }));
+    }
+
+    #[test]
+    fn backends_follow_sim_unless_set() {
+        let mut c = Config::defaults(Profile::Laptop);
+        assert_eq!((c.hid_backend(), c.video_backend()), (HidBackend::Gadget, VideoBackend::None));
+        c.sim = true;
+        assert_eq!((c.hid_backend(), c.video_backend()), (HidBackend::Sim, VideoBackend::Sim));
+        let c = Config::from_toml(Profile::Laptop, "hid = \"gadget\"\nvideo = \"sim\"\nudc = \"dummy_udc.0\"").unwrap();
+        assert_eq!((c.hid_backend(), c.video_backend()), (HidBackend::Gadget, VideoBackend::Sim));
+        assert_eq!(c.udc.as_deref(), Some("dummy_udc.0"));
+        assert!("usb".parse::<HidBackend>().is_err());
     }
 
     #[test]

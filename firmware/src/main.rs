@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use tether::config::{HidBackend, VideoBackend};
 
 /// tether: let AI agents and people drive a real iPhone.
 ///
@@ -28,6 +29,11 @@ enum Command {
     Serve(ServeArgs),
     /// Show what the running daemon sees: USB host, video signal, active task.
     Status(StatusArgs),
+    /// Set up, remove or inspect the USB HID gadget (up/down need root; run at boot).
+    ///
+    /// Example: `tether gadget up --udc fe980000.usb`, then `tether serve` (no root needed).
+    #[command(subcommand)]
+    Gadget(GadgetCommand),
     /// Measure where the pointer really lands (from video) and correct the mapping.
     ///
     /// Needs AssistiveTouch's pointer visible and the screen otherwise still. The result is
@@ -60,6 +66,13 @@ struct ServeArgs {
     /// The agent user, by name or uid: connections from it are agent-only.
     #[arg(long, value_name = "NAME|UID")]
     agent_user: Option<String>,
+    /// Where HID reports go: `gadget` (the USB gadget from `tether gadget up`) or `sim`.
+    /// Default: `sim` with --sim, else `gadget`.
+    #[arg(long, value_name = "sim|gadget")]
+    hid: Option<HidBackend>,
+    /// Where frames come from: `sim` or `none`. Default: `sim` with --sim, else `none`.
+    #[arg(long, value_name = "sim|none")]
+    video: Option<VideoBackend>,
 }
 
 /// Flags of `tether status`.
@@ -71,6 +84,29 @@ struct StatusArgs {
     /// Print the raw `status` result as JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// `tether gadget` subcommands.
+#[derive(Debug, Subcommand)]
+enum GadgetCommand {
+    /// Create the composite gadget (keyboard, consumer keys, pointer) and bind it to a UDC.
+    Up {
+        /// USB device controller (see /sys/class/udc). Default: the config's `udc`, else the
+        /// only real controller (never the software dummy_udc unless named).
+        #[arg(long)]
+        udc: Option<String>,
+        /// Config file (for `udc` and `pointer_profile`).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// Unbind and remove the gadget; configfs is left clean.
+    Down,
+    /// Show the gadget, its controller's state and its /dev/hidgN nodes.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Flags of `tether calibrate`.
@@ -111,8 +147,15 @@ fn main() -> ExitCode {
             socket: args.socket,
             listen: args.listen,
             agent_user: args.agent_user,
+            hid: args.hid,
+            video: args.video,
         }),
         Command::Status(args) => cli::status::run_status(args.socket, args.json),
+        Command::Gadget(cmd) => match cmd {
+            GadgetCommand::Up { udc, config } => cli::gadget::run_gadget_up(udc, config),
+            GadgetCommand::Down => cli::gadget::run_gadget_down(),
+            GadgetCommand::Status { json } => cli::gadget::run_gadget_status(json),
+        },
         Command::Calibrate(args) => cli::calibrate::run_calibrate(args.socket, args.grid, args.reset, args.json),
         Command::Doctor(args) => cli::doctor::run_doctor(args.socket, args.json),
     };

@@ -2,6 +2,7 @@
 
 pub mod calibrate;
 pub mod doctor;
+pub mod gadget;
 pub mod serve;
 pub mod status;
 

@@ -6,9 +6,11 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use nix::unistd::{Group, Uid, User};
-use tether::config::{default_config_file, Config, Profile, DEFAULT_AGENT_USER};
+use tether::config::{default_config_file, Config, HidBackend, Profile, VideoBackend, DEFAULT_AGENT_USER};
 use tether::daemon::{Daemon, DaemonOptions, Devices, RolePolicy};
+use tether::device::hid::HidSink;
 use tether::device::sim::{SimConfig, SimPhone};
+use tether::device::video::{FrameSource, NoVideo};
 use tether::server::{UnixServer, UnixServerConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -21,6 +23,8 @@ pub struct ServeOptions {
     pub socket: Option<PathBuf>,
     pub listen: Option<SocketAddr>,
     pub agent_user: Option<String>,
+    pub hid: Option<HidBackend>,
+    pub video: Option<VideoBackend>,
 }
 
 fn init_logging() {
@@ -45,6 +49,12 @@ fn resolve_config(opts: &ServeOptions) -> anyhow::Result<Config> {
     }
     if let Some(v) = opts.listen {
         config.listen = v;
+    }
+    if let Some(v) = opts.hid {
+        config.hid = Some(v);
+    }
+    if let Some(v) = opts.video {
+        config.video = Some(v);
     }
     if let Some(v) = &opts.agent_user {
         config.agent_user = Some(v.clone());
@@ -91,24 +101,15 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
     if operator_gid.is_none() {
         tracing::info!(group = %config.socket_group, "operators' group does not exist; only admins can connect");
     }
-    if !config.sim {
-        bail!(
-            "real hardware backends (USB HID gadget, V4L2 capture) are not in this build yet; \
-             run `tether serve --sim` for the virtual iPhone"
-        );
-    }
     tracing::info!(listen = %config.listen, "HTTPS console and MCP are not in this build yet; --listen is recorded only");
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
-        // The virtual phone's keyboard is set to the language the daemon types for.
-        let phone = SimPhone::new(SimConfig { layout: config.keyboard_layout, ..config.sim_phone });
-        let devices =
-            Devices { hid: Box::new(phone.hid()), video: Box::new(phone.display()), sim: Some(phone.clone()) };
+        let (devices, all_sim) = open_devices(&config)?;
         let daemon = Daemon::start(
             devices,
             DaemonOptions {
-                sim: true,
+                sim: all_sim,
                 timings: config.input,
                 layout: config.keyboard_layout,
                 data_dir: Some(config.data_dir.clone()),
@@ -134,6 +135,38 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The devices the config asks for; `true` when both are the virtual iPhone.
+fn open_devices(config: &Config) -> anyhow::Result<(Devices, bool)> {
+    // The virtual phone's keyboard is set to the language the daemon types for.
+    let phone = SimPhone::new(SimConfig { layout: config.keyboard_layout, ..config.sim_phone });
+    let hid: Box<dyn HidSink> = match config.hid_backend() {
+        HidBackend::Sim => Box::new(phone.hid()),
+        HidBackend::Gadget => gadget_sink()?,
+    };
+    let video: Box<dyn FrameSource> = match config.video_backend() {
+        VideoBackend::Sim => Box::new(phone.display()),
+        VideoBackend::None => {
+            tracing::warn!("no video backend: screenshots answer NO_FRAME (V4L2 capture arrives with its issue)");
+            Box::new(NoVideo)
+        }
+    };
+    let all_sim = config.hid_backend() == HidBackend::Sim && config.video_backend() == VideoBackend::Sim;
+    tracing::info!(hid = hid.backend(), video = video.backend(), "devices");
+    // `sim_state` only makes sense when the sim both receives the input and shows it.
+    Ok((Devices { hid, video, sim: all_sim.then_some(phone) }, all_sim))
+}
+
+#[cfg(target_os = "linux")]
+fn gadget_sink() -> anyhow::Result<Box<dyn HidSink>> {
+    use tether::device::hid::hidg::{HidgSink, DEFAULT_WRITE_TIMEOUT};
+    Ok(Box::new(HidgSink::from_gadget(DEFAULT_WRITE_TIMEOUT).context("open the USB HID gadget")?))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn gadget_sink() -> anyhow::Result<Box<dyn HidSink>> {
+    bail!("the USB HID gadget needs Linux configfs; use `--sim`")
 }
 
 async fn wait_for_signal() {

@@ -76,6 +76,11 @@ impl InputLane {
         self.sink.backend()
     }
 
+    /// Keyboard LEDs as the sink knows them.
+    pub fn leds(&self) -> Option<u8> {
+        self.sink.leds()
+    }
+
     /// The host state as the sink sees it.
     pub fn host_state(&self) -> HostState {
         self.sink.host_state()

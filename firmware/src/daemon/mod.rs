@@ -348,11 +348,11 @@ impl Daemon {
 
     /// The device and daemon state.
     pub async fn status(&self) -> StatusResult {
-        let host = match self.inner.lane.try_lock() {
-            Ok(lane) => lane.host_state(),
+        let (host, leds) = match self.inner.lane.try_lock() {
+            Ok(lane) => (lane.host_state(), lane.leds()),
             // An input sequence holds the lane; it only runs while a host is attached, and
             // `status` must never wait behind a long gesture.
-            Err(_) => crate::device::hid::HostState::Configured,
+            Err(_) => (crate::device::hid::HostState::Configured, None),
         };
         let video = self.inner.frames.state();
         let latest = self.inner.frames.latest();
@@ -367,6 +367,7 @@ impl Daemon {
                 backend: self.inner.hid_backend,
                 bound: host != crate::device::hid::HostState::NotAttached,
                 host,
+                leds,
             },
             video: VideoStatus {
                 backend: self.inner.video_backend,

@@ -68,6 +68,8 @@ pub struct HidStatus {
     pub bound: bool,
     /// The host's state.
     pub host: HostState,
+    /// Keyboard LED bits the host last set (bit 0 Num Lock, 1 Caps Lock, 2 Scroll Lock).
+    pub leds: Option<u8>,
 }
 
 /// Video section of `status`.

@@ -4,6 +4,10 @@
 //! a recorder for tests, and (on the appliance) `/dev/hidgN`.
 
 pub mod descriptor;
+#[cfg(target_os = "linux")]
+pub mod gadget;
+#[cfg(target_os = "linux")]
+pub mod hidg;
 mod keymap;
 mod report;
 mod sink;

@@ -66,6 +66,12 @@ pub trait HidSink: Send + fmt::Debug {
 
     /// The host's current view of the gadget.
     fn host_state(&self) -> HostState;
+
+    /// Keyboard LED bits last set by the host (Num, Caps, Scroll, Compose, Kana), when the
+    /// sink can know them.
+    fn leds(&self) -> Option<u8> {
+        None
+    }
 }
 
 /// One report captured by a [`RecordingSink`].

@@ -182,6 +182,22 @@ pub trait FrameSource: Send + fmt::Debug {
     fn start(self: Box<Self>, hub: FrameHub) -> Result<SourceGuard, VideoError>;
 }
 
+/// A source with no device: `status` says so and screenshots answer `NO_FRAME`.
+#[derive(Debug, Default)]
+pub struct NoVideo;
+
+impl FrameSource for NoVideo {
+    fn backend(&self) -> &'static str {
+        "none"
+    }
+
+    fn start(self: Box<Self>, hub: FrameHub) -> Result<SourceGuard, VideoError> {
+        hub.set_state(VideoState::default());
+        // Keep the hub alive so readers see a stable "no device" state.
+        Ok(SourceGuard::new(move || drop(hub)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,4 +6,6 @@
 mod frame;
 pub mod image;
 
-pub use frame::{Frame, FrameHub, FrameReader, FrameSource, PixelFormat, Signal, SourceGuard, VideoError, VideoState};
+pub use frame::{
+    Frame, FrameHub, FrameReader, FrameSource, NoVideo, PixelFormat, Signal, SourceGuard, VideoError, VideoState,
+};

@@ -1,0 +1,182 @@
+//! The real HID sink: `/dev/hidgN` nodes of the configfs gadget, written without blocking.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use tokio::io::unix::AsyncFd;
+
+use super::gadget::{self, GadgetError};
+use super::{BoxFuture, HidError, HidInterface, HidReport, HidSink, HostState, PointerReport};
+
+/// How long one report may wait for the host before the write counts as failed.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Writes reports to the gadget's `/dev/hidgN` nodes.
+#[derive(Debug)]
+pub struct HidgSink {
+    udc_state: Option<PathBuf>,
+    nodes: Vec<(HidInterface, PathBuf)>,
+    open: HashMap<HidInterface, AsyncFd<File>>,
+    write_timeout: Duration,
+    /// Last absolute pointer position, so a release after reopening does not move it.
+    last_pointer: (u16, u16),
+    leds: AtomicU8,
+}
+
+impl HidgSink {
+    /// Finds the tether gadget in configfs and its device nodes (no root needed).
+    pub fn from_gadget(write_timeout: Duration) -> Result<HidgSink, GadgetError> {
+        let st = gadget::status()?;
+        if !st.exists || st.nodes.is_empty() {
+            return Err(GadgetError::NotUp);
+        }
+        let udc_state = st.udc.map(|u| PathBuf::from("/sys/class/udc").join(u).join("state"));
+        Ok(HidgSink {
+            udc_state,
+            nodes: st.nodes,
+            open: HashMap::new(),
+            write_timeout,
+            last_pointer: (16384, 16384),
+            leds: AtomicU8::new(0),
+        })
+    }
+
+    fn node(&self, interface: HidInterface) -> Result<PathBuf, HidError> {
+        self.nodes.iter().find(|(i, _)| *i == interface).map(|(_, p)| p.clone()).ok_or_else(|| HidError::Open {
+            path: PathBuf::from(format!("<no {interface:?} function in the gadget>")),
+            source: io::Error::from(io::ErrorKind::NotFound),
+        })
+    }
+
+    /// Opens the node if needed; every (re)open starts with a report that releases all.
+    async fn ensure_open(&mut self, interface: HidInterface) -> Result<(), HidError> {
+        if self.open.contains_key(&interface) {
+            return Ok(());
+        }
+        let path = self.node(interface)?;
+        let file = OpenOptions::new()
+            .read(interface == HidInterface::Keyboard)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(|source| HidError::Open { path: path.clone(), source })?;
+        let fd = register(file).map_err(|source| HidError::Open { path, source })?;
+        self.open.insert(interface, fd);
+        let release = match interface {
+            HidInterface::Pointer => {
+                HidReport::Pointer(PointerReport::new(0, self.last_pointer.0, self.last_pointer.1, 0))
+            }
+            HidInterface::Keyboard => HidReport::Keyboard(super::KeyboardReport::default()),
+            HidInterface::Consumer => HidReport::Consumer(super::ConsumerReport::default()),
+            HidInterface::Mouse => HidReport::Mouse(super::MouseReport::default()),
+        };
+        self.write_now(&release).await
+    }
+
+    async fn write_now(&mut self, report: &HidReport) -> Result<(), HidError> {
+        let interface = report.interface();
+        let bytes = report.encode();
+        let Some(fd) = self.open.get(&interface) else {
+            return Err(HidError::Write(io::Error::from(io::ErrorKind::NotConnected)));
+        };
+        let write = async {
+            loop {
+                let mut ready = fd.writable().await?;
+                match ready.try_io(|inner| inner.get_ref().write(bytes.as_bytes())) {
+                    Ok(result) => return result,
+                    Err(_would_block) => continue,
+                }
+            }
+        };
+        let result = tokio::time::timeout(self.write_timeout, write).await;
+        match result {
+            Ok(Ok(n)) if n == bytes.as_bytes().len() => {
+                if let HidReport::Pointer(p) = report {
+                    self.last_pointer = (p.x(), p.y());
+                }
+                Ok(())
+            }
+            Ok(Ok(_short)) => Err(HidError::Write(io::Error::from(io::ErrorKind::WriteZero))),
+            Ok(Err(e)) => {
+                // Whatever broke, the next write reopens (and releases first).
+                self.open.remove(&interface);
+                Err(if e.raw_os_error() == Some(libc::ESHUTDOWN) { HidError::Shutdown } else { HidError::Write(e) })
+            }
+            Err(_elapsed) => {
+                self.open.remove(&interface);
+                Err(HidError::Timeout)
+            }
+        }
+    }
+}
+
+/// Registers an owned file with the runtime's reactor for readiness events.
+fn register(file: File) -> io::Result<AsyncFd<File>> {
+    // SAFETY: the `AsyncFd` takes ownership of `file`, so its descriptor stays open and refers
+    // to the same open file until the `AsyncFd` is dropped, and `File::as_raw_fd` always
+    // returns that one descriptor. We never replace the file through `get_mut`.
+    unsafe { AsyncFd::register(file) }.map_err(|e| e.into_parts().1)
+}
+
+impl HidSink for HidgSink {
+    fn backend(&self) -> &'static str {
+        "hidg"
+    }
+
+    fn write<'a>(&'a mut self, report: &'a HidReport) -> BoxFuture<'a, Result<(), HidError>> {
+        Box::pin(async move {
+            if self.host_state() == HostState::NotAttached {
+                return Err(HidError::HostNotConnected);
+            }
+            self.ensure_open(report.interface()).await?;
+            self.write_now(report).await
+        })
+    }
+
+    fn host_state(&self) -> HostState {
+        let Some(path) = &self.udc_state else { return HostState::NotAttached };
+        match std::fs::read_to_string(path).map(|s| s.trim().to_string()).as_deref() {
+            Ok("configured") => HostState::Configured,
+            Ok("suspended") => HostState::Suspended,
+            Ok(_) => HostState::NotAttached,
+            Err(_) => HostState::Unknown,
+        }
+    }
+
+    fn leds(&self) -> Option<u8> {
+        if let Some(fd) = self.open.get(&HidInterface::Keyboard) {
+            // Drain queued LED output reports without blocking; the last one wins.
+            let mut buf = [0u8; 8];
+            while let Ok(n) = fd.get_ref().read(&mut buf) {
+                match buf.get(..n) {
+                    Some([led, ..]) => self.leds.store(*led, Ordering::Relaxed),
+                    _ => break,
+                }
+            }
+        }
+        Some(self.leds.load(Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn registered_files_write_without_blocking() {
+        let (read_end, write_end) = nix::unistd::pipe().unwrap();
+        nix::fcntl::fcntl(&write_end, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK)).unwrap();
+        let fd = register(File::from(write_end)).unwrap();
+        let mut ready = fd.writable().await.unwrap();
+        let n = ready.try_io(|inner| inner.get_ref().write(b"abc")).unwrap().unwrap();
+        assert_eq!(n, 3);
+        let mut buf = [0u8; 3];
+        File::from(read_end).read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"abc");
+    }
+}
