@@ -246,7 +246,7 @@ fn node_for(dev: &Path, numbers: &str) -> Option<PathBuf> {
         .ok()?
         .flatten()
         .map(|e| e.path())
-        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.file_type().is_char_device() && m.st_rdev() == want))
+        .find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_char_device() && m.st_rdev() == want))
 }
 
 #[cfg(test)]
