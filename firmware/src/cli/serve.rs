@@ -71,7 +71,9 @@ fn agent_uid(config: &Config) -> anyhow::Result<Option<u32>> {
     if let Ok(uid) = name.parse::<u32>() {
         return Ok(Some(uid));
     }
-    match User::from_name(name).with_context(|| format!("look up agent user {name:?}"))? {
+    // A user database that cannot be read (no /etc/passwd on a minimal system) means the
+    // user does not exist, as far as we can tell.
+    match User::from_name(name).ok().flatten() {
         Some(user) => Ok(Some(user.uid.as_raw())),
         None if explicit => {
             bail!("agent user {name:?} does not exist (create it, or pass a numeric uid)")
@@ -95,9 +97,7 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
             config.agent_user.as_deref().unwrap_or(DEFAULT_AGENT_USER)
         );
     }
-    let operator_gid = Group::from_name(&config.socket_group)
-        .with_context(|| format!("look up group {:?}", config.socket_group))?
-        .map(|g| g.gid.as_raw());
+    let operator_gid = Group::from_name(&config.socket_group).ok().flatten().map(|g| g.gid.as_raw());
     if operator_gid.is_none() {
         tracing::info!(group = %config.socket_group, "operators' group does not exist; only admins can connect");
     }

@@ -203,7 +203,10 @@ pub fn status_at(gadgets: &Path, udc_class: &Path, dev: &Path) -> Result<GadgetS
     }
     let udc = read_trimmed(&dir.join("UDC"));
     let udc_state = udc.as_ref().and_then(|u| read_trimmed(&udc_class.join(u).join("state")));
-    let serial = read_trimmed(&dir.join("strings/0x409/serialnumber"));
+    // One language directory (0x409, English) holds the strings.
+    let serial = std::fs::read_dir(dir.join("strings"))
+        .ok()
+        .and_then(|mut d| d.find_map(|e| e.ok().and_then(|e| read_trimmed(&e.path().join("serialnumber")))));
     let mut functions: Vec<PathBuf> = std::fs::read_dir(dir.join("functions"))
         .map_err(|source| GadgetError::Configfs { what: "read gadget functions", source })?
         .flatten()

@@ -19,7 +19,8 @@ pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_millis(500);
 /// Writes reports to the gadget's `/dev/hidgN` nodes.
 #[derive(Debug)]
 pub struct HidgSink {
-    udc_state: Option<PathBuf>,
+    /// The gadget's `UDC` file: empty while unbound (unplugged).
+    udc_file: PathBuf,
     nodes: Vec<(HidInterface, PathBuf)>,
     open: HashMap<HidInterface, AsyncFd<File>>,
     write_timeout: Duration,
@@ -35,9 +36,8 @@ impl HidgSink {
         if !st.exists || st.nodes.is_empty() {
             return Err(GadgetError::NotUp);
         }
-        let udc_state = st.udc.map(|u| PathBuf::from("/sys/class/udc").join(u).join("state"));
         Ok(HidgSink {
-            udc_state,
+            udc_file: PathBuf::from(gadget::CONFIGFS_GADGETS).join(gadget::GADGET_NAME).join("UDC"),
             nodes: st.nodes,
             open: HashMap::new(),
             write_timeout,
@@ -58,13 +58,28 @@ impl HidgSink {
         if self.open.contains_key(&interface) {
             return Ok(());
         }
-        let path = self.node(interface)?;
-        let file = OpenOptions::new()
-            .read(interface == HidInterface::Keyboard)
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&path)
-            .map_err(|source| HidError::Open { path: path.clone(), source })?;
+        let open = |path: &PathBuf| {
+            OpenOptions::new()
+                .read(interface == HidInterface::Keyboard)
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(path)
+        };
+        let mut path = self.node(interface)?;
+        let file = match open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                // Nodes come and go with binding; look them up again once.
+                if let Ok(st) = gadget::status() {
+                    if !st.nodes.is_empty() {
+                        self.nodes = st.nodes;
+                    }
+                }
+                path = self.node(interface)?;
+                open(&path).map_err(|source| HidError::Open { path: path.clone(), source })?
+            }
+            Err(source) => return Err(HidError::Open { path, source }),
+        };
         let fd = register(file).map_err(|source| HidError::Open { path, source })?;
         self.open.insert(interface, fd);
         let release = match interface {
@@ -139,8 +154,15 @@ impl HidSink for HidgSink {
     }
 
     fn host_state(&self) -> HostState {
-        let Some(path) = &self.udc_state else { return HostState::NotAttached };
-        match std::fs::read_to_string(path).map(|s| s.trim().to_string()).as_deref() {
+        // Unbound (cable pulled, `gadget down`): the UDC's own state file goes stale, so the
+        // gadget's binding decides first.
+        let udc = match std::fs::read_to_string(&self.udc_file) {
+            Ok(u) if !u.trim().is_empty() => u.trim().to_string(),
+            Ok(_) => return HostState::NotAttached,
+            Err(_) => return HostState::Unknown,
+        };
+        let state = PathBuf::from("/sys/class/udc").join(udc).join("state");
+        match std::fs::read_to_string(state).map(|s| s.trim().to_string()).as_deref() {
             Ok("configured") => HostState::Configured,
             Ok("suspended") => HostState::Suspended,
             Ok(_) => HostState::NotAttached,
