@@ -39,6 +39,26 @@ pub enum VideoBackend {
     Sim,
     /// No capture (screenshots answer `NO_FRAME`).
     None,
+    /// A V4L2 capture node (HDMI bridge or UVC dongle), see [`CaptureConfig`].
+    V4l2,
+}
+
+/// The V4L2 capture node to use with `video = "v4l2"`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CaptureConfig {
+    /// The node.
+    pub device: PathBuf,
+    /// Input to select (the HDMI input on multi-input devices).
+    pub input: Option<u32>,
+    /// Pixel format (`YUYV`, `UYVY`, `NV12`, `RGB3`); default: the first one offered.
+    pub format: Option<String>,
+}
+
+impl Default for CaptureConfig {
+    fn default() -> Self {
+        CaptureConfig { device: PathBuf::from("/dev/video0"), input: None, format: None }
+    }
 }
 
 impl std::str::FromStr for HidBackend {
@@ -58,7 +78,8 @@ impl std::str::FromStr for VideoBackend {
         match s {
             "sim" => Ok(VideoBackend::Sim),
             "none" => Ok(VideoBackend::None),
-            other => Err(format!("unknown video backend {other:?}: use sim or none")),
+            "v4l2" => Ok(VideoBackend::V4l2),
+            other => Err(format!("unknown video backend {other:?}: use sim, v4l2 or none")),
         }
     }
 }
@@ -115,6 +136,8 @@ pub struct Config {
     pub video: Option<VideoBackend>,
     /// USB device controller for `tether gadget up` (default: the only real one).
     pub udc: Option<String>,
+    /// The capture node for `video = "v4l2"`.
+    pub capture: CaptureConfig,
 }
 
 /// The TOML file: every field optional, unknown fields rejected.
@@ -136,6 +159,7 @@ struct ConfigFile {
     hid: Option<HidBackend>,
     video: Option<VideoBackend>,
     udc: Option<String>,
+    capture: Option<CaptureConfig>,
 }
 
 /// Errors loading the configuration.
@@ -233,6 +257,7 @@ impl Config {
             hid: None,
             video: None,
             udc: None,
+            capture: CaptureConfig::default(),
         }
     }
 
@@ -262,6 +287,7 @@ impl Config {
             hid,
             video,
             udc,
+            capture,
         } = file;
         c.sim = sim.unwrap_or(c.sim);
         c.data_dir = data_dir.unwrap_or(c.data_dir);
@@ -278,6 +304,7 @@ impl Config {
         c.hid = hid.or(c.hid);
         c.video = video.or(c.video);
         c.udc = udc.or(c.udc);
+        c.capture = capture.unwrap_or(c.capture);
         Ok(c)
     }
 }

@@ -70,8 +70,9 @@ struct ServeArgs {
     /// Default: `sim` with --sim, else `gadget`.
     #[arg(long, value_name = "sim|gadget")]
     hid: Option<HidBackend>,
-    /// Where frames come from: `sim` or `none`. Default: `sim` with --sim, else `none`.
-    #[arg(long, value_name = "sim|none")]
+    /// Where frames come from: `sim`, `v4l2` (the `[capture]` node) or `none`.
+    /// Default: `sim` with --sim, else `none`.
+    #[arg(long, value_name = "sim|v4l2|none")]
     video: Option<VideoBackend>,
 }
 

@@ -122,6 +122,12 @@ async fn a_peer_that_never_reads_is_dropped_and_others_are_unaffected() {
         write
     });
     let mut other = d.connect().await.unwrap();
+    // Count from the moment the daemon has accepted the stalled peer (two sessions).
+    let accept_deadline = Instant::now() + Duration::from_secs(5);
+    while other.roundtrip(r#"{"id":4,"method":"status"}"#).await.unwrap()["result"]["daemon"]["sessions"] != 2 {
+        assert!(Instant::now() < accept_deadline, "stalled peer never accepted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let started = Instant::now();
     let mut dropped = false;
     while started.elapsed() < Duration::from_secs(20) {
@@ -134,7 +140,8 @@ async fn a_peer_that_never_reads_is_dropped_and_others_are_unaffected() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(dropped, "the stalled peer was not disconnected");
-    assert!(started.elapsed() >= Duration::from_millis(900), "dropped before the stall timeout");
+    // The flood may have started filling buffers just before `started`: allow that slack.
+    assert!(started.elapsed() >= Duration::from_millis(700), "dropped well before the stall timeout");
     writer.abort();
 }
 

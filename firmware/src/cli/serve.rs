@@ -147,6 +147,7 @@ fn open_devices(config: &Config) -> anyhow::Result<(Devices, bool)> {
     };
     let video: Box<dyn FrameSource> = match config.video_backend() {
         VideoBackend::Sim => Box::new(phone.display()),
+        VideoBackend::V4l2 => v4l2_source(&config.capture)?,
         VideoBackend::None => {
             tracing::warn!("no video backend: screenshots answer NO_FRAME (V4L2 capture arrives with its issue)");
             Box::new(NoVideo)
@@ -156,6 +157,27 @@ fn open_devices(config: &Config) -> anyhow::Result<(Devices, bool)> {
     tracing::info!(hid = hid.backend(), video = video.backend(), "devices");
     // `sim_state` only makes sense when the sim both receives the input and shows it.
     Ok((Devices { hid, video, sim: all_sim.then_some(phone) }, all_sim))
+}
+
+#[cfg(target_os = "linux")]
+fn v4l2_source(c: &tether::config::CaptureConfig) -> anyhow::Result<Box<dyn FrameSource>> {
+    use tether::device::video::v4l2::FourCc;
+    let format = match c.format.as_deref() {
+        None => None,
+        Some(name) => {
+            let bytes: [u8; 4] = name
+                .as_bytes()
+                .try_into()
+                .map_err(|_| anyhow::anyhow!("capture.format {name:?} must be a four-character code like YUYV"))?;
+            Some(FourCc::new(&bytes))
+        }
+    };
+    Ok(Box::new(tether::device::video::capture::V4l2Capture { path: c.device.clone(), input: c.input, format }))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn v4l2_source(_c: &tether::config::CaptureConfig) -> anyhow::Result<Box<dyn FrameSource>> {
+    bail!("V4L2 capture needs Linux; use `--sim`")
 }
 
 #[cfg(target_os = "linux")]

@@ -3,8 +3,13 @@
 //! A [`FrameSource`] (V4L2 capture on the appliance, the sim's renderer otherwise) publishes
 //! into a [`FrameHub`]: the latest frame for screenshots plus the signal state for `status`.
 
+#[cfg(target_os = "linux")]
+pub mod capture;
+pub mod convert;
 mod frame;
 pub mod image;
+#[cfg(target_os = "linux")]
+pub mod v4l2;
 
 pub use frame::{
     Frame, FrameHub, FrameReader, FrameSource, NoVideo, PixelFormat, Signal, SourceGuard, VideoError, VideoState,

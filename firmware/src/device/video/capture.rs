@@ -1,0 +1,223 @@
+//! V4L2 capture as a [`FrameSource`]: a dedicated thread that opens the node, follows the
+//! HDMI signal (DV timings, source-change events), streams mmap buffers, converts raw
+//! frames to RGB and publishes them. Signal loss, resolution change and replug bump the
+//! generation and recover without a restart.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::convert::{nv12_to_rgb, packed422_to_rgb};
+use super::v4l2::{
+    BufType, Dequeued, DvTimingsStatus, Event, FourCc, PixFormat, V4l2Device, V4l2Error, EVENT_SOURCE_CHANGE,
+};
+use super::{Frame, FrameHub, FrameSource, PixelFormat, Signal, SourceGuard, VideoError, VideoState};
+
+/// Raw formats we convert, in order of preference.
+pub const RAW_FORMATS: [FourCc; 4] = [FourCc::YUYV, FourCc::UYVY, FourCc::NV12, FourCc::RGB24];
+
+/// Buffers requested from the driver.
+const BUFFERS: u32 = 4;
+
+/// Capture from a V4L2 node.
+#[derive(Debug, Clone)]
+pub struct V4l2Capture {
+    /// The node, e.g. `/dev/video0`.
+    pub path: PathBuf,
+    /// Input to select first (HDMI input of multi-input devices).
+    pub input: Option<u32>,
+    /// Preferred pixel format; the first supported of [`RAW_FORMATS`] otherwise.
+    pub format: Option<FourCc>,
+}
+
+/// Why one streaming session ended.
+enum SessionEnd {
+    /// The source changed (signal, resolution): start over with a new generation.
+    Restart,
+    /// Asked to stop.
+    Stop,
+}
+
+fn to_rgb(fmt: &PixFormat, data: &[u8]) -> Option<Vec<u8>> {
+    let (w, h, stride) = (fmt.width as usize, fmt.height as usize, fmt.bytes_per_line as usize);
+    let rgb = match fmt.fourcc {
+        FourCc::YUYV => packed422_to_rgb(data, w, h, stride, false),
+        FourCc::UYVY => packed422_to_rgb(data, w, h, stride, true),
+        FourCc::NV12 => nv12_to_rgb(data, w, h, stride),
+        FourCc::RGB24 if data.len() >= w * h * 3 => {
+            let stride = stride.max(w * 3);
+            return Some(data.chunks(stride).take(h).flat_map(|row| row[..w * 3].iter().copied()).collect());
+        }
+        _ => return None,
+    };
+    match rgb {
+        Ok(rgb) => Some(rgb),
+        Err(e) => {
+            tracing::warn!(error = %e, "dropping a malformed frame");
+            None
+        }
+    }
+}
+
+struct Session<'a> {
+    dev: &'a V4l2Device,
+    hub: &'a FrameHub,
+    stop: &'a AtomicBool,
+}
+
+impl Session<'_> {
+    /// Waits for a usable signal; returns the timings' size, or `None` when the node has no
+    /// DV timings (plain UVC/webcam nodes).
+    fn lock_signal(&self, generation: u32) -> Result<Option<(u32, u32)>, V4l2Error> {
+        loop {
+            match self.dev.query_dv_timings() {
+                Ok(DvTimingsStatus::Locked(t)) => {
+                    let t = self.dev.set_dv_timings(&t)?;
+                    return Ok(Some((t.width, t.height)));
+                }
+                Ok(status) => {
+                    tracing::info!(?status, "no usable HDMI signal; waiting for one");
+                    self.hub.set_state(VideoState { signal: Signal::NoSignal, source_size: None, generation });
+                    // Wake on a source-change event or re-check every second.
+                    let _ = self.dev.wait(1000);
+                    while let Ok(Some(_)) = self.dev.next_event() {}
+                    if self.stop.load(Ordering::Relaxed) {
+                        return Ok(None);
+                    }
+                }
+                // ENOTTY/EINVAL: this node has no DV timings.
+                Err(V4l2Error::Ioctl { .. }) => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn stream(&self, generation: u32, want: Option<FourCc>) -> Result<SessionEnd, V4l2Error> {
+        let size = self.lock_signal(generation)?;
+        if self.stop.load(Ordering::Relaxed) {
+            return Ok(SessionEnd::Stop);
+        }
+        let offered: Vec<FourCc> = self.dev.formats(BufType::VideoCapture)?.into_iter().map(|f| f.fourcc).collect();
+        let fourcc = want
+            .filter(|f| offered.contains(f))
+            .or_else(|| RAW_FORMATS.iter().copied().find(|f| offered.contains(f)))
+            .ok_or_else(|| V4l2Error::Invalid(format!("no supported raw format among {offered:?}")))?;
+        let current = self.dev.format(BufType::VideoCapture)?;
+        let (width, height) = size.unwrap_or((current.width, current.height));
+        let fmt = self.dev.set_format(
+            BufType::VideoCapture,
+            &PixFormat { width, height, fourcc, bytes_per_line: 0, size_image: 0 },
+        )?;
+        if fmt.fourcc != fourcc {
+            return Err(V4l2Error::Invalid(format!("driver chose {} instead of {fourcc}", fmt.fourcc)));
+        }
+        let count = self.dev.request_buffers(BufType::VideoCapture, BUFFERS)?;
+        let buffers =
+            (0..count).map(|i| self.dev.map_buffer(BufType::VideoCapture, i)).collect::<Result<Vec<_>, _>>()?;
+        for i in 0..count {
+            self.dev.queue(BufType::VideoCapture, i, 0)?;
+        }
+        self.dev.stream(BufType::VideoCapture, true)?;
+        self.hub.set_state(VideoState {
+            signal: Signal::Locked,
+            source_size: Some((fmt.width, fmt.height)),
+            generation,
+        });
+        tracing::info!(path = %self.dev.path().display(), format = %fmt.fourcc, width = fmt.width, height = fmt.height, generation, "capturing");
+        let mut sequence = 0u64;
+        let end = loop {
+            if self.stop.load(Ordering::Relaxed) {
+                break SessionEnd::Stop;
+            }
+            let (frame_ready, event_ready) = self.dev.wait(200)?;
+            if event_ready {
+                let mut restart = false;
+                while let Some(ev) = self.dev.next_event()? {
+                    if let Event::SourceChange { changes } = ev {
+                        tracing::info!(changes, "source change");
+                        restart = true;
+                    }
+                }
+                if restart {
+                    break SessionEnd::Restart;
+                }
+            }
+            if !frame_ready {
+                continue;
+            }
+            let Dequeued::Buffer { index, bytes_used, .. } = self.dev.dequeue(BufType::VideoCapture)? else { continue };
+            let captured_at = Instant::now();
+            let data = buffers
+                .get(index as usize)
+                .map(|b| &b.as_slice()[..(bytes_used as usize).min(b.len())])
+                .unwrap_or_default();
+            let rgb = to_rgb(&fmt, data);
+            self.dev.queue(BufType::VideoCapture, index, 0)?;
+            if let Some(rgb) = rgb {
+                sequence += 1;
+                self.hub.publish(Arc::new(Frame {
+                    generation,
+                    sequence,
+                    captured_at,
+                    width: fmt.width,
+                    height: fmt.height,
+                    format: PixelFormat::Rgb24,
+                    data: Arc::from(rgb),
+                }));
+            }
+        };
+        let _ = self.dev.stream(BufType::VideoCapture, false);
+        drop(buffers);
+        let _ = self.dev.request_buffers(BufType::VideoCapture, 0);
+        Ok(end)
+    }
+}
+
+impl FrameSource for V4l2Capture {
+    fn backend(&self) -> &'static str {
+        "v4l2"
+    }
+
+    fn start(self: Box<Self>, hub: FrameHub) -> Result<SourceGuard, VideoError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_thread = stop.clone();
+        std::thread::Builder::new()
+            .name("v4l2-capture".into())
+            .spawn(move || {
+                let mut generation = 0u32;
+                while !stop_thread.load(Ordering::Relaxed) {
+                    generation += 1;
+                    let dev = match V4l2Device::open(&self.path) {
+                        Ok(d) => d,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "capture device unavailable; retrying");
+                            hub.set_state(VideoState { signal: Signal::NoDevice, source_size: None, generation });
+                            std::thread::sleep(Duration::from_secs(1));
+                            continue;
+                        }
+                    };
+                    if let Some(i) = self.input {
+                        if let Err(e) = dev.set_input(i) {
+                            tracing::warn!(error = %e, input = i, "could not select input");
+                        }
+                    }
+                    if let Err(e) = dev.subscribe(EVENT_SOURCE_CHANGE) {
+                        tracing::debug!(error = %e, "no source-change events on this node");
+                    }
+                    let session = Session { dev: &dev, hub: &hub, stop: &stop_thread };
+                    match session.stream(generation, self.format) {
+                        Ok(SessionEnd::Stop) => break,
+                        Ok(SessionEnd::Restart) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, "capture failed; reopening");
+                            hub.set_state(VideoState { signal: Signal::NoDevice, source_size: None, generation });
+                            std::thread::sleep(Duration::from_millis(500));
+                        }
+                    }
+                }
+            })
+            .map_err(VideoError::Spawn)?;
+        Ok(SourceGuard::new(move || stop.store(true, Ordering::Relaxed)))
+    }
+}

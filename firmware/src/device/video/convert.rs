@@ -1,0 +1,154 @@
+//! Raw capture formats → RGB24 (BT.601, limited range: what HDMI bridges and UVC send).
+//!
+//! Integer math, one pass, no allocation beyond the output.
+
+/// Converts one limited-range BT.601 YUV sample to RGB.
+#[inline]
+fn yuv_to_rgb(y: u8, u: u8, v: u8) -> [u8; 3] {
+    let c = (i32::from(y) - 16) * 298;
+    let d = i32::from(u) - 128;
+    let e = i32::from(v) - 128;
+    let clamp = |x: i32| u8::try_from(((x + 128) >> 8).clamp(0, 255)).unwrap_or(0);
+    [clamp(c + 409 * e), clamp(c - 100 * d - 208 * e), clamp(c + 516 * d)]
+}
+
+/// Errors converting a frame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConvertError {
+    /// The buffer is shorter than the format requires.
+    #[error("{format} {width}x{height} needs {needed} bytes, got {got}")]
+    Short {
+        /// Format name.
+        format: &'static str,
+        /// Width.
+        width: usize,
+        /// Height.
+        height: usize,
+        /// Bytes needed.
+        needed: usize,
+        /// Bytes present.
+        got: usize,
+    },
+    /// Odd width for a 4:2:x format.
+    #[error("{0} needs an even width")]
+    OddWidth(&'static str),
+}
+
+fn check(format: &'static str, src: &[u8], width: usize, height: usize, needed: usize) -> Result<(), ConvertError> {
+    if width % 2 != 0 {
+        return Err(ConvertError::OddWidth(format));
+    }
+    if src.len() < needed {
+        return Err(ConvertError::Short { format, width, height, needed, got: src.len() });
+    }
+    Ok(())
+}
+
+/// Packed 4:2:2 (YUYV when `uyvy` is false, UYVY when true) with `stride` bytes per line.
+pub fn packed422_to_rgb(
+    src: &[u8],
+    width: usize,
+    height: usize,
+    stride: usize,
+    uyvy: bool,
+) -> Result<Vec<u8>, ConvertError> {
+    let name = if uyvy { "UYVY" } else { "YUYV" };
+    let stride = stride.max(width * 2);
+    check(name, src, width, height, stride * height.saturating_sub(1) + width * 2)?;
+    let mut out = vec![0u8; width * height * 3];
+    for (y, row_out) in out.chunks_exact_mut(width * 3).enumerate() {
+        let row = &src[y * stride..y * stride + width * 2];
+        for (quad, px) in row.chunks_exact(4).zip(row_out.chunks_exact_mut(6)) {
+            let (y0, u, y1, v) =
+                if uyvy { (quad[1], quad[0], quad[3], quad[2]) } else { (quad[0], quad[1], quad[2], quad[3]) };
+            px[..3].copy_from_slice(&yuv_to_rgb(y0, u, v));
+            px[3..].copy_from_slice(&yuv_to_rgb(y1, u, v));
+        }
+    }
+    Ok(out)
+}
+
+/// NV12: a Y plane (`stride` bytes per line) then interleaved UV at half resolution.
+pub fn nv12_to_rgb(src: &[u8], width: usize, height: usize, stride: usize) -> Result<Vec<u8>, ConvertError> {
+    let stride = stride.max(width);
+    let uv_start = stride * height;
+    check("NV12", src, width, height, uv_start + stride * height.div_ceil(2))?;
+    let mut out = vec![0u8; width * height * 3];
+    for (y, row_out) in out.chunks_exact_mut(width * 3).enumerate() {
+        let luma = &src[y * stride..y * stride + width];
+        let chroma = &src[uv_start + (y / 2) * stride..uv_start + (y / 2) * stride + width];
+        for (x, px) in row_out.chunks_exact_mut(3).enumerate() {
+            let uv = x & !1;
+            px.copy_from_slice(&yuv_to_rgb(luma[x], chroma[uv], chroma[uv + 1]));
+        }
+    }
+    Ok(out)
+}
+
+/// RGB24 → YUYV (for writing test frames to an output device, and for the encoder path).
+pub fn rgb_to_yuyv(rgb: &[u8], width: usize, height: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(width * height * 2);
+    let luma = |p: &[u8]| {
+        let (r, g, b) = (i32::from(p[0]), i32::from(p[1]), i32::from(p[2]));
+        u8::try_from(((66 * r + 129 * g + 25 * b + 128) >> 8) + 16).unwrap_or(235)
+    };
+    for row in rgb.chunks_exact(width * 3).take(height) {
+        for pair in row.chunks_exact(6) {
+            let (a, b) = (&pair[..3], &pair[3..]);
+            let r = (i32::from(a[0]) + i32::from(b[0])) / 2;
+            let g = (i32::from(a[1]) + i32::from(b[1])) / 2;
+            let bl = (i32::from(a[2]) + i32::from(b[2])) / 2;
+            let u = u8::try_from(((-38 * r - 74 * g + 112 * bl + 128) >> 8) + 128).unwrap_or(128);
+            let v = u8::try_from(((112 * r - 94 * g - 18 * bl + 128) >> 8) + 128).unwrap_or(128);
+            out.extend_from_slice(&[luma(a), u, luma(b), v]);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn primaries_survive_the_round_trip() {
+        for (rgb, tol) in [([255u8, 0, 0], 4), ([0, 255, 0], 4), ([0, 0, 255], 4), ([128, 128, 128], 2), ([0, 0, 0], 1)]
+        {
+            let frame: Vec<u8> = rgb.iter().copied().cycle().take(4 * 2 * 3).collect();
+            let yuyv = rgb_to_yuyv(&frame, 4, 2);
+            let back = packed422_to_rgb(&yuyv, 4, 2, 8, false).unwrap();
+            for (a, b) in back.iter().zip(&frame) {
+                assert!(a.abs_diff(*b) <= tol, "{rgb:?} -> {back:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn uyvy_and_nv12_match_yuyv() {
+        let (w, h) = (4usize, 2usize);
+        let yuyv: Vec<u8> = (0..w * h * 2).map(|i| u8::try_from(i * 37 % 200 + 20).unwrap()).collect();
+        let uyvy: Vec<u8> = yuyv.chunks_exact(2).flat_map(|p| [p[1], p[0]]).collect();
+        assert_eq!(packed422_to_rgb(&uyvy, w, h, 0, true).unwrap(), packed422_to_rgb(&yuyv, w, h, 0, false).unwrap());
+        // NV12 with the same luma and (vertically shared) chroma.
+        let mut nv12 = vec![128u8; w * h + w * h / 2];
+        for y in 0..h {
+            for x in 0..w {
+                nv12[y * w + x] = yuyv[y * w * 2 + x * 2];
+            }
+        }
+        for x in (0..w).step_by(2) {
+            nv12[w * h + x] = yuyv[x * 2 + 1];
+            nv12[w * h + x + 1] = yuyv[x * 2 + 3];
+        }
+        let rgb = nv12_to_rgb(&nv12, w, h, w).unwrap();
+        assert_eq!(&rgb[..w * 3], &packed422_to_rgb(&yuyv, w, h, 0, false).unwrap()[..w * 3]);
+    }
+
+    #[test]
+    fn short_buffers_and_odd_widths_are_errors() {
+        assert!(matches!(packed422_to_rgb(&[0; 7], 2, 2, 4, false), Err(ConvertError::Short { .. })));
+        assert!(nv12_to_rgb(&[0; 6], 2, 2, 2).is_ok());
+        assert!(matches!(nv12_to_rgb(&[0; 5], 2, 2, 2), Err(ConvertError::Short { .. })));
+        assert_eq!(packed422_to_rgb(&[0; 12], 3, 1, 6, false), Err(ConvertError::OddWidth("YUYV")));
+    }
+}

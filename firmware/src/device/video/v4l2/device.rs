@@ -1,0 +1,661 @@
+//! A typed, safe V4L2 device: every ioctl in one small function that builds the C struct,
+//! calls the kernel, and validates what came back. The only `unsafe` in video code lives
+//! here and in `raw`/`ioctl`, each block with its reason.
+
+use std::ffi::c_void;
+use std::fmt;
+use std::fs::OpenOptions;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+
+use nix::errno::Errno;
+
+use super::ioctl;
+use super::raw::*;
+
+/// Errors from a V4L2 device. Expected outcomes (no frame ready, no signal) are not errors:
+/// see [`Dequeued`] and [`DvTimingsStatus`].
+#[derive(Debug, thiserror::Error)]
+pub enum V4l2Error {
+    /// The node could not be opened.
+    #[error("open {}", .path.display())]
+    Open {
+        /// The node.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An ioctl failed.
+    #[error("VIDIOC_{name} failed")]
+    Ioctl {
+        /// The ioctl's name without the prefix.
+        name: &'static str,
+        /// The kernel's error.
+        #[source]
+        source: Errno,
+    },
+    /// mmap of a buffer failed.
+    #[error("mmap V4L2 buffer")]
+    Mmap(#[source] Errno),
+    /// The kernel answered something we cannot use.
+    #[error("unexpected answer from the driver: {0}")]
+    Invalid(String),
+}
+
+fn ioctl_err(name: &'static str) -> impl FnOnce(Errno) -> V4l2Error {
+    move |source| V4l2Error::Ioctl { name, source }
+}
+
+/// A four-character pixel format code.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FourCc(pub u32);
+
+impl FourCc {
+    /// From four ASCII bytes, e.g. `b"YUYV"`.
+    pub const fn new(code: &[u8; 4]) -> FourCc {
+        FourCc(u32::from_le_bytes(*code))
+    }
+
+    /// Packed YUV 4:2:2, Y0 U Y1 V.
+    pub const YUYV: FourCc = FourCc::new(b"YUYV");
+    /// Packed YUV 4:2:2, U Y0 V Y1.
+    pub const UYVY: FourCc = FourCc::new(b"UYVY");
+    /// Planar Y then interleaved UV, 4:2:0.
+    pub const NV12: FourCc = FourCc::new(b"NV12");
+    /// 24-bit RGB.
+    pub const RGB24: FourCc = FourCc::new(b"RGB3");
+    /// Motion JPEG.
+    pub const MJPEG: FourCc = FourCc::new(b"MJPG");
+    /// H.264 elementary stream.
+    pub const H264: FourCc = FourCc::new(b"H264");
+}
+
+impl fmt::Debug for FourCc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0.to_le_bytes();
+        let s: String = b.iter().map(|&c| if c.is_ascii_graphic() || c == b' ' { c as char } else { '?' }).collect();
+        write!(f, "{s}")
+    }
+}
+
+impl fmt::Display for FourCc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// Buffer queue types we use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum BufType {
+    /// Single-planar capture.
+    VideoCapture = 1,
+    /// Single-planar output.
+    VideoOutput = 2,
+}
+
+const MEMORY_MMAP: u32 = 1;
+const FIELD_NONE: u32 = 1;
+/// `V4L2_EVENT_EOS`.
+pub const EVENT_EOS: u32 = 2;
+/// `V4L2_EVENT_SOURCE_CHANGE`.
+pub const EVENT_SOURCE_CHANGE: u32 = 5;
+
+fn c_string(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+/// What `QUERYCAP` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capability {
+    /// Driver name, e.g. `vivid`.
+    pub driver: String,
+    /// Card name.
+    pub card: String,
+    /// Bus.
+    pub bus_info: String,
+    /// Capabilities of this node (`device_caps`).
+    pub device_caps: u32,
+}
+
+/// One format the node offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FormatDesc {
+    /// The code.
+    pub fourcc: FourCc,
+    /// The driver's description.
+    pub description: String,
+}
+
+/// A single-planar format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PixFormat {
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// Pixel format.
+    pub fourcc: FourCc,
+    /// Bytes per line (0: let the driver choose).
+    pub bytes_per_line: u32,
+    /// Bytes per image.
+    pub size_image: u32,
+}
+
+/// Digital-video timings (BT.656/1120).
+#[derive(Debug, Clone, Copy)]
+pub struct DvTimings {
+    /// Active width.
+    pub width: u32,
+    /// Active height.
+    pub height: u32,
+    /// Pixel clock in Hz.
+    pub pixelclock: u64,
+    /// Total width (active + blanking).
+    pub total_width: u32,
+    /// Total height.
+    pub total_height: u32,
+    raw: v4l2_dv_timings,
+}
+
+/// Timings are equal when the picture they describe is: size, clock and blanking.
+impl PartialEq for DvTimings {
+    fn eq(&self, o: &Self) -> bool {
+        (self.width, self.height, self.pixelclock, self.total_width, self.total_height)
+            == (o.width, o.height, o.pixelclock, o.total_width, o.total_height)
+    }
+}
+
+impl Eq for DvTimings {}
+
+impl DvTimings {
+    fn from_raw(raw: v4l2_dv_timings) -> DvTimings {
+        let bt = raw.bt;
+        let (w, h, pc) = (bt.width, bt.height, bt.pixelclock);
+        let total_width = w + bt.hfrontporch + bt.hsync + bt.hbackporch;
+        let total_height = h + bt.vfrontporch + bt.vsync + bt.vbackporch;
+        DvTimings { width: w, height: h, pixelclock: pc, total_width, total_height, raw }
+    }
+
+    /// Frames per second these timings give, in millihertz.
+    pub fn fps_milli(&self) -> u64 {
+        let total = u64::from(self.total_width) * u64::from(self.total_height);
+        (self.pixelclock * 1000).checked_div(total).unwrap_or(0)
+    }
+}
+
+/// What `QUERY_DV_TIMINGS` found: expected outcomes of an HDMI input, not errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DvTimingsStatus {
+    /// A signal with these timings.
+    Locked(DvTimings),
+    /// No cable or no signal (ENOLINK).
+    NoSignal,
+    /// A signal the receiver cannot lock to (ENOLCK).
+    NoLock,
+    /// Timings outside what the receiver supports (ERANGE).
+    OutOfRange,
+}
+
+/// One dequeued buffer, or none yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dequeued {
+    /// A filled buffer.
+    Buffer {
+        /// Which buffer.
+        index: u32,
+        /// Valid bytes in it.
+        bytes_used: u32,
+        /// The driver's frame counter.
+        sequence: u32,
+    },
+    /// Nothing ready (EAGAIN on a non-blocking node).
+    NotReady,
+}
+
+/// A dequeued event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// Resolution or signal changed: re-query the timings and restart streaming.
+    SourceChange {
+        /// `V4L2_EVENT_SRC_CH_*` bits.
+        changes: u32,
+    },
+    /// End of stream (codecs).
+    Eos,
+    /// Another event type.
+    Other(u32),
+}
+
+/// A V4L2 device node.
+#[derive(Debug)]
+pub struct V4l2Device {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl V4l2Device {
+    /// Opens `path` read-write, non-blocking.
+    pub fn open(path: &Path) -> Result<V4l2Device, V4l2Error> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|source| V4l2Error::Open { path: path.into(), source })?;
+        Ok(V4l2Device { fd: file.into(), path: path.into() })
+    }
+
+    /// The node's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn raw(&self) -> libc::c_int {
+        self.fd.as_raw_fd()
+    }
+
+    /// `VIDIOC_QUERYCAP`.
+    pub fn querycap(&self) -> Result<Capability, V4l2Error> {
+        let mut c = v4l2_capability::default();
+        // SAFETY: `self.fd` is an open V4L2 node; the kernel writes at most
+        // size_of::<v4l2_capability>() bytes into `c`, which we own.
+        unsafe { ioctl::querycap(self.raw(), &mut c) }.map_err(ioctl_err("QUERYCAP"))?;
+        let device_caps = if c.capabilities & 0x8000_0000 != 0 { c.device_caps } else { c.capabilities };
+        Ok(Capability {
+            driver: c_string(&c.driver),
+            card: c_string(&c.card),
+            bus_info: c_string(&c.bus_info),
+            device_caps,
+        })
+    }
+
+    /// `VIDIOC_ENUM_FMT` over every index.
+    pub fn formats(&self, buf: BufType) -> Result<Vec<FormatDesc>, V4l2Error> {
+        let mut out = Vec::new();
+        for index in 0..256 {
+            let mut d = v4l2_fmtdesc { index, type_: buf as u32, ..Default::default() };
+            // SAFETY: as for QUERYCAP; `d` is a valid, owned v4l2_fmtdesc.
+            match unsafe { ioctl::enum_fmt(self.raw(), &mut d) } {
+                Ok(_) => out.push(FormatDesc { fourcc: FourCc(d.pixelformat), description: c_string(&d.description) }),
+                Err(Errno::EINVAL) => break, // end of the list
+                Err(e) => return Err(ioctl_err("ENUM_FMT")(e)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads the one union member of `v4l2_format` we use: the single-planar `pix`.
+    fn pix_of(f: &v4l2_format) -> Result<PixFormat, V4l2Error> {
+        if f.type_ != BufType::VideoCapture as u32 && f.type_ != BufType::VideoOutput as u32 {
+            return Err(V4l2Error::Invalid(format!("format type {} is not single-planar", f.type_)));
+        }
+        // SAFETY: for single-planar buffer types (checked above) the kernel fills `fmt.pix`;
+        // every bit pattern is a valid v4l2_pix_format (plain integers).
+        let p = unsafe { f.fmt.pix };
+        Ok(PixFormat {
+            width: p.width,
+            height: p.height,
+            fourcc: FourCc(p.pixelformat),
+            bytes_per_line: p.bytesperline,
+            size_image: p.sizeimage,
+        })
+    }
+
+    /// `VIDIOC_G_FMT`.
+    pub fn format(&self, buf: BufType) -> Result<PixFormat, V4l2Error> {
+        let mut f = v4l2_format { type_: buf as u32, ..Default::default() };
+        // SAFETY: `f` is a valid, owned v4l2_format; the kernel writes within its size.
+        unsafe { ioctl::g_fmt(self.raw(), &mut f) }.map_err(ioctl_err("G_FMT"))?;
+        Self::pix_of(&f)
+    }
+
+    /// `VIDIOC_S_FMT`: returns what the driver actually chose.
+    pub fn set_format(&self, buf: BufType, want: &PixFormat) -> Result<PixFormat, V4l2Error> {
+        let pix = v4l2_pix_format {
+            width: want.width,
+            height: want.height,
+            pixelformat: want.fourcc.0,
+            field: FIELD_NONE,
+            bytesperline: want.bytes_per_line,
+            ..Default::default()
+        };
+        let mut f = v4l2_format { type_: buf as u32, fmt: v4l2_format_fmt { pix } };
+        // SAFETY: as for G_FMT.
+        unsafe { ioctl::s_fmt(self.raw(), &mut f) }.map_err(ioctl_err("S_FMT"))?;
+        Self::pix_of(&f)
+    }
+
+    /// `VIDIOC_REQBUFS` with mmap memory; 0 frees them. Returns how many the driver gave.
+    pub fn request_buffers(&self, buf: BufType, count: u32) -> Result<u32, V4l2Error> {
+        let mut r = v4l2_requestbuffers { count, type_: buf as u32, memory: MEMORY_MMAP, ..Default::default() };
+        // SAFETY: `r` is a valid, owned v4l2_requestbuffers.
+        unsafe { ioctl::reqbufs(self.raw(), &mut r) }.map_err(ioctl_err("REQBUFS"))?;
+        Ok(r.count)
+    }
+
+    /// `VIDIOC_QUERYBUF` + mmap: maps buffer `index`.
+    pub fn map_buffer(&self, buf: BufType, index: u32) -> Result<MappedBuffer, V4l2Error> {
+        let mut b = v4l2_buffer { index, type_: buf as u32, memory: MEMORY_MMAP, ..Default::default() };
+        // SAFETY: `b` is a valid, owned v4l2_buffer for a single-planar type (no plane array).
+        unsafe { ioctl::querybuf(self.raw(), &mut b) }.map_err(ioctl_err("QUERYBUF"))?;
+        // SAFETY: for MMAP memory the kernel sets `m.offset` (union member for mmap).
+        let offset = unsafe { b.m.offset };
+        let len = usize::try_from(b.length).map_err(|_| V4l2Error::Invalid("buffer length".into()))?;
+        MappedBuffer::map(&self.fd, offset, len)
+    }
+
+    /// `VIDIOC_QBUF`: hands buffer `index` to the driver (`bytes_used` matters for output).
+    pub fn queue(&self, buf: BufType, index: u32, bytes_used: u32) -> Result<(), V4l2Error> {
+        let mut b = v4l2_buffer {
+            index,
+            type_: buf as u32,
+            memory: MEMORY_MMAP,
+            bytesused: bytes_used,
+            field: FIELD_NONE,
+            ..Default::default()
+        };
+        // SAFETY: as for QUERYBUF.
+        unsafe { ioctl::qbuf(self.raw(), &mut b) }.map_err(ioctl_err("QBUF"))?;
+        Ok(())
+    }
+
+    /// `VIDIOC_DQBUF`, non-blocking.
+    pub fn dequeue(&self, buf: BufType) -> Result<Dequeued, V4l2Error> {
+        let mut b = v4l2_buffer { type_: buf as u32, memory: MEMORY_MMAP, ..Default::default() };
+        // SAFETY: as for QUERYBUF.
+        match unsafe { ioctl::dqbuf(self.raw(), &mut b) } {
+            Ok(_) => Ok(Dequeued::Buffer { index: b.index, bytes_used: b.bytesused, sequence: b.sequence }),
+            Err(Errno::EAGAIN) => Ok(Dequeued::NotReady),
+            Err(e) => Err(ioctl_err("DQBUF")(e)),
+        }
+    }
+
+    /// `VIDIOC_STREAMON` / `VIDIOC_STREAMOFF`.
+    pub fn stream(&self, buf: BufType, on: bool) -> Result<(), V4l2Error> {
+        let t: libc::c_int = buf as libc::c_int;
+        // SAFETY: the kernel reads one int from `&t`, which lives across the call.
+        let r = unsafe {
+            if on {
+                ioctl::streamon(self.raw(), &t)
+            } else {
+                ioctl::streamoff(self.raw(), &t)
+            }
+        };
+        r.map_err(ioctl_err(if on { "STREAMON" } else { "STREAMOFF" }))?;
+        Ok(())
+    }
+
+    /// `VIDIOC_S_INPUT`.
+    pub fn set_input(&self, index: u32) -> Result<(), V4l2Error> {
+        let mut i = libc::c_int::try_from(index).map_err(|_| V4l2Error::Invalid("input index".into()))?;
+        // SAFETY: the kernel reads and writes one int at `&mut i`.
+        unsafe { ioctl::s_input(self.raw(), &mut i) }.map_err(ioctl_err("S_INPUT"))?;
+        Ok(())
+    }
+
+    /// `VIDIOC_ENUMINPUT` over every index: (index, name, type).
+    pub fn inputs(&self) -> Result<Vec<(u32, String, u32)>, V4l2Error> {
+        let mut out = Vec::new();
+        for index in 0..64 {
+            let mut i = v4l2_input { index, ..Default::default() };
+            // SAFETY: `i` is a valid, owned v4l2_input.
+            match unsafe { ioctl::enuminput(self.raw(), &mut i) } {
+                Ok(_) => out.push((index, c_string(&i.name), i.type_)),
+                Err(Errno::EINVAL) => break,
+                Err(e) => return Err(ioctl_err("ENUMINPUT")(e)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// `VIDIOC_QUERY_DV_TIMINGS`: what the HDMI receiver sees now.
+    pub fn query_dv_timings(&self) -> Result<DvTimingsStatus, V4l2Error> {
+        let mut t = v4l2_dv_timings::default();
+        // SAFETY: `t` is a valid, owned v4l2_dv_timings; the kernel writes within its size.
+        match unsafe { ioctl::query_dv_timings(self.raw(), &mut t) } {
+            Ok(_) => Ok(DvTimingsStatus::Locked(DvTimings::from_raw(t))),
+            Err(Errno::ENOLINK) => Ok(DvTimingsStatus::NoSignal),
+            Err(Errno::ENOLCK) => Ok(DvTimingsStatus::NoLock),
+            Err(Errno::ERANGE) => Ok(DvTimingsStatus::OutOfRange),
+            Err(e) => Err(ioctl_err("QUERY_DV_TIMINGS")(e)),
+        }
+    }
+
+    /// `VIDIOC_S_DV_TIMINGS`: applies timings (usually the ones just queried).
+    pub fn set_dv_timings(&self, timings: &DvTimings) -> Result<DvTimings, V4l2Error> {
+        let mut t = timings.raw;
+        // SAFETY: as for QUERY_DV_TIMINGS.
+        unsafe { ioctl::s_dv_timings(self.raw(), &mut t) }.map_err(ioctl_err("S_DV_TIMINGS"))?;
+        Ok(DvTimings::from_raw(t))
+    }
+
+    /// `VIDIOC_G_DV_TIMINGS`.
+    pub fn dv_timings(&self) -> Result<DvTimings, V4l2Error> {
+        let mut t = v4l2_dv_timings::default();
+        // SAFETY: as for QUERY_DV_TIMINGS.
+        unsafe { ioctl::g_dv_timings(self.raw(), &mut t) }.map_err(ioctl_err("G_DV_TIMINGS"))?;
+        Ok(DvTimings::from_raw(t))
+    }
+
+    /// `VIDIOC_ENUM_DV_TIMINGS` entry `index`, or `None` past the end.
+    pub fn enum_dv_timings(&self, index: u32) -> Result<Option<DvTimings>, V4l2Error> {
+        let mut e = v4l2_enum_dv_timings { index, ..Default::default() };
+        // SAFETY: `e` is a valid, owned v4l2_enum_dv_timings.
+        match unsafe { ioctl::enum_dv_timings(self.raw(), &mut e) } {
+            Ok(_) => Ok(Some(DvTimings::from_raw(e.timings))),
+            Err(Errno::EINVAL) => Ok(None),
+            Err(err) => Err(ioctl_err("ENUM_DV_TIMINGS")(err)),
+        }
+    }
+
+    /// `VIDIOC_DV_TIMINGS_CAP`: (min width, max width, min height, max height).
+    pub fn dv_timings_cap(&self) -> Result<(u32, u32, u32, u32), V4l2Error> {
+        let mut c = v4l2_dv_timings_cap::default();
+        // SAFETY: `c` is a valid, owned v4l2_dv_timings_cap.
+        unsafe { ioctl::dv_timings_cap(self.raw(), &mut c) }.map_err(ioctl_err("DV_TIMINGS_CAP"))?;
+        let bt = c.bt;
+        Ok((bt.min_width, bt.max_width, bt.min_height, bt.max_height))
+    }
+
+    /// `VIDIOC_G_EDID` of pad 0: up to `blocks` 128-byte blocks.
+    pub fn edid(&self, blocks: u32) -> Result<Vec<u8>, V4l2Error> {
+        let mut data = vec![0u8; blocks as usize * 128];
+        let mut e = v4l2_edid { pad: 0, start_block: 0, blocks, reserved: [0; 5], edid: data.as_mut_ptr() };
+        // SAFETY: `e.edid` points to `blocks * 128` writable bytes that outlive the call;
+        // the kernel writes at most `e.blocks` blocks there and updates `e.blocks`.
+        unsafe { ioctl::g_edid(self.raw(), &mut e) }.map_err(ioctl_err("G_EDID"))?;
+        data.truncate(e.blocks.min(blocks) as usize * 128);
+        Ok(data)
+    }
+
+    /// `VIDIOC_S_EDID` of pad 0.
+    pub fn set_edid(&self, edid: &[u8]) -> Result<(), V4l2Error> {
+        if edid.len() % 128 != 0 {
+            return Err(V4l2Error::Invalid("an EDID is a whole number of 128-byte blocks".into()));
+        }
+        let mut data = edid.to_vec();
+        let blocks = u32::try_from(edid.len() / 128).map_err(|_| V4l2Error::Invalid("EDID too long".into()))?;
+        let mut e = v4l2_edid { pad: 0, start_block: 0, blocks, reserved: [0; 5], edid: data.as_mut_ptr() };
+        // SAFETY: `e.edid` points to `blocks * 128` bytes that outlive the call.
+        unsafe { ioctl::s_edid(self.raw(), &mut e) }.map_err(ioctl_err("S_EDID"))?;
+        Ok(())
+    }
+
+    /// `VIDIOC_SUBSCRIBE_EVENT`.
+    pub fn subscribe(&self, event_type: u32) -> Result<(), V4l2Error> {
+        let s = v4l2_event_subscription { type_: event_type, ..Default::default() };
+        // SAFETY: the kernel reads one v4l2_event_subscription from `&s`.
+        unsafe { ioctl::subscribe_event(self.raw(), &s) }.map_err(ioctl_err("SUBSCRIBE_EVENT"))?;
+        Ok(())
+    }
+
+    /// `VIDIOC_DQEVENT`: the next pending event, if any.
+    pub fn next_event(&self) -> Result<Option<Event>, V4l2Error> {
+        let mut e = v4l2_event::default();
+        // SAFETY: `e` is a valid, owned v4l2_event; the kernel writes within its size.
+        match unsafe { ioctl::dqevent(self.raw(), &mut e) } {
+            Ok(_) => {}
+            Err(Errno::ENOENT) => return Ok(None), // nothing pending
+            Err(err) => return Err(ioctl_err("DQEVENT")(err)),
+        }
+        Ok(Some(match e.type_ {
+            EVENT_SOURCE_CHANGE => {
+                // SAFETY: for SOURCE_CHANGE the union holds `src_change { __u32 changes }`,
+                // its first four bytes; `data` views the same bytes.
+                let d = unsafe { e.u.data };
+                Event::SourceChange { changes: u32::from_ne_bytes([d[0], d[1], d[2], d[3]]) }
+            }
+            EVENT_EOS => Event::Eos,
+            other => Event::Other(other),
+        }))
+    }
+
+    /// `VIDIOC_G_CTRL`.
+    pub fn control(&self, id: u32) -> Result<i32, V4l2Error> {
+        let mut c = v4l2_control { id, value: 0 };
+        // SAFETY: `c` is a valid, owned v4l2_control.
+        unsafe { ioctl::g_ctrl(self.raw(), &mut c) }.map_err(ioctl_err("G_CTRL"))?;
+        Ok(c.value)
+    }
+
+    /// `VIDIOC_S_CTRL`.
+    pub fn set_control(&self, id: u32, value: i32) -> Result<(), V4l2Error> {
+        let mut c = v4l2_control { id, value };
+        // SAFETY: as for G_CTRL.
+        unsafe { ioctl::s_ctrl(self.raw(), &mut c) }.map_err(ioctl_err("S_CTRL"))?;
+        Ok(())
+    }
+
+    /// Waits up to `timeout_ms` for a frame (POLLIN/POLLOUT) or an event (POLLPRI).
+    pub fn wait(&self, timeout_ms: i32) -> Result<(bool, bool), V4l2Error> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN | PollFlags::POLLOUT | PollFlags::POLLPRI)];
+        let timeout = PollTimeout::try_from(timeout_ms.max(0)).unwrap_or(PollTimeout::NONE);
+        match poll(&mut fds, timeout) {
+            Ok(0) | Err(Errno::EINTR) => Ok((false, false)),
+            Ok(_) => {
+                let r = fds[0].revents().unwrap_or(PollFlags::empty());
+                Ok((r.intersects(PollFlags::POLLIN | PollFlags::POLLOUT), r.contains(PollFlags::POLLPRI)))
+            }
+            Err(e) => Err(ioctl_err("poll")(e)),
+        }
+    }
+}
+
+/// One mmap'ed driver buffer; unmapped on drop.
+#[derive(Debug)]
+pub struct MappedBuffer {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory owned by this value; nothing ties it to the
+// creating thread.
+unsafe impl Send for MappedBuffer {}
+
+impl MappedBuffer {
+    fn map(fd: &OwnedFd, offset: u32, len: usize) -> Result<MappedBuffer, V4l2Error> {
+        if len == 0 {
+            return Err(V4l2Error::Invalid("zero-length buffer".into()));
+        }
+        // SAFETY: a fresh shared mapping of `len` bytes of the device at the offset QUERYBUF
+        // returned; the kernel validates offset and length and we check the result.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                libc::off_t::from(offset),
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(V4l2Error::Mmap(Errno::last()));
+        }
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or(V4l2Error::Mmap(Errno::EFAULT))?;
+        Ok(MappedBuffer { ptr, len })
+    }
+
+    /// The buffer's bytes (slice by the dequeued `bytes_used`, not the whole length).
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr` maps `len` readable bytes for as long as `self` lives.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The buffer's bytes, writable (output queues).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` maps `len` writable bytes, and `&mut self` makes this the only view.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Length of the mapping.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapping is empty (never, by construction).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for MappedBuffer {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the region `map` created; no slices outlive `self`.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast::<c_void>(), self.len);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fourcc_codes() {
+        assert_eq!(FourCc::YUYV.0, 0x5659_5559);
+        assert_eq!(FourCc::NV12.to_string(), "NV12");
+        assert_eq!(format!("{:?}", FourCc(0x0000_0041)), "A???");
+    }
+
+    #[test]
+    fn opening_a_missing_node_is_a_typed_error() {
+        let err = V4l2Device::open(Path::new("/dev/video-does-not-exist")).unwrap_err();
+        assert!(matches!(err, V4l2Error::Open { .. }));
+    }
+
+    #[test]
+    fn ioctls_on_a_non_v4l2_fd_fail_cleanly() {
+        // /dev/null accepts the open but no V4L2 ioctl: each must map to an error, not UB.
+        let dev = V4l2Device::open(Path::new("/dev/null")).unwrap();
+        assert!(matches!(dev.querycap(), Err(V4l2Error::Ioctl { name: "QUERYCAP", .. })));
+        assert!(dev.format(BufType::VideoCapture).is_err());
+        assert!(dev.query_dv_timings().is_err());
+        assert!(dev.next_event().is_err());
+    }
+
+    #[test]
+    fn dv_timings_fps() {
+        let mut raw = v4l2_dv_timings::default();
+        raw.bt.width = 1920;
+        raw.bt.height = 1080;
+        raw.bt.pixelclock = 148_500_000;
+        raw.bt.hfrontporch = 88;
+        raw.bt.hsync = 44;
+        raw.bt.hbackporch = 148;
+        raw.bt.vfrontporch = 4;
+        raw.bt.vsync = 5;
+        raw.bt.vbackporch = 36;
+        let t = DvTimings::from_raw(raw);
+        assert_eq!((t.total_width, t.total_height), (2200, 1125));
+        assert_eq!(t.fps_milli(), 60_000);
+    }
+}

@@ -1,0 +1,631 @@
+//! The kernel's V4L2 structs we use, by hand, with their kernel names (`linux/videodev2.h`).
+//!
+//! Only 64-bit Linux targets are supported (x86_64, aarch64: both LP64, same layouts). The
+//! compile-time assertions below pin every size and offset; `tests::layout_matches_c`
+//! compiles a C probe against the system header (and, with the cross compiler, for aarch64)
+//! and checks the same numbers.
+// Kernel names and fields, documented in linux/videodev2.h; unions cannot derive Debug.
+#![allow(non_camel_case_types, missing_docs, missing_debug_implementations, clippy::type_complexity)]
+
+use std::mem::{offset_of, size_of};
+
+pub const VIDEO_MAX_PLANES: usize = 8;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_capability {
+    pub driver: [u8; 16],
+    pub card: [u8; 32],
+    pub bus_info: [u8; 32],
+    pub version: u32,
+    pub capabilities: u32,
+    pub device_caps: u32,
+    pub reserved: [u32; 3],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_fmtdesc {
+    pub index: u32,
+    pub type_: u32,
+    pub flags: u32,
+    pub description: [u8; 32],
+    pub pixelformat: u32,
+    pub mbus_code: u32,
+    pub reserved: [u32; 3],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_pix_format {
+    pub width: u32,
+    pub height: u32,
+    pub pixelformat: u32,
+    pub field: u32,
+    pub bytesperline: u32,
+    pub sizeimage: u32,
+    pub colorspace: u32,
+    pub priv_: u32,
+    pub flags: u32,
+    pub ycbcr_enc: u32,
+    pub quantization: u32,
+    pub xfer_func: u32,
+}
+
+#[repr(C, packed)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_plane_pix_format {
+    pub sizeimage: u32,
+    pub bytesperline: u32,
+    pub reserved: [u16; 6],
+}
+
+#[repr(C, packed)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_pix_format_mplane {
+    pub width: u32,
+    pub height: u32,
+    pub pixelformat: u32,
+    pub field: u32,
+    pub colorspace: u32,
+    pub plane_fmt: [v4l2_plane_pix_format; VIDEO_MAX_PLANES],
+    pub num_planes: u8,
+    pub flags: u8,
+    pub ycbcr_enc: u8,
+    pub quantization: u8,
+    pub xfer_func: u8,
+    pub reserved: [u8; 7],
+}
+
+/// `v4l2_format.fmt`: 200 bytes, 8-byte aligned (the kernel union holds pointers).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union v4l2_format_fmt {
+    pub pix: v4l2_pix_format,
+    pub pix_mp: v4l2_pix_format_mplane,
+    pub raw_data: [u8; 200],
+    pub align: [u64; 25],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct v4l2_format {
+    pub type_: u32,
+    pub fmt: v4l2_format_fmt,
+}
+
+impl Default for v4l2_format {
+    fn default() -> Self {
+        v4l2_format { type_: 0, fmt: v4l2_format_fmt { raw_data: [0; 200] } }
+    }
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_requestbuffers {
+    pub count: u32,
+    pub type_: u32,
+    pub memory: u32,
+    pub capabilities: u32,
+    pub flags: u8,
+    pub reserved: [u8; 3],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct timeval {
+    pub tv_sec: i64,
+    pub tv_usec: i64,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct timespec {
+    pub tv_sec: i64,
+    pub tv_nsec: i64,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_timecode {
+    pub type_: u32,
+    pub flags: u32,
+    pub frames: u8,
+    pub seconds: u8,
+    pub minutes: u8,
+    pub hours: u8,
+    pub userbits: [u8; 4],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union v4l2_plane_m {
+    pub mem_offset: u32,
+    pub userptr: u64,
+    pub fd: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct v4l2_plane {
+    pub bytesused: u32,
+    pub length: u32,
+    pub m: v4l2_plane_m,
+    pub data_offset: u32,
+    pub reserved: [u32; 11],
+}
+
+impl Default for v4l2_plane {
+    fn default() -> Self {
+        v4l2_plane { bytesused: 0, length: 0, m: v4l2_plane_m { userptr: 0 }, data_offset: 0, reserved: [0; 11] }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union v4l2_buffer_m {
+    pub offset: u32,
+    pub userptr: u64,
+    pub planes: *mut v4l2_plane,
+    pub fd: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct v4l2_buffer {
+    pub index: u32,
+    pub type_: u32,
+    pub bytesused: u32,
+    pub flags: u32,
+    pub field: u32,
+    pub timestamp: timeval,
+    pub timecode: v4l2_timecode,
+    pub sequence: u32,
+    pub memory: u32,
+    pub m: v4l2_buffer_m,
+    pub length: u32,
+    pub reserved2: u32,
+    pub request_fd: i32,
+}
+
+impl Default for v4l2_buffer {
+    fn default() -> Self {
+        v4l2_buffer {
+            index: 0,
+            type_: 0,
+            bytesused: 0,
+            flags: 0,
+            field: 0,
+            timestamp: timeval::default(),
+            timecode: v4l2_timecode::default(),
+            sequence: 0,
+            memory: 0,
+            m: v4l2_buffer_m { userptr: 0 },
+            length: 0,
+            reserved2: 0,
+            request_fd: 0,
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_frmsize_stepwise {
+    pub min_width: u32,
+    pub max_width: u32,
+    pub step_width: u32,
+    pub min_height: u32,
+    pub max_height: u32,
+    pub step_height: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_frmsizeenum {
+    pub index: u32,
+    pub pixel_format: u32,
+    pub type_: u32,
+    /// Discrete sizes use the first two words (width, height).
+    pub stepwise: v4l2_frmsize_stepwise,
+    pub reserved: [u32; 2],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct v4l2_fract {
+    pub numerator: u32,
+    pub denominator: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_frmival_stepwise {
+    pub min: v4l2_fract,
+    pub max: v4l2_fract,
+    pub step: v4l2_fract,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_frmivalenum {
+    pub index: u32,
+    pub pixel_format: u32,
+    pub width: u32,
+    pub height: u32,
+    pub type_: u32,
+    /// Discrete intervals use `min`.
+    pub stepwise: v4l2_frmival_stepwise,
+    pub reserved: [u32; 2],
+}
+
+#[repr(C, packed)]
+#[derive(Debug, Clone, Copy)]
+pub struct v4l2_bt_timings {
+    pub width: u32,
+    pub height: u32,
+    pub interlaced: u32,
+    pub polarities: u32,
+    pub pixelclock: u64,
+    pub hfrontporch: u32,
+    pub hsync: u32,
+    pub hbackporch: u32,
+    pub vfrontporch: u32,
+    pub vsync: u32,
+    pub vbackporch: u32,
+    pub il_vfrontporch: u32,
+    pub il_vsync: u32,
+    pub il_vbackporch: u32,
+    pub standards: u32,
+    pub flags: u32,
+    pub picture_aspect: v4l2_fract,
+    pub cea861_vic: u8,
+    pub hdmi_vic: u8,
+    pub reserved: [u8; 46],
+}
+
+impl Default for v4l2_bt_timings {
+    fn default() -> Self {
+        // SAFETY-free zero init: every field is an integer or array of integers.
+        v4l2_bt_timings {
+            width: 0,
+            height: 0,
+            interlaced: 0,
+            polarities: 0,
+            pixelclock: 0,
+            hfrontporch: 0,
+            hsync: 0,
+            hbackporch: 0,
+            vfrontporch: 0,
+            vsync: 0,
+            vbackporch: 0,
+            il_vfrontporch: 0,
+            il_vsync: 0,
+            il_vbackporch: 0,
+            standards: 0,
+            flags: 0,
+            picture_aspect: v4l2_fract::default(),
+            cea861_vic: 0,
+            hdmi_vic: 0,
+            reserved: [0; 46],
+        }
+    }
+}
+
+/// `v4l2_dv_timings`: `type` then a 128-byte union of which we use `bt` (type 0, BT.656/1120).
+#[repr(C, packed)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_dv_timings {
+    pub type_: u32,
+    pub bt: v4l2_bt_timings,
+    pub pad: [u32; 1],
+}
+
+#[repr(C, packed)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_bt_timings_cap {
+    pub min_width: u32,
+    pub max_width: u32,
+    pub min_height: u32,
+    pub max_height: u32,
+    pub min_pixelclock: u64,
+    pub max_pixelclock: u64,
+    pub standards: u32,
+    pub capabilities: u32,
+    pub reserved: [u32; 16],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_dv_timings_cap {
+    pub type_: u32,
+    pub pad: u32,
+    pub reserved: [u32; 2],
+    pub bt: v4l2_bt_timings_cap,
+    pub raw_rest: [u32; 6],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_enum_dv_timings {
+    pub index: u32,
+    pub pad: u32,
+    pub reserved: [u32; 2],
+    pub timings: v4l2_dv_timings,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct v4l2_edid {
+    pub pad: u32,
+    pub start_block: u32,
+    pub blocks: u32,
+    pub reserved: [u32; 5],
+    pub edid: *mut u8,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_event_subscription {
+    pub type_: u32,
+    pub id: u32,
+    pub flags: u32,
+    pub reserved: [u32; 5],
+}
+
+/// `v4l2_event.u`: 64 bytes, 8-byte aligned (it contains an `__s64`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union v4l2_event_u {
+    pub data: [u8; 64],
+    pub align: [u64; 8],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct v4l2_event {
+    pub type_: u32,
+    pub u: v4l2_event_u,
+    pub pending: u32,
+    pub sequence: u32,
+    pub timestamp: timespec,
+    pub id: u32,
+    pub reserved: [u32; 8],
+}
+
+impl Default for v4l2_event {
+    fn default() -> Self {
+        v4l2_event {
+            type_: 0,
+            u: v4l2_event_u { data: [0; 64] },
+            pending: 0,
+            sequence: 0,
+            timestamp: timespec::default(),
+            id: 0,
+            reserved: [0; 8],
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_control {
+    pub id: u32,
+    pub value: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_input {
+    pub index: u32,
+    pub name: [u8; 32],
+    pub type_: u32,
+    pub audioset: u32,
+    pub tuner: u32,
+    pub std: u64,
+    pub status: u32,
+    pub capabilities: u32,
+    pub reserved: [u32; 3],
+}
+
+/// (name, size, [(field, offset)]) for every struct, as the C probe prints them.
+pub fn layout_table() -> Vec<(&'static str, usize, Vec<(&'static str, usize)>)> {
+    vec![
+        (
+            "v4l2_capability",
+            size_of::<v4l2_capability>(),
+            vec![
+                ("capabilities", offset_of!(v4l2_capability, capabilities)),
+                ("device_caps", offset_of!(v4l2_capability, device_caps)),
+            ],
+        ),
+        ("v4l2_fmtdesc", size_of::<v4l2_fmtdesc>(), vec![("pixelformat", offset_of!(v4l2_fmtdesc, pixelformat))]),
+        ("v4l2_pix_format", size_of::<v4l2_pix_format>(), vec![("xfer_func", offset_of!(v4l2_pix_format, xfer_func))]),
+        (
+            "v4l2_pix_format_mplane",
+            size_of::<v4l2_pix_format_mplane>(),
+            vec![
+                ("plane_fmt", offset_of!(v4l2_pix_format_mplane, plane_fmt)),
+                ("num_planes", offset_of!(v4l2_pix_format_mplane, num_planes)),
+            ],
+        ),
+        (
+            "v4l2_plane_pix_format",
+            size_of::<v4l2_plane_pix_format>(),
+            vec![("bytesperline", offset_of!(v4l2_plane_pix_format, bytesperline))],
+        ),
+        ("v4l2_format", size_of::<v4l2_format>(), vec![("fmt", offset_of!(v4l2_format, fmt))]),
+        (
+            "v4l2_requestbuffers",
+            size_of::<v4l2_requestbuffers>(),
+            vec![("flags", offset_of!(v4l2_requestbuffers, flags))],
+        ),
+        (
+            "v4l2_buffer",
+            size_of::<v4l2_buffer>(),
+            vec![
+                ("timestamp", offset_of!(v4l2_buffer, timestamp)),
+                ("timecode", offset_of!(v4l2_buffer, timecode)),
+                ("sequence", offset_of!(v4l2_buffer, sequence)),
+                ("memory", offset_of!(v4l2_buffer, memory)),
+                ("m", offset_of!(v4l2_buffer, m)),
+                ("length", offset_of!(v4l2_buffer, length)),
+                ("request_fd", offset_of!(v4l2_buffer, request_fd)),
+            ],
+        ),
+        (
+            "v4l2_plane",
+            size_of::<v4l2_plane>(),
+            vec![("m", offset_of!(v4l2_plane, m)), ("data_offset", offset_of!(v4l2_plane, data_offset))],
+        ),
+        ("v4l2_frmsizeenum", size_of::<v4l2_frmsizeenum>(), vec![("reserved", offset_of!(v4l2_frmsizeenum, reserved))]),
+        ("v4l2_frmivalenum", size_of::<v4l2_frmivalenum>(), vec![("reserved", offset_of!(v4l2_frmivalenum, reserved))]),
+        (
+            "v4l2_bt_timings",
+            size_of::<v4l2_bt_timings>(),
+            vec![
+                ("pixelclock", offset_of!(v4l2_bt_timings, pixelclock)),
+                ("picture_aspect", offset_of!(v4l2_bt_timings, picture_aspect)),
+            ],
+        ),
+        ("v4l2_dv_timings", size_of::<v4l2_dv_timings>(), vec![("bt", offset_of!(v4l2_dv_timings, bt))]),
+        ("v4l2_dv_timings_cap", size_of::<v4l2_dv_timings_cap>(), vec![("bt", offset_of!(v4l2_dv_timings_cap, bt))]),
+        (
+            "v4l2_enum_dv_timings",
+            size_of::<v4l2_enum_dv_timings>(),
+            vec![("timings", offset_of!(v4l2_enum_dv_timings, timings))],
+        ),
+        ("v4l2_edid", size_of::<v4l2_edid>(), vec![("edid", offset_of!(v4l2_edid, edid))]),
+        (
+            "v4l2_event_subscription",
+            size_of::<v4l2_event_subscription>(),
+            vec![("flags", offset_of!(v4l2_event_subscription, flags))],
+        ),
+        (
+            "v4l2_event",
+            size_of::<v4l2_event>(),
+            vec![
+                ("u", offset_of!(v4l2_event, u)),
+                ("pending", offset_of!(v4l2_event, pending)),
+                ("timestamp", offset_of!(v4l2_event, timestamp)),
+                ("id", offset_of!(v4l2_event, id)),
+            ],
+        ),
+        ("v4l2_control", size_of::<v4l2_control>(), vec![("value", offset_of!(v4l2_control, value))]),
+        (
+            "v4l2_input",
+            size_of::<v4l2_input>(),
+            vec![("std", offset_of!(v4l2_input, std)), ("status", offset_of!(v4l2_input, status))],
+        ),
+    ]
+}
+
+// Compile-time pins (64-bit Linux). A mismatch fails the build on every target we ship.
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    assert!(size_of::<v4l2_capability>() == 104);
+    assert!(size_of::<v4l2_fmtdesc>() == 64);
+    assert!(size_of::<v4l2_pix_format>() == 48);
+    assert!(size_of::<v4l2_plane_pix_format>() == 20);
+    assert!(size_of::<v4l2_pix_format_mplane>() == 192);
+    assert!(size_of::<v4l2_format>() == 208);
+    assert!(offset_of!(v4l2_format, fmt) == 8);
+    assert!(size_of::<v4l2_requestbuffers>() == 20);
+    assert!(size_of::<v4l2_buffer>() == 88);
+    assert!(offset_of!(v4l2_buffer, timestamp) == 24);
+    assert!(offset_of!(v4l2_buffer, m) == 64);
+    assert!(size_of::<v4l2_plane>() == 64);
+    assert!(size_of::<v4l2_frmsizeenum>() == 44);
+    assert!(size_of::<v4l2_frmivalenum>() == 52);
+    assert!(size_of::<v4l2_bt_timings>() == 124);
+    assert!(size_of::<v4l2_dv_timings>() == 132);
+    assert!(size_of::<v4l2_dv_timings_cap>() == 144);
+    assert!(size_of::<v4l2_enum_dv_timings>() == 148);
+    assert!(size_of::<v4l2_edid>() == 40);
+    assert!(size_of::<v4l2_event_subscription>() == 32);
+    assert!(size_of::<v4l2_event>() == 136);
+    assert!(offset_of!(v4l2_event, u) == 8);
+    assert!(size_of::<v4l2_control>() == 8);
+    assert!(size_of::<v4l2_input>() == 80);
+};
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::path::Path;
+    use std::process::Command;
+
+    use super::layout_table;
+
+    /// A C program printing `name size` and `name.field offset` for every struct we mirror.
+    fn probe_source() -> String {
+        let mut c =
+            String::from("#include <stdio.h>\n#include <stddef.h>\n#include <linux/videodev2.h>\nint main(void) {\n");
+        for (name, _, fields) in layout_table() {
+            c += &format!("  printf(\"{name} %zu\\n\", sizeof(struct {name}));\n");
+            for (field, _) in fields {
+                c += &format!("  printf(\"{name}.{field} %zu\\n\", offsetof(struct {name}, {field}));\n");
+            }
+        }
+        c + "  return 0;\n}\n"
+    }
+
+    fn expected() -> HashMap<String, usize> {
+        let mut m = HashMap::new();
+        for (name, size, fields) in layout_table() {
+            m.insert(name.to_string(), size);
+            for (field, off) in fields {
+                m.insert(format!("{name}.{field}"), off);
+            }
+        }
+        m
+    }
+
+    /// Compiles the probe with `cc`, runs it (through `runner` when cross-compiled), and
+    /// returns its numbers.
+    fn probe(dir: &Path, cc: &str, runner: Option<&str>) -> Result<HashMap<String, usize>, String> {
+        let src = dir.join("probe.c");
+        let exe = dir.join(format!("probe-{cc}"));
+        std::fs::write(&src, probe_source()).map_err(|e| e.to_string())?;
+        let out =
+            Command::new(cc).arg("-static").arg("-o").arg(&exe).arg(&src).output().map_err(|e| format!("{cc}: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("{cc} failed: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        let run = match runner {
+            Some(r) => Command::new(r).arg(&exe).output(),
+            None => Command::new(&exe).output(),
+        }
+        .map_err(|e| format!("run probe: {e}"))?;
+        let text = String::from_utf8_lossy(&run.stdout).into_owned();
+        Ok(text
+            .lines()
+            .filter_map(|l| l.split_once(' ').and_then(|(k, v)| v.parse().ok().map(|v| (k.to_string(), v))))
+            .collect())
+    }
+
+    fn tool(name: &str) -> bool {
+        Command::new("sh").arg("-c").arg(format!("command -v {name}")).output().is_ok_and(|o| o.status.success())
+    }
+
+    #[test]
+    fn layout_matches_c() {
+        let dir = tempfile::tempdir().unwrap();
+        let want = expected();
+        let host = probe(dir.path(), "cc", None).expect("the host C compiler and linux/videodev2.h are needed");
+        assert_eq!(host, want, "x86_64/host layout differs from linux/videodev2.h");
+        // aarch64, the boards' architecture: required when the suite runs from tests/run
+        // (which installs the cross tools), reported otherwise.
+        let cross = tool("aarch64-linux-gnu-gcc") && (tool("qemu-aarch64-static") || tool("qemu-aarch64"));
+        if !cross {
+            assert!(
+                std::env::var_os("TETHER_REQUIRE_CROSS").is_none(),
+                "aarch64 layout check needs gcc-aarch64-linux-gnu and qemu-user-static"
+            );
+            eprintln!("NOTICE: aarch64 layout check not run: install gcc-aarch64-linux-gnu and qemu-user-static");
+            return;
+        }
+        let runner = if tool("qemu-aarch64-static") { "qemu-aarch64-static" } else { "qemu-aarch64" };
+        let arm = probe(dir.path(), "aarch64-linux-gnu-gcc", Some(runner)).unwrap();
+        assert_eq!(arm, want, "aarch64 layout differs from linux/videodev2.h");
+    }
+}
