@@ -515,6 +515,34 @@ impl V4l2Device {
         }))
     }
 
+    /// Every control of the node: (id, name, minimum, maximum), via `VIDIOC_QUERYCTRL`.
+    pub fn controls(&self) -> Result<Vec<(u32, String, i32, i32)>, V4l2Error> {
+        let mut out = Vec::new();
+        let mut id = 0u32;
+        loop {
+            let mut q = v4l2_queryctrl { id: id | CTRL_FLAG_NEXT_CTRL, ..Default::default() };
+            // SAFETY: `q` is a valid, owned v4l2_queryctrl.
+            match unsafe { ioctl::queryctrl(self.raw(), &mut q) } {
+                Ok(_) => {}
+                Err(Errno::EINVAL) => break, // past the last control
+                Err(e) => return Err(ioctl_err("QUERYCTRL")(e)),
+            }
+            if q.id <= id {
+                break; // a driver that does not advance would loop forever
+            }
+            id = q.id;
+            if q.type_ != CTRL_TYPE_CTRL_CLASS {
+                out.push((q.id, c_string(&q.name), q.minimum, q.maximum));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The id of the control called `name` (case-insensitive), if the node has one.
+    pub fn control_id(&self, name: &str) -> Result<Option<u32>, V4l2Error> {
+        Ok(self.controls()?.into_iter().find(|c| c.1.eq_ignore_ascii_case(name)).map(|c| c.0))
+    }
+
     /// `VIDIOC_G_CTRL`.
     pub fn control(&self, id: u32) -> Result<i32, V4l2Error> {
         let mut c = v4l2_control { id, value: 0 };

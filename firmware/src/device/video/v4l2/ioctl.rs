@@ -17,6 +17,7 @@ nix::ioctl_write_ptr!(streamoff, b'V', 19, libc::c_int);
 nix::ioctl_readwrite!(enuminput, b'V', 26, v4l2_input);
 nix::ioctl_readwrite!(g_ctrl, b'V', 27, v4l2_control);
 nix::ioctl_readwrite!(s_ctrl, b'V', 28, v4l2_control);
+nix::ioctl_readwrite!(queryctrl, b'V', 36, v4l2_queryctrl);
 nix::ioctl_readwrite!(s_input, b'V', 39, libc::c_int);
 nix::ioctl_readwrite!(g_edid, b'V', 40, v4l2_edid);
 nix::ioctl_readwrite!(s_edid, b'V', 41, v4l2_edid);
@@ -45,6 +46,7 @@ mod tests {
         assert_eq!(rw!(b'V', 17, size_of::<v4l2_buffer>()), 0xC058_5611); // DQBUF
         assert_eq!(w!(b'V', 18, size_of::<libc::c_int>()), 0x4004_5612); // STREAMON
         assert_eq!(rw!(b'V', 26, size_of::<v4l2_input>()), 0xC050_561A); // ENUMINPUT
+        assert_eq!(rw!(b'V', 36, size_of::<v4l2_queryctrl>()), 0xC044_5624); // QUERYCTRL
         assert_eq!(rw!(b'V', 41, size_of::<v4l2_edid>()), 0xC028_5629); // S_EDID
         assert_eq!(rw!(b'V', 87, size_of::<v4l2_dv_timings>()), 0xC084_5657); // S_DV_TIMINGS
         assert_eq!(r!(b'V', 89, size_of::<v4l2_event>()), 0x8088_5659); // DQEVENT

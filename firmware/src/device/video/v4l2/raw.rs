@@ -427,6 +427,25 @@ pub struct v4l2_input {
     pub reserved: [u32; 3],
 }
 
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_queryctrl {
+    pub id: u32,
+    pub type_: u32,
+    pub name: [u8; 32],
+    pub minimum: i32,
+    pub maximum: i32,
+    pub step: i32,
+    pub default_value: i32,
+    pub flags: u32,
+    pub reserved: [u32; 2],
+}
+
+/// `V4L2_CTRL_FLAG_NEXT_CTRL`: with QUERYCTRL, return the next control after `id`.
+pub const CTRL_FLAG_NEXT_CTRL: u32 = 0x8000_0000;
+/// `V4L2_CTRL_TYPE_CTRL_CLASS`: a class heading, not a control.
+pub const CTRL_TYPE_CTRL_CLASS: u32 = 6;
+
 /// (name, size, [(field, offset)]) for every struct, as the C probe prints them.
 pub fn layout_table() -> Vec<(&'static str, usize, Vec<(&'static str, usize)>)> {
     vec![
@@ -546,6 +565,7 @@ const _: () = {
     assert!(offset_of!(v4l2_event, u) == 8);
     assert!(size_of::<v4l2_control>() == 8);
     assert!(size_of::<v4l2_input>() == 80);
+    assert!(size_of::<v4l2_queryctrl>() == 68);
 };
 
 #[cfg(test)]
