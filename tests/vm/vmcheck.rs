@@ -21,6 +21,8 @@ use tether::device::hid::gadget::interface_of;
 use tether::device::hid::{HidInterface, HidReport, Keymap, Layout};
 use tether_tests::harness::RawClient;
 
+mod video;
+
 const TETHER: &str = "/tether";
 const SOCKET: &str = "/run/tether.sock";
 const UDC: &str = "dummy_udc.0";
@@ -335,7 +337,7 @@ async fn run() -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     let suite = std::env::args().nth(1).unwrap_or_else(|| "hid".into());
-    if suite != "hid" {
+    if suite != "hid" && suite != "video" {
         println!("VMCHECK FAIL: suite {suite:?} is not built");
         return ExitCode::FAILURE;
     }
@@ -346,7 +348,8 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run()) {
+    let result = if suite == "video" { rt.block_on(video::run()) } else { rt.block_on(run()) };
+    match result {
         Ok(()) => {
             println!("VMCHECK PASS");
             ExitCode::SUCCESS

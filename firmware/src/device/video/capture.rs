@@ -126,9 +126,22 @@ impl Session<'_> {
         });
         tracing::info!(path = %self.dev.path().display(), format = %fmt.fourcc, width = fmt.width, height = fmt.height, generation, "capturing");
         let mut sequence = 0u64;
+        let mut checked = Instant::now();
         let end = loop {
             if self.stop.load(Ordering::Relaxed) {
                 break SessionEnd::Stop;
+            }
+            // Events can be missed (or not implemented by a bridge): re-check the signal
+            // every second while streaming HDMI.
+            if size.is_some() && checked.elapsed() >= Duration::from_secs(1) {
+                checked = Instant::now();
+                match self.dev.query_dv_timings()? {
+                    DvTimingsStatus::Locked(t) if Some((t.width, t.height)) == size => {}
+                    other => {
+                        tracing::info!(status = ?other, "signal changed while streaming");
+                        break SessionEnd::Restart;
+                    }
+                }
             }
             let (frame_ready, event_ready) = self.dev.wait(200)?;
             if event_ready {
@@ -202,7 +215,8 @@ impl FrameSource for V4l2Capture {
                             tracing::warn!(error = %e, input = i, "could not select input");
                         }
                     }
-                    if let Err(e) = dev.subscribe(EVENT_SOURCE_CHANGE) {
+                    // Source-change events are per input: subscribe for the one we use.
+                    if let Err(e) = dev.subscribe(EVENT_SOURCE_CHANGE, self.input.unwrap_or(0)) {
                         tracing::debug!(error = %e, "no source-change events on this node");
                     }
                     let session = Session { dev: &dev, hub: &hub, stop: &stop_thread };

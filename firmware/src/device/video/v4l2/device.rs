@@ -486,9 +486,9 @@ impl V4l2Device {
         Ok(())
     }
 
-    /// `VIDIOC_SUBSCRIBE_EVENT`.
-    pub fn subscribe(&self, event_type: u32) -> Result<(), V4l2Error> {
-        let s = v4l2_event_subscription { type_: event_type, ..Default::default() };
+    /// `VIDIOC_SUBSCRIBE_EVENT`. For source-change events `id` is the input index.
+    pub fn subscribe(&self, event_type: u32, id: u32) -> Result<(), V4l2Error> {
+        let s = v4l2_event_subscription { type_: event_type, id, ..Default::default() };
         // SAFETY: the kernel reads one v4l2_event_subscription from `&s`.
         unsafe { ioctl::subscribe_event(self.raw(), &s) }.map_err(ioctl_err("SUBSCRIBE_EVENT"))?;
         Ok(())

@@ -1,0 +1,272 @@
+//! The `video` suite: vivid's HDMI output looped back into its HDMI input, captured by
+//! `tether serve --video v4l2` through our own V4L2 layer.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context};
+use base64::Engine as _;
+use serde_json::{json, Value};
+use tether::device::sim::{SimConfig, SimPhone};
+use tether::device::video::convert::{nv12_to_rgb, packed422_to_rgb, rgb_to_yuyv};
+use tether::device::video::v4l2::{BufType, FourCc, PixFormat, V4l2Device};
+use tether::device::video::{FrameHub, FrameSource};
+use tether_tests::harness::RawClient;
+
+use super::log;
+
+const SOCKET: &str = "/run/tether-video.sock";
+const CAP_VIDEO_CAPTURE: u32 = 0x1;
+const CAP_VIDEO_OUTPUT: u32 = 0x2;
+
+fn nodes() -> anyhow::Result<(PathBuf, PathBuf)> {
+    let (mut cap, mut out) = (None, None);
+    for e in std::fs::read_dir("/dev")?.flatten() {
+        let p = e.path();
+        if !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("video")) {
+            continue;
+        }
+        let Ok(dev) = V4l2Device::open(&p) else { continue };
+        let Ok(c) = dev.querycap() else { continue };
+        if c.device_caps & CAP_VIDEO_CAPTURE != 0 {
+            cap = Some(p);
+        } else if c.device_caps & CAP_VIDEO_OUTPUT != 0 {
+            out = Some(p);
+        }
+    }
+    Ok((cap.context("no vivid capture node")?, out.context("no vivid output node")?))
+}
+
+/// A sim-rendered picture of the phone in a `w`x`h` capture frame, as RGB.
+fn sim_frame(w: u32, h: u32) -> anyhow::Result<Vec<u8>> {
+    let phone = SimPhone::new(SimConfig { capture_width: w, capture_height: h, ..SimConfig::default() });
+    let (hub, reader) = FrameHub::new();
+    let _guard = Box::new(phone.display()).start(hub)?;
+    let start = Instant::now();
+    loop {
+        if let Some(f) = reader.latest() {
+            return Ok(f.data.to_vec());
+        }
+        ensure!(start.elapsed() < Duration::from_secs(10), "sim rendered nothing");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn rgb_to_nv12(rgb: &[u8], w: usize, h: usize) -> Vec<u8> {
+    // Through YUYV (4:2:2), then drop every other chroma row: exact for our test frames'
+    // purposes because the expected picture is computed from the very bytes we send.
+    let yuyv = rgb_to_yuyv(rgb, w, h);
+    let mut out = vec![0u8; w * h * 3 / 2];
+    for y in 0..h {
+        for x in 0..w {
+            out[y * w + x] = yuyv[y * w * 2 + x * 2];
+        }
+    }
+    for y in (0..h).step_by(2) {
+        for x in (0..w).step_by(2) {
+            out[w * h + (y / 2) * w + x] = yuyv[y * w * 2 + x * 2 + 1];
+            out[w * h + (y / 2) * w + x + 1] = yuyv[y * w * 2 + x * 2 + 3];
+        }
+    }
+    out
+}
+
+/// Keeps vivid's output streaming one frame, re-queued forever, until dropped.
+struct Feeder {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Feeder {
+    fn start(path: &Path, fourcc: FourCc, w: u32, h: u32, bytes: Vec<u8>) -> anyhow::Result<Feeder> {
+        let dev = V4l2Device::open(path)?;
+        let fmt = dev.set_format(
+            BufType::VideoOutput,
+            &PixFormat { width: w, height: h, fourcc, bytes_per_line: 0, size_image: 0 },
+        )?;
+        ensure!(fmt.fourcc == fourcc && fmt.width == w && fmt.height == h, "output format {fmt:?}");
+        let count = dev.request_buffers(BufType::VideoOutput, 2)?;
+        let mut bufs = (0..count).map(|i| dev.map_buffer(BufType::VideoOutput, i)).collect::<Result<Vec<_>, _>>()?;
+        let used = u32::try_from(bytes.len())?;
+        for (i, b) in bufs.iter_mut().enumerate() {
+            b.as_mut_slice()[..bytes.len()].copy_from_slice(&bytes);
+            dev.queue(BufType::VideoOutput, u32::try_from(i)?, used)?;
+        }
+        dev.stream(BufType::VideoOutput, true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_t = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !stop_t.load(Ordering::Relaxed) {
+                if dev.wait(200)?.0 {
+                    if let tether::device::video::v4l2::Dequeued::Buffer { index, .. } =
+                        dev.dequeue(BufType::VideoOutput)?
+                    {
+                        dev.queue(BufType::VideoOutput, index, used)?;
+                    }
+                }
+            }
+            dev.stream(BufType::VideoOutput, false)?;
+            drop(bufs);
+            dev.request_buffers(BufType::VideoOutput, 0)?;
+            Ok(())
+        });
+        Ok(Feeder { stop, thread: Some(thread) })
+    }
+
+    fn stop(mut self) -> anyhow::Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .take()
+            .map(|t| t.join().unwrap_or_else(|_| Err(anyhow::anyhow!("feeder panicked"))))
+            .unwrap_or(Ok(()))
+    }
+}
+
+fn start_daemon(cap: &Path, format: &str) -> anyhow::Result<Child> {
+    let _ = std::fs::remove_file(SOCKET);
+    std::fs::write(
+        "/run/tether-video.toml",
+        format!(
+            "hid = \"sim\"\nvideo = \"v4l2\"\n[capture]\ndevice = \"{}\"\ninput = 1\nformat = \"{format}\"\n",
+            cap.display()
+        ),
+    )?;
+    let child = Command::new("/tether")
+        .args(["serve", "--config", "/run/tether-video.toml", "--socket", SOCKET, "--data-dir", "/run/tether-video"])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let start = Instant::now();
+    while !Path::new(SOCKET).exists() {
+        ensure!(start.elapsed() < Duration::from_secs(20), "daemon socket did not appear");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(child)
+}
+
+async fn wait_video(c: &mut RawClient, id: &mut u64, want: &str, after_generation: u64) -> anyhow::Result<Value> {
+    let start = Instant::now();
+    loop {
+        *id += 1;
+        let st = c.ok(*id, "status", json!({})).await?;
+        let v = &st["video"];
+        if v["signal"] == want
+            && v["generation"].as_u64().unwrap_or(0) > after_generation
+            && (want != "locked" || v["frame_id"].is_u64())
+        {
+            return Ok(st);
+        }
+        ensure!(
+            start.elapsed() < Duration::from_secs(30),
+            "video never reached {want} after generation {after_generation}: {st}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A screenshot equals our own conversion of the bytes we wrote, cropped the same way.
+async fn check_screenshot(c: &mut RawClient, id: &mut u64, expected_full: &[u8], w: usize) -> anyhow::Result<()> {
+    *id += 1;
+    let shot = c.ok(*id, "screenshot", json!({})).await?;
+    let png_bytes = base64::engine::general_purpose::STANDARD.decode(shot["data"].as_str().context("data")?)?;
+    let mut reader = png::Decoder::new(std::io::Cursor::new(png_bytes)).read_info()?;
+    let mut img = vec![0; reader.output_buffer_size().context("png size")?];
+    let info = reader.next_frame(&mut img)?;
+    let r = &shot["metadata"]["source_rect"];
+    let (x0, y0, sw, sh) = (
+        r["x"].as_u64().unwrap_or(0) as usize,
+        r["y"].as_u64().unwrap_or(0) as usize,
+        r["width"].as_u64().unwrap_or(0) as usize,
+        r["height"].as_u64().unwrap_or(0) as usize,
+    );
+    ensure!(
+        (info.width as usize, info.height as usize) == (sw, sh),
+        "unscaled crop expected: {:?} vs {sw}x{sh}",
+        (info.width, info.height)
+    );
+    let mut want = Vec::with_capacity(sw * sh * 3);
+    for y in y0..y0 + sh {
+        want.extend_from_slice(&expected_full[(y * w + x0) * 3..(y * w + x0 + sw) * 3]);
+    }
+    let differing = img[..want.len()].iter().zip(&want).filter(|(a, b)| a != b).count();
+    ensure!(differing == 0, "{differing} of {} bytes differ from the frame written", want.len());
+    log(format!(
+        "screenshot {sw}x{sh} at ({x0},{y0}) equals the frame written (generation {})",
+        shot["metadata"]["generation"]
+    ));
+    Ok(())
+}
+
+pub async fn run() -> anyhow::Result<()> {
+    let (cap_path, out_path) = nodes()?;
+    let cap = V4l2Device::open(&cap_path)?;
+    let out = V4l2Device::open(&out_path)?;
+    log(format!("vivid: capture {} ({}), output {}", cap_path.display(), cap.querycap()?.card, out_path.display()));
+    cap.set_input(1).context("select the HDMI input")?;
+    let (w, h) = (640u32, 480u32);
+    let mut timings = None;
+    for i in 0..200 {
+        match cap.enum_dv_timings(i)? {
+            Some(t) if t.width == w && t.height == h => {
+                timings = Some(t);
+                break;
+            }
+            Some(_) => {}
+            None => break,
+        }
+    }
+    let t = timings.context("no 640x480 DV timings preset")?;
+    cap.set_dv_timings(&t)?;
+    out.set_dv_timings(&t)?;
+    for (name, value) in [("Loop Video", 1), ("OSD Text Mode", 2)] {
+        let id = cap.control_id(name)?.with_context(|| format!("vivid control {name:?}"))?;
+        cap.set_control(id, value)?;
+    }
+    let signal_mode = cap.control_id("DV Timings Signal Mode")?.context("signal mode control")?;
+    let rgb = sim_frame(w, h)?;
+    let (wu, hu) = (w as usize, h as usize);
+
+    // YUYV through the loop.
+    let yuyv = rgb_to_yuyv(&rgb, wu, hu);
+    let expected = packed422_to_rgb(&yuyv, wu, hu, wu * 2, false)?;
+    let feeder = Feeder::start(&out_path, FourCc::YUYV, w, h, yuyv)?;
+    let mut daemon = start_daemon(&cap_path, "YUYV")?;
+    let mut c = RawClient::connect(Path::new(SOCKET)).await?;
+    let mut id = 0;
+    let st = wait_video(&mut c, &mut id, "locked", 0).await?;
+    ensure!(st["video"]["backend"] == "v4l2", "{st}");
+    let gen1 = st["video"]["generation"].as_u64().unwrap_or(0);
+    check_screenshot(&mut c, &mut id, &expected, wu).await?;
+
+    // Signal loss and recovery: generation bumps each time, pictures come back.
+    cap.set_control(signal_mode, 1)?;
+    let lost = wait_video(&mut c, &mut id, "no_signal", gen1 - 1).await?;
+    log(format!("signal lost: status {}", lost["video"]));
+    cap.set_control(signal_mode, 0)?;
+    let back = wait_video(&mut c, &mut id, "locked", lost["video"]["generation"].as_u64().unwrap_or(gen1)).await?;
+    let gen2 = back["video"]["generation"].as_u64().unwrap_or(0);
+    ensure!(gen2 > gen1, "generation must bump across signal loss: {gen1} -> {gen2}");
+    check_screenshot(&mut c, &mut id, &expected, wu).await?;
+    log(format!("signal back: generation {gen1} -> {gen2}"));
+    daemon.kill()?;
+    daemon.wait()?;
+    feeder.stop()?;
+
+    // NV12 through the same loop.
+    let nv12 = rgb_to_nv12(&rgb, wu, hu);
+    let expected = nv12_to_rgb(&nv12, wu, hu, wu)?;
+    let feeder = Feeder::start(&out_path, FourCc::NV12, w, h, nv12)?;
+    let mut daemon = start_daemon(&cap_path, "NV12")?;
+    let mut c = RawClient::connect(Path::new(SOCKET)).await?;
+    wait_video(&mut c, &mut id, "locked", 0).await?;
+    check_screenshot(&mut c, &mut id, &expected, wu).await?;
+    log("NV12 capture equals the frame written");
+    daemon.kill()?;
+    daemon.wait()?;
+    feeder.stop()?;
+    Ok(())
+}
