@@ -5,11 +5,14 @@
 
 #[cfg(target_os = "linux")]
 pub mod capture;
+pub mod codec;
 pub mod convert;
+pub mod encode;
 mod frame;
 pub mod image;
 #[cfg(target_os = "linux")]
 pub mod v4l2;
+pub mod viewers;
 
 pub use frame::{
     Frame, FrameHub, FrameReader, FrameSource, NoVideo, PixelFormat, Signal, SourceGuard, VideoError, VideoState,

@@ -638,7 +638,7 @@ mod tests {
         let cross = tool("aarch64-linux-gnu-gcc") && (tool("qemu-aarch64-static") || tool("qemu-aarch64"));
         if !cross {
             assert!(
-                std::env::var_os("TETHER_REQUIRE_CROSS").is_none(),
+                std::env::var_os("TETHER_REQUIRE_TOOLS").is_none(),
                 "aarch64 layout check needs gcc-aarch64-linux-gnu and qemu-user-static"
             );
             eprintln!("NOTICE: aarch64 layout check not run: install gcc-aarch64-linux-gnu and qemu-user-static");
