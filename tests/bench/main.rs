@@ -137,6 +137,81 @@ async fn daemon_memory(width: u32, height: u32) -> anyhow::Result<(u64, u64)> {
     rss
 }
 
+/// Distinct sim frames at `w`x`h` (the pointer moves between them).
+fn sim_frames(w: u32, h: u32, count: usize) -> anyhow::Result<Vec<tether::device::video::Frame>> {
+    use tether::device::hid::{HidInterface, HidReport, PointerReport};
+    use tether::device::video::{FrameHub, FrameSource};
+    let phone = tether::device::sim::SimPhone::new(SimConfig {
+        capture_width: w,
+        capture_height: h,
+        fps: 60,
+        glide_ms: 1,
+        ..SimConfig::default()
+    });
+    let (hub, reader) = FrameHub::new();
+    let _guard = Box::new(phone.display()).start(hub)?;
+    let mut out = Vec::with_capacity(count);
+    for i in 0..count {
+        let x = 2000 + u16::try_from(i * 900 % 28000).unwrap_or(0);
+        let r = HidReport::Pointer(PointerReport::new(0, x, 8000 + x / 2, 0));
+        phone.consume(HidInterface::Pointer, r.encode().as_bytes());
+        std::thread::sleep(Duration::from_millis(40));
+        out.push((*reader.latest().context("no frame")?).clone());
+    }
+    Ok(out)
+}
+
+/// Software H.264 encode of sim frames: fps and per-frame latency.
+fn encode_bench(w: u32, h: u32, n: usize) -> anyhow::Result<(f64, f64, f64)> {
+    use tether::device::video::codec::{EncoderSettings, SoftwareH264};
+    let frames = sim_frames(w, h, 30)?;
+    let mut enc = SoftwareH264::new(w, h, EncoderSettings::default())?;
+    let mut times = Vec::with_capacity(n);
+    let start = Instant::now();
+    for i in 0..n {
+        let t = Instant::now();
+        enc.encode(&frames[i % frames.len()])?;
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let fps = n as f64 / start.elapsed().as_secs_f64();
+    let (p50, p99) = summary(times);
+    Ok((fps, p50, p99))
+}
+
+/// Capture (sim render) → encoder → viewer: how long a picture waits before a viewer takes it.
+fn viewer_latency(w: u32, h: u32, secs: u64) -> anyhow::Result<(f64, f64)> {
+    use tether::device::hid::{HidInterface, HidReport, PointerReport};
+    use tether::device::video::codec::EncoderSettings;
+    use tether::device::video::viewers::ViewerHub;
+    use tether::device::video::{FrameHub, FrameSource};
+    let phone = tether::device::sim::SimPhone::new(SimConfig {
+        capture_width: w,
+        capture_height: h,
+        fps: 30,
+        glide_ms: 1,
+        ..SimConfig::default()
+    });
+    let (hub, reader) = FrameHub::new();
+    let _display = Box::new(phone.display()).start(hub)?;
+    let viewers = ViewerHub::default();
+    let _enc = tether::device::video::encode::start_encoder(reader, viewers.clone(), EncoderSettings::default())?;
+    let (id, _) = viewers.join();
+    let mut lat = Vec::new();
+    let start = Instant::now();
+    let mut x = 2000u16;
+    while start.elapsed() < Duration::from_secs(secs) {
+        x = if x > 30000 { 2000 } else { x + 300 };
+        let r = HidReport::Pointer(PointerReport::new(0, x, 16000, 0));
+        phone.consume(HidInterface::Pointer, r.encode().as_bytes());
+        while let Some(f) = viewers.take(id) {
+            lat.push(f.unit.captured_at.elapsed().as_secs_f64() * 1000.0);
+            viewers.ack(id, f.sequence);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(summary(lat))
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let n = 200;
@@ -146,6 +221,9 @@ async fn main() -> anyhow::Result<()> {
     let (m50, m99) = action_overhead("move", n).await?;
     let (rss, hwm) = daemon_memory(1920, 1080).await?;
     let (rss4k, hwm4k) = daemon_memory(3840, 2160).await?;
+    let (fps720, e50_720, e99_720) = encode_bench(1280, 720, 300)?;
+    let (fps1080, e50_1080, e99_1080) = encode_bench(1920, 1080, 200)?;
+    let (l50, l99) = viewer_latency(1280, 720, 5)?;
     println!("| measure | p50 | p99 | notes |");
     println!("|---|---|---|---|");
     println!("| screenshot, 1080p capture | {p50_1080:.1} ms | {p99_1080:.1} ms | {n} runs, PNG {bytes_1080} B, end to end over the socket |");
@@ -164,6 +242,11 @@ async fn main() -> anyhow::Result<()> {
         "| daemon RSS, 2160p sim | {} MiB | peak {} MiB | after 60 screenshots + 20 taps |",
         rss4k / 1024,
         hwm4k / 1024
+    );
+    println!("| software H.264 encode, 720p sim screen | {e50_720:.1} ms | {e99_720:.1} ms | {fps720:.0} fps, openh264 from source, 300 frames |");
+    println!("| software H.264 encode, 1080p sim screen | {e50_1080:.1} ms | {e99_1080:.1} ms | {fps1080:.0} fps, 200 frames |");
+    println!(
+        "| capture → viewer added latency, 720p30 | {l50:.1} ms | {l99:.1} ms | render → encode → viewer queue, 5 s |"
     );
     Ok(())
 }
