@@ -15,7 +15,7 @@ use super::v4l2::{
 use super::{Frame, FrameHub, FrameSource, PixelFormat, Signal, SourceGuard, VideoError, VideoState};
 
 /// Raw formats we convert, in order of preference.
-pub const RAW_FORMATS: [FourCc; 4] = [FourCc::YUYV, FourCc::UYVY, FourCc::NV12, FourCc::RGB24];
+pub const RAW_FORMATS: [FourCc; 5] = [FourCc::YUYV, FourCc::UYVY, FourCc::NV12, FourCc::RGB24, FourCc::MJPEG];
 
 /// Buffers requested from the driver.
 const BUFFERS: u32 = 4;
@@ -45,6 +45,19 @@ fn to_rgb(fmt: &PixFormat, data: &[u8]) -> Option<Vec<u8>> {
         FourCc::YUYV => packed422_to_rgb(data, w, h, stride, false),
         FourCc::UYVY => packed422_to_rgb(data, w, h, stride, true),
         FourCc::NV12 => nv12_to_rgb(data, w, h, stride),
+        FourCc::MJPEG => {
+            return match super::codec::decode_mjpeg(data) {
+                Ok((dw, dh, rgb)) if (dw, dh) == (fmt.width, fmt.height) => Some(rgb),
+                Ok((dw, dh, _)) => {
+                    tracing::warn!(got = ?(dw, dh), want = ?(fmt.width, fmt.height), "MJPEG frame of the wrong size");
+                    None
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "dropping an undecodable MJPEG frame");
+                    None
+                }
+            };
+        }
         FourCc::RGB24 if data.len() >= w * h * 3 => {
             let stride = stride.max(w * 3);
             return Some(data.chunks(stride).take(h).flat_map(|row| row[..w * 3].iter().copied()).collect());
