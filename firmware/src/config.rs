@@ -11,6 +11,7 @@ use crate::device::hid::descriptor::PointerProfile;
 use crate::device::hid::Layout;
 use crate::device::input::InputTimings;
 use crate::device::sim::SimConfig;
+use crate::device::video::codec::EncoderSettings;
 
 /// Where the daemon runs, which decides the defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,6 +139,25 @@ pub struct Config {
     pub udc: Option<String>,
     /// The capture node for `video = "v4l2"`.
     pub capture: CaptureConfig,
+    /// H.264 for viewers (`[encoder]`).
+    pub encoder: EncoderSettings,
+    /// Which encoder: `auto` or `software` (hardware M2M is not in this build).
+    pub encoder_backend: CodecChoice,
+    /// Which decoder for compressed capture: `auto` or `software`.
+    pub decoder_backend: CodecChoice,
+}
+
+/// `encoder_backend` / `decoder_backend`: hardware preferred with `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CodecChoice {
+    /// Hardware when the board has it, software otherwise.
+    #[default]
+    Auto,
+    /// The board's V4L2 M2M codec (not in this build: refused at start).
+    Hardware,
+    /// openh264 / zune-jpeg.
+    Software,
 }
 
 /// The TOML file: every field optional, unknown fields rejected.
@@ -160,6 +180,9 @@ struct ConfigFile {
     video: Option<VideoBackend>,
     udc: Option<String>,
     capture: Option<CaptureConfig>,
+    encoder: Option<EncoderSettings>,
+    encoder_backend: Option<CodecChoice>,
+    decoder_backend: Option<CodecChoice>,
 }
 
 /// Errors loading the configuration.
@@ -258,6 +281,9 @@ impl Config {
             video: None,
             udc: None,
             capture: CaptureConfig::default(),
+            encoder: EncoderSettings::default(),
+            encoder_backend: CodecChoice::Auto,
+            decoder_backend: CodecChoice::Auto,
         }
     }
 
@@ -288,6 +314,9 @@ impl Config {
             video,
             udc,
             capture,
+            encoder,
+            encoder_backend,
+            decoder_backend,
         } = file;
         c.sim = sim.unwrap_or(c.sim);
         c.data_dir = data_dir.unwrap_or(c.data_dir);
@@ -305,6 +334,9 @@ impl Config {
         c.video = video.or(c.video);
         c.udc = udc.or(c.udc);
         c.capture = capture.unwrap_or(c.capture);
+        c.encoder = encoder.unwrap_or(c.encoder);
+        c.encoder_backend = encoder_backend.unwrap_or(c.encoder_backend);
+        c.decoder_backend = decoder_backend.unwrap_or(c.decoder_backend);
         Ok(c)
     }
 }

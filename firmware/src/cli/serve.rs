@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use nix::unistd::{Group, Uid, User};
-use tether::config::{default_config_file, Config, HidBackend, Profile, VideoBackend, DEFAULT_AGENT_USER};
+use tether::config::{default_config_file, CodecChoice, Config, HidBackend, Profile, VideoBackend, DEFAULT_AGENT_USER};
 use tether::daemon::{Daemon, DaemonOptions, Devices, RolePolicy};
 use tether::device::hid::HidSink;
 use tether::device::sim::{SimConfig, SimPhone};
@@ -103,6 +103,13 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
     }
     tracing::info!(listen = %config.listen, "HTTPS console and MCP are not in this build yet; --listen is recorded only");
 
+    for (what, choice) in [("encoder", config.encoder_backend), ("decoder", config.decoder_backend)] {
+        if choice == CodecChoice::Hardware {
+            bail!(
+                "{what}_backend = \"hardware\": V4L2 M2M codecs are not in this build yet; use \"auto\" or \"software\""
+            );
+        }
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         let (devices, all_sim) = open_devices(&config)?;
@@ -116,6 +123,7 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
                 active_rect: config.active_rect,
                 pointer_profile: config.pointer_profile,
                 relative_counts_per_screen: config.relative_counts_per_screen,
+                encoder: config.encoder,
             },
         )
         .context("start daemon")?;

@@ -33,7 +33,10 @@ use crate::device::hid::descriptor::PointerProfile;
 use crate::device::hid::{HidSink, Keymap, Layout, UntypeableText};
 use crate::device::input::{InputTimings, RelativePlanner};
 use crate::device::sim::SimPhone;
+use crate::device::video::codec::EncoderSettings;
+use crate::device::video::encode::start_encoder;
 use crate::device::video::image::ImageError;
+use crate::device::video::viewers::{ViewerHub, ViewerId};
 use crate::device::video::{FrameHub, FrameReader, FrameSource, SourceGuard, VideoError};
 use crate::protocol::{Call, ErrorBody, HelloParams, Limits, Method, RequestId, PROTOCOL_NAME};
 
@@ -157,6 +160,8 @@ pub struct DaemonOptions {
     pub pointer_profile: PointerProfile,
     /// For the relative profile: the screen's size in base-gain mouse counts.
     pub relative_counts_per_screen: (f64, f64),
+    /// H.264 settings for viewers.
+    pub encoder: EncoderSettings,
 }
 
 /// Identifies one session (one connection) for the daemon's lifetime.
@@ -224,6 +229,8 @@ struct Inner {
     active: std::sync::Mutex<Option<(u32, PixelRect)>>,
     calibrations: std::sync::Mutex<Calibrations>,
     relative: Option<std::sync::Mutex<RelativePlanner>>,
+    viewers: ViewerHub,
+    _encoder: SourceGuard,
     data_dir: Option<std::path::PathBuf>,
     _video: SourceGuard,
 }
@@ -241,6 +248,9 @@ impl Daemon {
         let video_backend = devices.video.backend();
         let hid_backend = devices.hid.backend();
         let guard = devices.video.start(hub)?;
+        // Encodes only while a viewer watches.
+        let viewers = ViewerHub::default();
+        let encoder = start_encoder(frames.clone(), viewers.clone(), options.encoder)?;
         let calibrations =
             options.data_dir.as_deref().map(|d| Calibrations::load(&calibration_file(d))).unwrap_or_default();
         let (timings, keymap, data_dir) = (options.timings, Keymap::new(options.layout), options.data_dir.clone());
@@ -269,6 +279,8 @@ impl Daemon {
                 active: std::sync::Mutex::default(),
                 calibrations: std::sync::Mutex::new(calibrations),
                 relative,
+                viewers,
+                _encoder: encoder,
                 data_dir,
                 _video: guard,
             }),
@@ -286,6 +298,17 @@ impl Daemon {
             in_flight: std::sync::Mutex::default(),
             inner: self.inner.clone(),
         }
+    }
+
+    /// Adds a video viewer (for the WebSocket transport): it receives H.264 access units,
+    /// starting with an IDR, through [`Daemon::viewer_hub`].
+    pub fn join_viewer(&self) -> (ViewerId, std::sync::Arc<tokio::sync::Notify>) {
+        self.inner.viewers.join()
+    }
+
+    /// The viewer queues (take, ack, keyframe requests, leave).
+    pub fn viewer_hub(&self) -> &ViewerHub {
+        &self.inner.viewers
     }
 
     /// Stops accepting work and cancels every running input sequence (held input is
@@ -376,6 +399,8 @@ impl Daemon {
                 generation: video.generation,
                 frame_id: latest.as_ref().map(|f| f.sequence),
                 frame_age_ms: latest.as_ref().map(|f| millis(f.captured_at.elapsed())),
+                encoder: "software",
+                viewers: self.inner.viewers.stats(),
             },
             input: InputStatus { busy: self.inner.input_busy.load(Ordering::Relaxed) },
             task: None,
@@ -534,6 +559,25 @@ mod tests {
             serde_json::json!({"x": 700, "y": 10, "width": 500, "height": 1000})
         );
         assert_eq!(shot["metadata"]["image_size"], serde_json::json!({"width": 500, "height": 1000}));
+    }
+
+    #[tokio::test]
+    async fn a_viewer_joined_through_the_daemon_gets_an_idr() {
+        let d = daemon_with(&RecordingSink::default());
+        let (id, _notify) = d.join_viewer();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let first = loop {
+            if let Some(f) = d.viewer_hub().take(id) {
+                break f;
+            }
+            assert!(Instant::now() < deadline, "no picture for the viewer");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert!(first.unit.keyframe);
+        let st = d.status().await;
+        assert_eq!((st.video.encoder, st.video.viewers.viewers), ("software", 1));
+        d.viewer_hub().leave(id);
+        assert_eq!(d.status().await.video.viewers.viewers, 0);
     }
 
     #[tokio::test]

@@ -87,6 +87,10 @@ pub struct VideoStatus {
     pub frame_id: Option<u64>,
     /// Age of the latest frame.
     pub frame_age_ms: Option<u64>,
+    /// The H.264 encoder in use for viewers.
+    pub encoder: &'static str,
+    /// Viewer queues.
+    pub viewers: crate::device::video::viewers::ViewerStats,
 }
 
 /// Input section of `status`.
