@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::codec::SoftwareH264Decoder;
 use super::convert::{nv12_to_rgb, packed422_to_rgb};
 use super::v4l2::{
     BufType, Dequeued, DvTimingsStatus, Event, FourCc, PixFormat, V4l2Device, V4l2Error, EVENT_SOURCE_CHANGE,
@@ -15,7 +16,8 @@ use super::v4l2::{
 use super::{Frame, FrameHub, FrameSource, PixelFormat, Signal, SourceGuard, VideoError, VideoState};
 
 /// Raw formats we convert, in order of preference.
-pub const RAW_FORMATS: [FourCc; 5] = [FourCc::YUYV, FourCc::UYVY, FourCc::NV12, FourCc::RGB24, FourCc::MJPEG];
+pub const RAW_FORMATS: [FourCc; 6] =
+    [FourCc::YUYV, FourCc::UYVY, FourCc::NV12, FourCc::RGB24, FourCc::MJPEG, FourCc::H264];
 
 /// Buffers requested from the driver.
 const BUFFERS: u32 = 4;
@@ -39,9 +41,22 @@ enum SessionEnd {
     Stop,
 }
 
-fn to_rgb(fmt: &PixFormat, data: &[u8]) -> Option<Vec<u8>> {
+fn to_rgb(fmt: &PixFormat, data: &[u8], h264: &mut Option<SoftwareH264Decoder>) -> Option<Vec<u8>> {
     let (w, h, stride) = (fmt.width as usize, fmt.height as usize, fmt.bytes_per_line as usize);
     let rgb = match fmt.fourcc {
+        FourCc::H264 => {
+            if h264.is_none() {
+                *h264 = SoftwareH264Decoder::new().map_err(|e| tracing::warn!(error = %e, "no H.264 decoder")).ok();
+            }
+            return match h264.as_mut()?.decode(data) {
+                Ok(Some((dw, dh, rgb))) if (dw, dh) == (fmt.width, fmt.height) => Some(rgb),
+                Ok(_) => None, // waiting for an IDR, or a size the format did not announce
+                Err(e) => {
+                    tracing::warn!(error = %e, "dropping an undecodable H.264 access unit");
+                    None
+                }
+            };
+        }
         FourCc::YUYV => packed422_to_rgb(data, w, h, stride, false),
         FourCc::UYVY => packed422_to_rgb(data, w, h, stride, true),
         FourCc::NV12 => nv12_to_rgb(data, w, h, stride),
@@ -140,6 +155,8 @@ impl Session<'_> {
         tracing::info!(path = %self.dev.path().display(), format = %fmt.fourcc, width = fmt.width, height = fmt.height, generation, "capturing");
         let mut sequence = 0u64;
         let mut checked = Instant::now();
+        // A new session is a new stream: a fresh decoder waits for the next IDR.
+        let mut h264 = None;
         let end = loop {
             if self.stop.load(Ordering::Relaxed) {
                 break SessionEnd::Stop;
@@ -178,7 +195,7 @@ impl Session<'_> {
                 .get(index as usize)
                 .map(|b| &b.as_slice()[..(bytes_used as usize).min(b.len())])
                 .unwrap_or_default();
-            let rgb = to_rgb(&fmt, data);
+            let rgb = to_rgb(&fmt, data, &mut h264);
             self.dev.queue(BufType::VideoCapture, index, 0)?;
             if let Some(rgb) = rgb {
                 sequence += 1;

@@ -6,7 +6,9 @@
 //! build compiles openh264 from source (see README).
 
 mod h264;
+mod h264_decode;
 mod mjpeg;
 
 pub use h264::{AccessUnit, EncoderError, EncoderSettings, SoftwareH264};
+pub use h264_decode::{DecoderError, SoftwareH264Decoder};
 pub use mjpeg::{decode_mjpeg, with_huffman_tables, MjpegError, STANDARD_DHT};
