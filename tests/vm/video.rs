@@ -41,7 +41,7 @@ fn nodes() -> anyhow::Result<(PathBuf, PathBuf)> {
 }
 
 /// A sim-rendered picture of the phone in a `w`x`h` capture frame, as RGB.
-fn sim_frame(w: u32, h: u32) -> anyhow::Result<Vec<u8>> {
+pub fn sim_frame(w: u32, h: u32) -> anyhow::Result<Vec<u8>> {
     let phone = SimPhone::new(SimConfig { capture_width: w, capture_height: h, ..SimConfig::default() });
     let (hub, reader) = FrameHub::new();
     let _guard = Box::new(phone.display()).start(hub)?;

@@ -21,6 +21,7 @@ use tether::device::hid::gadget::interface_of;
 use tether::device::hid::{HidInterface, HidReport, Keymap, Layout};
 use tether_tests::harness::RawClient;
 
+mod m2m;
 mod video;
 
 const TETHER: &str = "/tether";
@@ -337,7 +338,7 @@ async fn run() -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     let suite = std::env::args().nth(1).unwrap_or_else(|| "hid".into());
-    if suite != "hid" && suite != "video" {
+    if !["hid", "video", "m2m"].contains(&suite.as_str()) {
         println!("VMCHECK FAIL: suite {suite:?} is not built");
         return ExitCode::FAILURE;
     }
@@ -348,7 +349,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = if suite == "video" { rt.block_on(video::run()) } else { rt.block_on(run()) };
+    let result = match suite.as_str() {
+        "video" => rt.block_on(video::run()),
+        "m2m" => rt.block_on(m2m::run()),
+        _ => rt.block_on(run()),
+    };
     match result {
         Ok(()) => {
             println!("VMCHECK PASS");

@@ -106,6 +106,30 @@ pub fn rgb_to_yuyv(rgb: &[u8], width: usize, height: usize) -> Vec<u8> {
     out
 }
 
+/// RGB24 → I420 (planar Y, then U and V at half resolution), BT.601 limited range; even
+/// sizes. Feeds encoders that take planar 4:2:0.
+pub fn rgb_to_i420(rgb: &[u8], width: usize, height: usize) -> Vec<u8> {
+    let yuyv = rgb_to_yuyv(rgb, width, height);
+    let (cw, ch) = (width / 2, height / 2);
+    let mut out = vec![0u8; width * height + 2 * cw * ch];
+    for y in 0..height {
+        for x in 0..width {
+            out[y * width + x] = yuyv[(y * width + x) * 2];
+        }
+    }
+    let (u_plane, v_plane) = out[width * height..].split_at_mut(cw * ch);
+    for cy in 0..ch {
+        for cx in 0..cw {
+            // Average the two 4:2:2 rows that share this 4:2:0 sample.
+            let at = |row: usize, k: usize| u16::from(yuyv[(row * width + cx * 2) * 2 + k]);
+            let avg = |k: usize| u8::try_from((at(cy * 2, k) + at(cy * 2 + 1, k)).div_ceil(2)).unwrap_or(128);
+            u_plane[cy * cw + cx] = avg(1);
+            v_plane[cy * cw + cx] = avg(3);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,6 +166,16 @@ mod tests {
         }
         let rgb = nv12_to_rgb(&nv12, w, h, w).unwrap();
         assert_eq!(&rgb[..w * 3], &packed422_to_rgb(&yuyv, w, h, 0, false).unwrap()[..w * 3]);
+    }
+
+    #[test]
+    fn i420_planes_average_chroma() {
+        let rgb: Vec<u8> = [200u8, 30, 40].iter().copied().cycle().take(4 * 2 * 3).collect();
+        let i420 = rgb_to_i420(&rgb, 4, 2);
+        assert_eq!(i420.len(), 8 + 2 + 2);
+        let yuyv = rgb_to_yuyv(&rgb, 4, 2);
+        assert_eq!(&i420[..4], &[yuyv[0], yuyv[2], yuyv[4], yuyv[6]]);
+        assert_eq!((i420[8], i420[10]), (yuyv[1], yuyv[3]), "uniform colour: chroma unchanged");
     }
 
     #[test]

@@ -11,6 +11,8 @@ pub mod encode;
 mod frame;
 pub mod image;
 #[cfg(target_os = "linux")]
+pub mod m2m;
+#[cfg(target_os = "linux")]
 pub mod v4l2;
 pub mod viewers;
 

@@ -1,0 +1,220 @@
+//! Stateful V4L2 memory-to-memory codecs (the Pi's bcm2835-codec for H.264; vicodec's FWHT
+//! in the lab): raw frames in on the OUTPUT queue, coded data out on CAPTURE (encoder), or
+//! the reverse (decoder, which announces its picture format with a source-change event).
+//! Codec-agnostic: the caller names the formats.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::v4l2::{
+    BufType, Dequeued, Event, FourCc, MappedBuffer, PixFormat, V4l2Device, V4l2Error, EVENT_SOURCE_CHANGE,
+};
+
+/// `V4L2_CAP_VIDEO_M2M` (single-planar memory-to-memory).
+pub const CAP_VIDEO_M2M: u32 = 0x0000_8000;
+const BUFFERS: u32 = 2;
+
+/// Errors running an M2M codec.
+#[derive(Debug, thiserror::Error)]
+pub enum M2mError {
+    /// The V4L2 layer failed.
+    #[error(transparent)]
+    V4l2(#[from] V4l2Error),
+    /// The driver did not answer in time.
+    #[error("the codec produced nothing within {0:?}")]
+    Timeout(Duration),
+    /// The data does not fit the driver's buffers.
+    #[error("{len} bytes do not fit a {capacity}-byte buffer")]
+    TooLarge {
+        /// Data length.
+        len: usize,
+        /// Buffer size.
+        capacity: usize,
+    },
+}
+
+/// Finds the M2M node whose OUTPUT queue takes `input` and CAPTURE queue gives `output`.
+pub fn find_node(input: FourCc, output: FourCc) -> Option<std::path::PathBuf> {
+    let mut nodes: Vec<_> = std::fs::read_dir("/dev").ok()?.flatten().map(|e| e.path()).collect();
+    nodes.sort();
+    nodes.into_iter().find(|p| {
+        p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("video"))
+            && V4l2Device::open(p).is_ok_and(|d| {
+                d.querycap().is_ok_and(|c| c.device_caps & CAP_VIDEO_M2M != 0)
+                    && d.formats(BufType::VideoOutput).is_ok_and(|f| f.iter().any(|f| f.fourcc == input))
+                    && d.formats(BufType::VideoCapture).is_ok_and(|f| f.iter().any(|f| f.fourcc == output))
+            })
+    })
+}
+
+/// One queue's mapped buffers and which of them the driver holds.
+#[derive(Debug)]
+struct Queue {
+    kind: BufType,
+    buffers: Vec<MappedBuffer>,
+    free: Vec<u32>,
+}
+
+impl Queue {
+    fn allocate(dev: &V4l2Device, kind: BufType) -> Result<Queue, V4l2Error> {
+        let n = dev.request_buffers(kind, BUFFERS)?;
+        let buffers = (0..n).map(|i| dev.map_buffer(kind, i)).collect::<Result<Vec<_>, _>>()?;
+        Ok(Queue { kind, buffers, free: (0..n).collect() })
+    }
+}
+
+/// A running stateful codec session.
+#[derive(Debug)]
+pub struct M2mCodec {
+    dev: V4l2Device,
+    output: Queue,
+    capture: Option<Queue>,
+    capture_format: Option<PixFormat>,
+    /// Decoders: the raw format to ask for once the stream's size is known.
+    want_raw: Option<FourCc>,
+    timeout: Duration,
+}
+
+impl M2mCodec {
+    /// An encoder session: `raw` frames of `width`x`height` in, `coded` out.
+    pub fn encoder(path: &Path, raw: FourCc, coded: FourCc, width: u32, height: u32) -> Result<M2mCodec, M2mError> {
+        let dev = V4l2Device::open(path)?;
+        dev.set_format(
+            BufType::VideoOutput,
+            &PixFormat { width, height, fourcc: raw, bytes_per_line: 0, size_image: 0 },
+        )?;
+        let cap = dev.set_format(
+            BufType::VideoCapture,
+            &PixFormat { width, height, fourcc: coded, bytes_per_line: 0, size_image: 0 },
+        )?;
+        let output = Queue::allocate(&dev, BufType::VideoOutput)?;
+        let mut codec = M2mCodec {
+            dev,
+            output,
+            capture: None,
+            capture_format: Some(cap),
+            want_raw: None,
+            timeout: Duration::from_secs(5),
+        };
+        codec.start_capture()?;
+        codec.dev.stream(BufType::VideoOutput, true)?;
+        Ok(codec)
+    }
+
+    /// A decoder session: `coded` data in; pictures come out as `raw` once the decoder has
+    /// parsed the stream and announced its size with a source-change event.
+    pub fn decoder(path: &Path, coded: FourCc, raw: FourCc, width: u32, height: u32) -> Result<M2mCodec, M2mError> {
+        let dev = V4l2Device::open(path)?;
+        dev.set_format(
+            BufType::VideoOutput,
+            &PixFormat { width, height, fourcc: coded, bytes_per_line: 0, size_image: 0 },
+        )?;
+        dev.subscribe(EVENT_SOURCE_CHANGE, 0)?;
+        let output = Queue::allocate(&dev, BufType::VideoOutput)?;
+        dev.stream(BufType::VideoOutput, true)?;
+        Ok(M2mCodec {
+            dev,
+            output,
+            capture: None,
+            capture_format: None,
+            want_raw: Some(raw),
+            timeout: Duration::from_secs(5),
+        })
+    }
+
+    /// The CAPTURE format in use (decoders: known after the first source change).
+    pub fn capture_format(&self) -> Option<PixFormat> {
+        self.capture_format
+    }
+
+    fn start_capture(&mut self) -> Result<(), V4l2Error> {
+        let mut q = Queue::allocate(&self.dev, BufType::VideoCapture)?;
+        for i in q.free.drain(..) {
+            self.dev.queue(BufType::VideoCapture, i, 0)?;
+        }
+        self.capture = Some(q);
+        self.dev.stream(BufType::VideoCapture, true)
+    }
+
+    /// Decoders: (re)configure CAPTURE after a source change.
+    fn on_source_change(&mut self) -> Result<(), V4l2Error> {
+        if self.capture.take().is_some() {
+            self.dev.stream(BufType::VideoCapture, false)?;
+            self.dev.request_buffers(BufType::VideoCapture, 0)?;
+        }
+        let current = self.dev.format(BufType::VideoCapture)?;
+        // Keep the decoder's own choice when it already is the raw format we want.
+        let fmt = match self.want_raw {
+            Some(raw) if raw != current.fourcc => self.dev.set_format(
+                BufType::VideoCapture,
+                &PixFormat { fourcc: raw, bytes_per_line: 0, size_image: 0, ..current },
+            )?,
+            _ => current,
+        };
+        tracing::info!(width = fmt.width, height = fmt.height, format = %fmt.fourcc, "M2M decoder: source change");
+        self.capture_format = Some(fmt);
+        self.start_capture()
+    }
+
+    /// Feeds one unit (a raw frame or a coded frame) and returns the next result.
+    pub fn process(&mut self, input: &[u8]) -> Result<Vec<u8>, M2mError> {
+        let deadline = Instant::now() + self.timeout;
+        // Reclaim OUTPUT buffers the driver has finished with.
+        while let Dequeued::Buffer { index, .. } = self.dev.dequeue(self.output.kind)? {
+            self.output.free.push(index);
+        }
+        let index = loop {
+            if let Some(i) = self.output.free.pop() {
+                break i;
+            }
+            if Instant::now() > deadline {
+                return Err(M2mError::Timeout(self.timeout));
+            }
+            self.dev.wait(50)?;
+            if let Dequeued::Buffer { index, .. } = self.dev.dequeue(self.output.kind)? {
+                self.output.free.push(index);
+            }
+        };
+        let buf = &mut self.output.buffers[index as usize];
+        if input.len() > buf.len() {
+            self.output.free.push(index);
+            return Err(M2mError::TooLarge { len: input.len(), capacity: buf.len() });
+        }
+        buf.as_mut_slice()[..input.len()].copy_from_slice(input);
+        let used =
+            u32::try_from(input.len()).map_err(|_| M2mError::TooLarge { len: input.len(), capacity: buf.len() })?;
+        self.dev.queue(self.output.kind, index, used)?;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(M2mError::Timeout(self.timeout));
+            }
+            let (_, event) = self.dev.wait(i32::try_from(remaining.as_millis().min(100)).unwrap_or(100))?;
+            if event {
+                while let Some(ev) = self.dev.next_event()? {
+                    if matches!(ev, Event::SourceChange { .. }) {
+                        self.on_source_change()?;
+                    }
+                }
+            }
+            if let Ok(Dequeued::Buffer { index, .. }) = self.dev.dequeue(self.output.kind) {
+                self.output.free.push(index);
+            }
+            let Some(cap) = self.capture.as_ref() else { continue };
+            if let Dequeued::Buffer { index, bytes_used, .. } = self.dev.dequeue(cap.kind)? {
+                let data = cap.buffers[index as usize].as_slice()[..(bytes_used as usize)].to_vec();
+                self.dev.queue(cap.kind, index, 0)?;
+                if !data.is_empty() {
+                    return Ok(data);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for M2mCodec {
+    fn drop(&mut self) {
+        let _ = self.dev.stream(BufType::VideoOutput, false);
+        let _ = self.dev.stream(BufType::VideoCapture, false);
+    }
+}
