@@ -121,10 +121,17 @@ impl FrameSource for SimDisplay {
         let stop = Arc::new(AtomicBool::new(false));
         let stop_thread = stop.clone();
         let phone = self.phone;
+        // The virtual capture locks at once: `status` right after start already knows it.
+        let first_generation = phone.generation();
+        hub.set_state(VideoState {
+            signal: Signal::Locked,
+            source_size: Some((cfg.capture_width, cfg.capture_height)),
+            generation: first_generation,
+        });
         std::thread::Builder::new()
             .name("sim-display".into())
             .spawn(move || {
-                let mut generation = 0;
+                let mut generation = first_generation;
                 let interval = Duration::from_secs(1) / cfg.fps;
                 let mut rendered: Option<(RenderKey, Arc<[u8]>)> = None;
                 let mut sequence = 0u64;
