@@ -143,9 +143,6 @@ pub fn locate_pointer(previous: &Frame, current: &Frame, next: &Frame, area: Pix
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::time::Instant;
-
     use super::*;
 
     #[test]
@@ -186,15 +183,7 @@ mod tests {
                 }
             }
         }
-        Frame {
-            generation: 1,
-            sequence: 1,
-            captured_at: Instant::now(),
-            width: w,
-            height: h,
-            format: PixelFormat::Rgb24,
-            data: Arc::from(data),
-        }
+        Frame::rgb(1, 1, w, h, data)
     }
 
     #[test]

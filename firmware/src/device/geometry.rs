@@ -133,9 +133,6 @@ pub fn normalized_to_hid(n: f64) -> u16 {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::time::Instant;
-
     use super::*;
 
     fn frame_with_box(w: u32, h: u32, b: PixelRect) -> Frame {
@@ -146,15 +143,7 @@ mod tests {
                 data[i..i + 3].copy_from_slice(&[40, 80, 120]);
             }
         }
-        Frame {
-            generation: 1,
-            sequence: 1,
-            captured_at: Instant::now(),
-            width: w,
-            height: h,
-            format: PixelFormat::Rgb24,
-            data: Arc::from(data),
-        }
+        Frame::rgb(1, 1, w, h, data)
     }
 
     #[test]

@@ -43,6 +43,21 @@ pub struct Frame {
     pub data: Arc<[u8]>,
 }
 
+impl Frame {
+    /// An RGB24 frame captured now. `data` must be `width * height * 3` bytes.
+    pub fn rgb(generation: u32, sequence: u64, width: u32, height: u32, data: Vec<u8>) -> Frame {
+        Frame {
+            generation,
+            sequence,
+            captured_at: Instant::now(),
+            width,
+            height,
+            format: PixelFormat::Rgb24,
+            data: Arc::from(data),
+        }
+    }
+}
+
 impl fmt::Debug for Frame {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Frame")

@@ -112,9 +112,6 @@ pub fn observe(frame: &Frame, region: PixelRect, max_edge: u32, max_bytes: usize
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::time::Instant;
-
     use super::*;
 
     fn gradient(w: u32, h: u32) -> Frame {
@@ -125,15 +122,7 @@ mod tests {
                 data.extend_from_slice(&[byte(x), byte(y), byte(x * 7 + y * 13)]);
             }
         }
-        Frame {
-            generation: 1,
-            sequence: 1,
-            captured_at: Instant::now(),
-            width: w,
-            height: h,
-            format: PixelFormat::Rgb24,
-            data: Arc::from(data),
-        }
+        Frame::rgb(1, 1, w, h, data)
     }
 
     #[test]

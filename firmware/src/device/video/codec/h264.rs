@@ -146,15 +146,7 @@ mod tests {
 
     fn frame(seq: u64, w: u32, h: u32) -> Frame {
         let data: Vec<u8> = (0..w * h * 3).map(|i| u8::try_from((i as u64 + seq * 7) % 251).unwrap()).collect();
-        Frame {
-            generation: 1,
-            sequence: seq,
-            captured_at: Instant::now(),
-            width: w,
-            height: h,
-            format: PixelFormat::Rgb24,
-            data: Arc::from(data),
-        }
+        Frame::rgb(1, seq, w, h, data)
     }
 
     /// NAL unit types in an Annex B stream.

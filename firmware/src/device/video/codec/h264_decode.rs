@@ -49,12 +49,9 @@ impl SoftwareH264Decoder {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::time::Instant;
-
     use super::*;
     use crate::device::video::codec::{EncoderSettings, SoftwareH264};
-    use crate::device::video::{Frame, PixelFormat};
+    use crate::device::video::Frame;
 
     #[test]
     fn decodes_what_the_encoder_made() {
@@ -63,15 +60,7 @@ mod tests {
         let data: Vec<u8> = (0..h)
             .flat_map(|y| (0..w).flat_map(move |x| [u8::try_from(x * 3).unwrap(), u8::try_from(y * 4).unwrap(), 128]))
             .collect();
-        let frame = Frame {
-            generation: 1,
-            sequence: 1,
-            captured_at: Instant::now(),
-            width: w,
-            height: h,
-            format: PixelFormat::Rgb24,
-            data: Arc::from(data.clone()),
-        };
+        let frame = Frame::rgb(1, 1, w, h, data.clone());
         let mut enc =
             SoftwareH264::new(w, h, EncoderSettings { bitrate_bps: 2_000_000, ..Default::default() }).unwrap();
         let au = enc.encode(&frame).unwrap().unwrap();
