@@ -12,6 +12,7 @@ mod input;
 mod observations;
 mod operations;
 mod status;
+pub mod store;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
