@@ -212,6 +212,29 @@ fn viewer_latency(w: u32, h: u32, secs: u64) -> anyhow::Result<(f64, f64)> {
     Ok(summary(lat))
 }
 
+/// MJPEG decode of a 1080p frame (made by Debian's ffmpeg from its test pattern).
+fn mjpeg_bench(n: usize) -> anyhow::Result<Option<(f64, f64, usize)>> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("frame.jpg");
+    let made = Command::new("ffmpeg")
+        .args(["-v", "error", "-f", "lavfi", "-i", "testsrc=size=1920x1080:rate=1", "-frames:v", "1", "-f", "mjpeg"])
+        .arg(&file)
+        .status();
+    if !made.is_ok_and(|s| s.success()) {
+        return Ok(None);
+    }
+    let jpeg = std::fs::read(&file)?;
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let (w, h, _) = tether::device::video::codec::decode_mjpeg(&jpeg)?;
+        anyhow::ensure!((w, h) == (1920, 1080), "decoded {w}x{h}");
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let (p50, p99) = summary(times);
+    Ok(Some((p50, p99, jpeg.len())))
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let n = 200;
@@ -224,6 +247,7 @@ async fn main() -> anyhow::Result<()> {
     let (fps720, e50_720, e99_720) = encode_bench(1280, 720, 300)?;
     let (fps1080, e50_1080, e99_1080) = encode_bench(1920, 1080, 200)?;
     let (l50, l99) = viewer_latency(1280, 720, 5)?;
+    let mjpeg = mjpeg_bench(100)?;
     println!("| measure | p50 | p99 | notes |");
     println!("|---|---|---|---|");
     println!("| screenshot, 1080p capture | {p50_1080:.1} ms | {p99_1080:.1} ms | {n} runs, PNG {bytes_1080} B, end to end over the socket |");
@@ -248,5 +272,11 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "| capture → viewer added latency, 720p30 | {l50:.1} ms | {l99:.1} ms | render → encode → viewer queue, 5 s |"
     );
+    match mjpeg {
+        Some((p50, p99, bytes)) => {
+            println!("| MJPEG decode, 1080p | {p50:.1} ms | {p99:.1} ms | zune-jpeg, ffmpeg testsrc frame of {bytes} B, 100 runs |")
+        }
+        None => println!("| MJPEG decode, 1080p | - | - | not measured: needs ffmpeg to make the frame |"),
+    }
     Ok(())
 }
