@@ -52,7 +52,8 @@ pub struct CaptureConfig {
     pub device: PathBuf,
     /// Input to select (the HDMI input on multi-input devices).
     pub input: Option<u32>,
-    /// Pixel format (`YUYV`, `UYVY`, `NV12`, `RGB3`); default: the first one offered.
+    /// Pixel format (`YUYV`, `UYVY`, `NV12`, `RGB3`, `MJPG`, `H264`); default: the node's current
+    /// format when tether converts it, else the first of those the node offers.
     pub format: Option<String>,
 }
 

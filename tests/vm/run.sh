@@ -3,7 +3,10 @@
 # hardware paths against real kernel drivers.
 #
 #   tests/vm/run.sh hid      USB HID gadget on dummy_hcd, read back through usbhid/hidraw
-#   tests/vm/run.sh all      every suite that exists (today: hid)
+#   tests/vm/run.sh video    vivid HDMI loop: capture equality, signal loss, YUYV→NV12, multi-planar
+#   tests/vm/run.sh m2m      vicodec (built here): M2M encode/decode round trips, resolution change,
+#                            single- and multi-planar queues
+#   tests/vm/run.sh all      hid, video and m2m
 #
 # Fetches what it needs (Debian packages: qemu-system-x86, busybox-static, kmod, cpio, the
 # kernel image) and caches the kernel under $TETHER_VM_CACHE (default ~/.cache/tether-vm).

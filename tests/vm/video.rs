@@ -19,10 +19,13 @@ use tether_tests::harness::RawClient;
 use super::log;
 
 const SOCKET: &str = "/run/tether-video.sock";
-const CAP_VIDEO_CAPTURE: u32 = 0x1;
-const CAP_VIDEO_OUTPUT: u32 = 0x2;
+/// vivid as run.sh loads it: one HDMI input (input 1; input 0 is a webcam) and one HDMI
+/// output.
+const VIVID_PARAMS: [&str; 6] =
+    ["n_devs=1", "node_types=0x101", "num_inputs=2", "input_types=0x0c", "num_outputs=1", "output_types=0x01"];
 
-fn nodes() -> anyhow::Result<(PathBuf, PathBuf)> {
+/// vivid's capture and output nodes with the queue type each uses.
+fn nodes() -> anyhow::Result<((PathBuf, BufType), (PathBuf, BufType))> {
     let (mut cap, mut out) = (None, None);
     for e in std::fs::read_dir("/dev")?.flatten() {
         let p = e.path();
@@ -31,13 +34,54 @@ fn nodes() -> anyhow::Result<(PathBuf, PathBuf)> {
         }
         let Ok(dev) = V4l2Device::open(&p) else { continue };
         let Ok(c) = dev.querycap() else { continue };
-        if c.device_caps & CAP_VIDEO_CAPTURE != 0 {
-            cap = Some(p);
-        } else if c.device_caps & CAP_VIDEO_OUTPUT != 0 {
-            out = Some(p);
+        if let Some(kind) = BufType::capture_for(c.device_caps) {
+            cap = Some((p, kind));
+        } else if let Some(kind) = BufType::output_for(c.device_caps) {
+            out = Some((p, kind));
         }
     }
     Ok((cap.context("no vivid capture node")?, out.context("no vivid output node")?))
+}
+
+/// vivid's loop at 640x480 on the HDMI input; returns the signal-mode control's id.
+fn setup_loop(cap: &V4l2Device, out: &V4l2Device, w: u32, h: u32) -> anyhow::Result<u32> {
+    cap.set_input(1).context("select the HDMI input")?;
+    let mut timings = None;
+    for i in 0..200 {
+        match cap.enum_dv_timings(i)? {
+            Some(t) if t.width == w && t.height == h => {
+                timings = Some(t);
+                break;
+            }
+            Some(_) => {}
+            None => break,
+        }
+    }
+    let t = timings.context("no 640x480 DV timings preset")?;
+    cap.set_dv_timings(&t)?;
+    out.set_dv_timings(&t)?;
+    for (name, value) in [("Loop Video", 1), ("OSD Text Mode", 2)] {
+        let id = cap.control_id(name)?.with_context(|| format!("vivid control {name:?}"))?;
+        cap.set_control(id, value)?;
+    }
+    cap.control_id("DV Timings Signal Mode")?.context("signal mode control")
+}
+
+/// Sets the capture node's format from outside the daemon, as a board's setup script or an
+/// operator would: only possible while nobody holds buffers (retried until then).
+fn set_capture_format(cap: &V4l2Device, kind: BufType, fourcc: FourCc, w: u32, h: u32) -> anyhow::Result<()> {
+    let start = Instant::now();
+    loop {
+        match cap.set_format(kind, &PixFormat::new(w, h, fourcc)) {
+            Ok(f) if f.fourcc == fourcc => return Ok(()),
+            Ok(f) => anyhow::bail!("capture format {f:?}, wanted {fourcc}"),
+            Err(e) if start.elapsed() < Duration::from_secs(10) => {
+                log(format!("capture format refused ({e:?}); retrying"));
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 /// A sim-rendered picture of the phone in a `w`x`h` capture frame, as RGB.
@@ -81,36 +125,38 @@ struct Feeder {
 }
 
 impl Feeder {
-    fn start(path: &Path, fourcc: FourCc, w: u32, h: u32, bytes: Vec<u8>) -> anyhow::Result<Feeder> {
+    fn start(
+        (path, kind): &(PathBuf, BufType),
+        fourcc: FourCc,
+        w: u32,
+        h: u32,
+        bytes: Vec<u8>,
+    ) -> anyhow::Result<Feeder> {
+        let kind = *kind;
         let dev = V4l2Device::open(path)?;
-        let fmt = dev.set_format(
-            BufType::VideoOutput,
-            &PixFormat { width: w, height: h, fourcc, bytes_per_line: 0, size_image: 0 },
-        )?;
+        let fmt = dev.set_format(kind, &PixFormat::new(w, h, fourcc))?;
         ensure!(fmt.fourcc == fourcc && fmt.width == w && fmt.height == h, "output format {fmt:?}");
-        let count = dev.request_buffers(BufType::VideoOutput, 2)?;
-        let mut bufs = (0..count).map(|i| dev.map_buffer(BufType::VideoOutput, i)).collect::<Result<Vec<_>, _>>()?;
+        let count = dev.request_buffers(kind, 2)?;
+        let mut bufs = (0..count).map(|i| dev.map_buffer(kind, i)).collect::<Result<Vec<_>, _>>()?;
         let used = u32::try_from(bytes.len())?;
         for (i, b) in bufs.iter_mut().enumerate() {
-            b.as_mut_slice()[..bytes.len()].copy_from_slice(&bytes);
-            dev.queue(BufType::VideoOutput, u32::try_from(i)?, used)?;
+            b.first_mut().as_mut_slice()[..bytes.len()].copy_from_slice(&bytes);
+            dev.queue(kind, u32::try_from(i)?, &[used])?;
         }
-        dev.stream(BufType::VideoOutput, true)?;
+        dev.stream(kind, true)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop_t = stop.clone();
         let thread = std::thread::spawn(move || {
             while !stop_t.load(Ordering::Relaxed) {
                 if dev.wait(200)?.0 {
-                    if let tether::device::video::v4l2::Dequeued::Buffer { index, .. } =
-                        dev.dequeue(BufType::VideoOutput)?
-                    {
-                        dev.queue(BufType::VideoOutput, index, used)?;
+                    if let tether::device::video::v4l2::Dequeued::Buffer { index, .. } = dev.dequeue(kind)? {
+                        dev.queue(kind, index, &[used])?;
                     }
                 }
             }
-            dev.stream(BufType::VideoOutput, false)?;
+            dev.stream(kind, false)?;
             drop(bufs);
-            dev.request_buffers(BufType::VideoOutput, 0)?;
+            dev.request_buffers(kind, 0)?;
             Ok(())
         });
         Ok(Feeder { stop, thread: Some(thread) })
@@ -125,14 +171,13 @@ impl Feeder {
     }
 }
 
-fn start_daemon(cap: &Path, format: &str) -> anyhow::Result<Child> {
+/// `tether serve --video v4l2` on `cap`; `format: None` leaves the choice to the daemon.
+fn start_daemon(cap: &Path, format: Option<&str>) -> anyhow::Result<Child> {
     let _ = std::fs::remove_file(SOCKET);
+    let format = format.map(|f| format!("format = \"{f}\"\n")).unwrap_or_default();
     std::fs::write(
         "/run/tether-video.toml",
-        format!(
-            "hid = \"sim\"\nvideo = \"v4l2\"\n[capture]\ndevice = \"{}\"\ninput = 1\nformat = \"{format}\"\n",
-            cap.display()
-        ),
+        format!("hid = \"sim\"\nvideo = \"v4l2\"\n[capture]\ndevice = \"{}\"\ninput = 1\n{format}", cap.display()),
     )?;
     let child = Command::new("/tether")
         .args(["serve", "--config", "/run/tether-video.toml", "--socket", SOCKET, "--data-dir", "/run/tether-video"])
@@ -202,39 +247,21 @@ async fn check_screenshot(c: &mut RawClient, id: &mut u64, expected_full: &[u8],
 }
 
 pub async fn run() -> anyhow::Result<()> {
-    let (cap_path, out_path) = nodes()?;
-    let cap = V4l2Device::open(&cap_path)?;
-    let out = V4l2Device::open(&out_path)?;
-    log(format!("vivid: capture {} ({}), output {}", cap_path.display(), cap.querycap()?.card, out_path.display()));
-    cap.set_input(1).context("select the HDMI input")?;
+    let (cap_node, out_node) = nodes()?;
+    let cap = V4l2Device::open(&cap_node.0)?;
+    let out = V4l2Device::open(&out_node.0)?;
+    log(format!("vivid: capture {} ({}), output {}", cap_node.0.display(), cap.querycap()?.card, out_node.0.display()));
     let (w, h) = (640u32, 480u32);
-    let mut timings = None;
-    for i in 0..200 {
-        match cap.enum_dv_timings(i)? {
-            Some(t) if t.width == w && t.height == h => {
-                timings = Some(t);
-                break;
-            }
-            Some(_) => {}
-            None => break,
-        }
-    }
-    let t = timings.context("no 640x480 DV timings preset")?;
-    cap.set_dv_timings(&t)?;
-    out.set_dv_timings(&t)?;
-    for (name, value) in [("Loop Video", 1), ("OSD Text Mode", 2)] {
-        let id = cap.control_id(name)?.with_context(|| format!("vivid control {name:?}"))?;
-        cap.set_control(id, value)?;
-    }
-    let signal_mode = cap.control_id("DV Timings Signal Mode")?.context("signal mode control")?;
+    let signal_mode = setup_loop(&cap, &out, w, h)?;
     let rgb = sim_frame(w, h)?;
     let (wu, hu) = (w as usize, h as usize);
 
-    // YUYV through the loop.
+    // YUYV through the loop; the daemon is not told a format and follows the node's.
+    set_capture_format(&cap, cap_node.1, FourCc::YUYV, w, h)?;
     let yuyv = rgb_to_yuyv(&rgb, wu, hu);
     let expected = packed422_to_rgb(&yuyv, wu, hu, wu * 2, false)?;
-    let feeder = Feeder::start(&out_path, FourCc::YUYV, w, h, yuyv)?;
-    let mut daemon = start_daemon(&cap_path, "YUYV")?;
+    let feeder = Feeder::start(&out_node, FourCc::YUYV, w, h, yuyv)?;
+    let mut daemon = start_daemon(&cap_node.0, None)?;
     let mut c = RawClient::connect(Path::new(SOCKET)).await?;
     let mut id = 0;
     let st = wait_video(&mut c, &mut id, "locked", 0).await?;
@@ -252,19 +279,45 @@ pub async fn run() -> anyhow::Result<()> {
     ensure!(gen2 > gen1, "generation must bump across signal loss: {gen1} -> {gen2}");
     check_screenshot(&mut c, &mut id, &expected, wu).await?;
     log(format!("signal back: generation {gen1} -> {gen2}"));
+
+    // Format change in the same daemon session: while the signal is away the source
+    // switches to NV12 and the capture pipeline is reconfigured from outside; the daemon
+    // picks the new format up when the signal returns.
+    cap.set_control(signal_mode, 1)?;
+    let lost = wait_video(&mut c, &mut id, "no_signal", gen2).await?;
+    feeder.stop()?;
+    set_capture_format(&cap, cap_node.1, FourCc::NV12, w, h)?;
+    let nv12 = rgb_to_nv12(&rgb, wu, hu);
+    let expected = nv12_to_rgb(&nv12, wu, hu, wu)?;
+    let feeder = Feeder::start(&out_node, FourCc::NV12, w, h, nv12)?;
+    cap.set_control(signal_mode, 0)?;
+    let back = wait_video(&mut c, &mut id, "locked", lost["video"]["generation"].as_u64().unwrap_or(gen2)).await?;
+    check_screenshot(&mut c, &mut id, &expected, wu).await?;
+    log(format!(
+        "YUYV → NV12 mid-session: generation {}, screenshot equals the NV12 frame",
+        back["video"]["generation"]
+    ));
     daemon.kill()?;
     daemon.wait()?;
     feeder.stop()?;
+    drop((cap, out));
 
-    // NV12 through the same loop.
-    let nv12 = rgb_to_nv12(&rgb, wu, hu);
-    let expected = nv12_to_rgb(&nv12, wu, hu, wu)?;
-    let feeder = Feeder::start(&out_path, FourCc::NV12, w, h, nv12)?;
-    let mut daemon = start_daemon(&cap_path, "NV12")?;
+    // vivid's multi-planar API (RK3588's HDMI-in uses it): same loop, same equality.
+    let params: Vec<&str> = VIVID_PARAMS.iter().copied().chain(["multiplanar=2"]).collect();
+    super::reload_module("vivid", &params)?;
+    let (cap_node, out_node) = nodes()?;
+    ensure!(cap_node.1 == BufType::VideoCaptureMplane, "vivid capture is {:?}", cap_node.1);
+    let cap = V4l2Device::open(&cap_node.0)?;
+    let out = V4l2Device::open(&out_node.0)?;
+    setup_loop(&cap, &out, w, h)?;
+    let yuyv = rgb_to_yuyv(&rgb, wu, hu);
+    let expected = packed422_to_rgb(&yuyv, wu, hu, wu * 2, false)?;
+    let feeder = Feeder::start(&out_node, FourCc::YUYV, w, h, yuyv)?;
+    let mut daemon = start_daemon(&cap_node.0, Some("YUYV"))?;
     let mut c = RawClient::connect(Path::new(SOCKET)).await?;
     wait_video(&mut c, &mut id, "locked", 0).await?;
     check_screenshot(&mut c, &mut id, &expected, wu).await?;
-    log("NV12 capture equals the frame written");
+    log("multi-planar capture equals the frame written");
     daemon.kill()?;
     daemon.wait()?;
     feeder.stop()?;

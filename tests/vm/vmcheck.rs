@@ -33,6 +33,18 @@ fn log(msg: impl AsRef<str>) {
     println!("vmcheck: {}", msg.as_ref());
 }
 
+/// Unloads `name` and loads it again from the initramfs with `params` (e.g. a driver's
+/// multi-planar mode), waiting for its nodes to settle.
+fn reload_module(name: &str, params: &[&str]) -> anyhow::Result<()> {
+    let status = std::process::Command::new("rmmod").arg(name).status()?;
+    anyhow::ensure!(status.success(), "rmmod {name} failed");
+    let status = std::process::Command::new("insmod").arg(format!("/lib/modules/{name}.ko")).args(params).status()?;
+    anyhow::ensure!(status.success(), "insmod {name} {params:?} failed");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    log(format!("reloaded {name} {}", params.join(" ")));
+    Ok(())
+}
+
 /// One HID device the host enumerated.
 #[derive(Debug)]
 struct HostHid {

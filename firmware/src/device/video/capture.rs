@@ -88,6 +88,15 @@ fn to_rgb(fmt: &PixFormat, data: &[u8], h264: &mut Option<SoftwareH264Decoder>) 
     }
 }
 
+/// The format to capture in: the configured one when the node offers it; otherwise the
+/// node's current format when we can convert it (a pipeline set up by the board's scripts,
+/// or changed by the operator between streams, is respected); otherwise our first choice.
+fn choose_format(want: Option<FourCc>, current: FourCc, offered: &[FourCc]) -> Option<FourCc> {
+    want.filter(|f| offered.contains(f))
+        .or_else(|| Some(current).filter(|f| RAW_FORMATS.contains(f) && offered.contains(f)))
+        .or_else(|| RAW_FORMATS.iter().copied().find(|f| offered.contains(f)))
+}
+
 struct Session<'a> {
     dev: &'a V4l2Device,
     hub: &'a FrameHub,
@@ -96,63 +105,76 @@ struct Session<'a> {
 
 impl Session<'_> {
     /// Waits for a usable signal; returns the timings' size, or `None` when the node has no
-    /// DV timings (plain UVC/webcam nodes).
-    fn lock_signal(&self, generation: u32) -> Result<Option<(u32, u32)>, V4l2Error> {
+    /// DV timings (plain UVC/webcam nodes). A signal that comes back after this session
+    /// announced "no signal" ends the session instead (`Err(SessionEnd::Restart)`): each locked
+    /// period gets its own generation.
+    fn lock_signal(&self, generation: u32) -> Result<Result<Option<(u32, u32)>, SessionEnd>, V4l2Error> {
+        let mut announced = None;
         loop {
             match self.dev.query_dv_timings() {
+                Ok(DvTimingsStatus::Locked(_)) if announced.is_some() => return Ok(Err(SessionEnd::Restart)),
                 Ok(DvTimingsStatus::Locked(t)) => {
                     let t = self.dev.set_dv_timings(&t)?;
-                    return Ok(Some((t.width, t.height)));
+                    return Ok(Ok(Some((t.width, t.height))));
                 }
                 Ok(status) => {
-                    tracing::info!(?status, "no usable HDMI signal; waiting for one");
+                    if announced != Some(status) {
+                        tracing::info!(?status, "no usable HDMI signal; waiting for one");
+                        announced = Some(status);
+                    }
                     self.hub.set_state(VideoState { signal: Signal::NoSignal, source_size: None, generation });
-                    // Wake on a source-change event or re-check every second.
-                    let _ = self.dev.wait(1000);
-                    while let Ok(Some(_)) = self.dev.next_event() {}
-                    if self.stop.load(Ordering::Relaxed) {
-                        return Ok(None);
+                    // Wake on a source-change event or re-check every second. Not poll():
+                    // a queue that is not streaming reports POLLERR at once, which would spin.
+                    for _ in 0..20 {
+                        if self.stop.load(Ordering::Relaxed) {
+                            return Ok(Err(SessionEnd::Stop));
+                        }
+                        if matches!(self.dev.next_event(), Ok(Some(_))) {
+                            while let Ok(Some(_)) = self.dev.next_event() {}
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(50));
                     }
                 }
                 // ENOTTY/EINVAL: this node has no DV timings.
-                Err(V4l2Error::Ioctl { .. }) => return Ok(None),
+                Err(V4l2Error::Ioctl { .. }) => return Ok(Ok(None)),
                 Err(e) => return Err(e),
             }
         }
     }
 
     fn stream(&self, generation: u32, want: Option<FourCc>) -> Result<SessionEnd, V4l2Error> {
-        let size = self.lock_signal(generation)?;
+        let size = match self.lock_signal(generation)? {
+            Ok(size) => size,
+            Err(end) => return Ok(end),
+        };
         if self.stop.load(Ordering::Relaxed) {
             return Ok(SessionEnd::Stop);
         }
-        let offered: Vec<FourCc> = self.dev.formats(BufType::VideoCapture)?.into_iter().map(|f| f.fourcc).collect();
-        let fourcc = want
-            .filter(|f| offered.contains(f))
-            .or_else(|| RAW_FORMATS.iter().copied().find(|f| offered.contains(f)))
+        let caps = self.dev.querycap()?.device_caps;
+        let kind = BufType::capture_for(caps)
+            .ok_or_else(|| V4l2Error::Invalid(format!("{} is not a capture node", self.dev.path().display())))?;
+        let offered: Vec<FourCc> = self.dev.formats(kind)?.into_iter().map(|f| f.fourcc).collect();
+        let current = self.dev.format(kind)?;
+        let fourcc = choose_format(want, current.fourcc, &offered)
             .ok_or_else(|| V4l2Error::Invalid(format!("no supported raw format among {offered:?}")))?;
-        let current = self.dev.format(BufType::VideoCapture)?;
         let (width, height) = size.unwrap_or((current.width, current.height));
-        let fmt = self.dev.set_format(
-            BufType::VideoCapture,
-            &PixFormat { width, height, fourcc, bytes_per_line: 0, size_image: 0 },
-        )?;
+        let fmt = self.dev.set_format(kind, &PixFormat::new(width, height, fourcc))?;
         if fmt.fourcc != fourcc {
             return Err(V4l2Error::Invalid(format!("driver chose {} instead of {fourcc}", fmt.fourcc)));
         }
-        let count = self.dev.request_buffers(BufType::VideoCapture, BUFFERS)?;
-        let buffers =
-            (0..count).map(|i| self.dev.map_buffer(BufType::VideoCapture, i)).collect::<Result<Vec<_>, _>>()?;
+        let count = self.dev.request_buffers(kind, BUFFERS)?;
+        let buffers = (0..count).map(|i| self.dev.map_buffer(kind, i)).collect::<Result<Vec<_>, _>>()?;
         for i in 0..count {
-            self.dev.queue(BufType::VideoCapture, i, 0)?;
+            self.dev.queue(kind, i, &[])?;
         }
-        self.dev.stream(BufType::VideoCapture, true)?;
+        self.dev.stream(kind, true)?;
         self.hub.set_state(VideoState {
             signal: Signal::Locked,
             source_size: Some((fmt.width, fmt.height)),
             generation,
         });
-        tracing::info!(path = %self.dev.path().display(), format = %fmt.fourcc, width = fmt.width, height = fmt.height, generation, "capturing");
+        tracing::info!(path = %self.dev.path().display(), format = %fmt.fourcc, width = fmt.width, height = fmt.height, planes = fmt.planes, multiplanar = kind.is_multiplanar(), generation, "capturing");
         let mut sequence = 0u64;
         let mut checked = Instant::now();
         // A new session is a new stream: a fresh decoder waits for the next IDR.
@@ -189,14 +211,13 @@ impl Session<'_> {
             if !frame_ready {
                 continue;
             }
-            let Dequeued::Buffer { index, bytes_used, .. } = self.dev.dequeue(BufType::VideoCapture)? else { continue };
+            let Dequeued::Buffer { index, payload, .. } = self.dev.dequeue(kind)? else { continue };
             let captured_at = Instant::now();
-            let data = buffers
-                .get(index as usize)
-                .map(|b| &b.as_slice()[..(bytes_used as usize).min(b.len())])
-                .unwrap_or_default();
-            let rgb = to_rgb(&fmt, data, &mut h264);
-            self.dev.queue(BufType::VideoCapture, index, 0)?;
+            let rgb = match buffers.get(index as usize) {
+                Some(b) => to_rgb(&fmt, &b.data(&payload), &mut h264),
+                None => None,
+            };
+            self.dev.queue(kind, index, &[])?;
             if let Some(rgb) = rgb {
                 sequence += 1;
                 self.hub.publish(Arc::new(Frame {
@@ -210,9 +231,9 @@ impl Session<'_> {
                 }));
             }
         };
-        let _ = self.dev.stream(BufType::VideoCapture, false);
+        let _ = self.dev.stream(kind, false);
         drop(buffers);
-        let _ = self.dev.request_buffers(BufType::VideoCapture, 0);
+        let _ = self.dev.request_buffers(kind, 0);
         Ok(end)
     }
 }
@@ -263,5 +284,24 @@ impl FrameSource for V4l2Capture {
             })
             .map_err(VideoError::Spawn)?;
         Ok(SourceGuard::new(move || stop.store(true, Ordering::Relaxed)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_choice_prefers_config_then_the_node_then_our_order() {
+        let offered = [FourCc::NV12, FourCc::YUYV, FourCc::new(b"BA81")];
+        // Configured and offered: used.
+        assert_eq!(choose_format(Some(FourCc::NV12), FourCc::YUYV, &offered), Some(FourCc::NV12));
+        // Not configured: the node's current format is respected when we convert it...
+        assert_eq!(choose_format(None, FourCc::NV12, &offered), Some(FourCc::NV12));
+        // ...and our first choice otherwise (a Bayer format we cannot convert).
+        assert_eq!(choose_format(None, FourCc::new(b"BA81"), &offered), Some(FourCc::YUYV));
+        // Configured but not offered: fall back the same way.
+        assert_eq!(choose_format(Some(FourCc::MJPEG), FourCc::NV12, &offered), Some(FourCc::NV12));
+        assert_eq!(choose_format(None, FourCc::new(b"BA81"), &[FourCc::new(b"BA81")]), None);
     }
 }

@@ -7,11 +7,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::v4l2::{
-    BufType, Dequeued, Event, FourCc, MappedBuffer, PixFormat, V4l2Device, V4l2Error, EVENT_SOURCE_CHANGE,
+    BufType, BufferPlanes, Dequeued, Event, FourCc, PixFormat, V4l2Device, V4l2Error, CAP_VIDEO_M2M,
+    CAP_VIDEO_M2M_MPLANE, EVENT_SOURCE_CHANGE,
 };
 
-/// `V4L2_CAP_VIDEO_M2M` (single-planar memory-to-memory).
-pub const CAP_VIDEO_M2M: u32 = 0x0000_8000;
 const BUFFERS: u32 = 2;
 
 /// Errors running an M2M codec.
@@ -23,6 +22,14 @@ pub enum M2mError {
     /// The driver did not answer in time.
     #[error("the codec produced nothing within {0:?}")]
     Timeout(Duration),
+    /// The codec cannot take this picture format (it offered another).
+    #[error("the codec cannot take {want:?}; it offers {got:?}")]
+    Unsupported {
+        /// What was asked for.
+        want: PixFormat,
+        /// What the driver would do instead.
+        got: PixFormat,
+    },
     /// The data does not fit the driver's buffers.
     #[error("{len} bytes do not fit a {capacity}-byte buffer")]
     TooLarge {
@@ -33,6 +40,16 @@ pub enum M2mError {
     },
 }
 
+/// The queue types of an M2M node: single-planar (vicodec by default) or multi-planar (the
+/// Pi's bcm2835-codec, Rockchip's codecs); `None` for other nodes.
+fn queue_types(dev: &V4l2Device) -> Option<(BufType, BufType)> {
+    let caps = dev.querycap().ok()?.device_caps;
+    if caps & (CAP_VIDEO_M2M | CAP_VIDEO_M2M_MPLANE) == 0 {
+        return None;
+    }
+    Some((BufType::output_for(caps)?, BufType::capture_for(caps)?))
+}
+
 /// Finds the M2M node whose OUTPUT queue takes `input` and CAPTURE queue gives `output`.
 pub fn find_node(input: FourCc, output: FourCc) -> Option<std::path::PathBuf> {
     let mut nodes: Vec<_> = std::fs::read_dir("/dev").ok()?.flatten().map(|e| e.path()).collect();
@@ -40,18 +57,23 @@ pub fn find_node(input: FourCc, output: FourCc) -> Option<std::path::PathBuf> {
     nodes.into_iter().find(|p| {
         p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("video"))
             && V4l2Device::open(p).is_ok_and(|d| {
-                d.querycap().is_ok_and(|c| c.device_caps & CAP_VIDEO_M2M != 0)
-                    && d.formats(BufType::VideoOutput).is_ok_and(|f| f.iter().any(|f| f.fourcc == input))
-                    && d.formats(BufType::VideoCapture).is_ok_and(|f| f.iter().any(|f| f.fourcc == output))
+                queue_types(&d).is_some_and(|(out, cap)| {
+                    d.formats(out).is_ok_and(|f| f.iter().any(|f| f.fourcc == input))
+                        && d.formats(cap).is_ok_and(|f| f.iter().any(|f| f.fourcc == output))
+                })
             })
     })
+}
+
+fn not_m2m(path: &Path) -> M2mError {
+    M2mError::V4l2(V4l2Error::Invalid(format!("{} is not a memory-to-memory codec node", path.display())))
 }
 
 /// One queue's mapped buffers and which of them the driver holds.
 #[derive(Debug)]
 struct Queue {
     kind: BufType,
-    buffers: Vec<MappedBuffer>,
+    buffers: Vec<BufferPlanes>,
     free: Vec<u32>,
 }
 
@@ -67,6 +89,7 @@ impl Queue {
 #[derive(Debug)]
 pub struct M2mCodec {
     dev: V4l2Device,
+    capture_kind: BufType,
     output: Queue,
     capture: Option<Queue>,
     capture_format: Option<PixFormat>,
@@ -79,17 +102,18 @@ impl M2mCodec {
     /// An encoder session: `raw` frames of `width`x`height` in, `coded` out.
     pub fn encoder(path: &Path, raw: FourCc, coded: FourCc, width: u32, height: u32) -> Result<M2mCodec, M2mError> {
         let dev = V4l2Device::open(path)?;
-        dev.set_format(
-            BufType::VideoOutput,
-            &PixFormat { width, height, fourcc: raw, bytes_per_line: 0, size_image: 0 },
-        )?;
-        let cap = dev.set_format(
-            BufType::VideoCapture,
-            &PixFormat { width, height, fourcc: coded, bytes_per_line: 0, size_image: 0 },
-        )?;
-        let output = Queue::allocate(&dev, BufType::VideoOutput)?;
+        let (out_kind, cap_kind) = queue_types(&dev).ok_or_else(|| not_m2m(path))?;
+        let got = dev.set_format(out_kind, &PixFormat::new(width, height, raw))?;
+        // Drivers adjust what they cannot do (vicodec clamps to at least 640x360): refuse
+        // rather than encode a different picture than the caller's.
+        if (got.width, got.height, got.fourcc) != (width, height, raw) {
+            return Err(M2mError::Unsupported { want: PixFormat::new(width, height, raw), got });
+        }
+        let cap = dev.set_format(cap_kind, &PixFormat::new(width, height, coded))?;
+        let output = Queue::allocate(&dev, out_kind)?;
         let mut codec = M2mCodec {
             dev,
+            capture_kind: cap_kind,
             output,
             capture: None,
             capture_format: Some(cap),
@@ -97,7 +121,7 @@ impl M2mCodec {
             timeout: Duration::from_secs(5),
         };
         codec.start_capture()?;
-        codec.dev.stream(BufType::VideoOutput, true)?;
+        codec.dev.stream(codec.output.kind, true)?;
         Ok(codec)
     }
 
@@ -105,15 +129,14 @@ impl M2mCodec {
     /// parsed the stream and announced its size with a source-change event.
     pub fn decoder(path: &Path, coded: FourCc, raw: FourCc, width: u32, height: u32) -> Result<M2mCodec, M2mError> {
         let dev = V4l2Device::open(path)?;
-        dev.set_format(
-            BufType::VideoOutput,
-            &PixFormat { width, height, fourcc: coded, bytes_per_line: 0, size_image: 0 },
-        )?;
+        let (out_kind, cap_kind) = queue_types(&dev).ok_or_else(|| not_m2m(path))?;
+        dev.set_format(out_kind, &PixFormat::new(width, height, coded))?;
         dev.subscribe(EVENT_SOURCE_CHANGE, 0)?;
-        let output = Queue::allocate(&dev, BufType::VideoOutput)?;
-        dev.stream(BufType::VideoOutput, true)?;
+        let output = Queue::allocate(&dev, out_kind)?;
+        dev.stream(out_kind, true)?;
         Ok(M2mCodec {
             dev,
+            capture_kind: cap_kind,
             output,
             capture: None,
             capture_format: None,
@@ -128,27 +151,26 @@ impl M2mCodec {
     }
 
     fn start_capture(&mut self) -> Result<(), V4l2Error> {
-        let mut q = Queue::allocate(&self.dev, BufType::VideoCapture)?;
+        let mut q = Queue::allocate(&self.dev, self.capture_kind)?;
         for i in q.free.drain(..) {
-            self.dev.queue(BufType::VideoCapture, i, 0)?;
+            self.dev.queue(self.capture_kind, i, &[])?;
         }
         self.capture = Some(q);
-        self.dev.stream(BufType::VideoCapture, true)
+        self.dev.stream(self.capture_kind, true)
     }
 
     /// Decoders: (re)configure CAPTURE after a source change.
     fn on_source_change(&mut self) -> Result<(), V4l2Error> {
         if self.capture.take().is_some() {
-            self.dev.stream(BufType::VideoCapture, false)?;
-            self.dev.request_buffers(BufType::VideoCapture, 0)?;
+            self.dev.stream(self.capture_kind, false)?;
+            self.dev.request_buffers(self.capture_kind, 0)?;
         }
-        let current = self.dev.format(BufType::VideoCapture)?;
+        let current = self.dev.format(self.capture_kind)?;
         // Keep the decoder's own choice when it already is the raw format we want.
         let fmt = match self.want_raw {
-            Some(raw) if raw != current.fourcc => self.dev.set_format(
-                BufType::VideoCapture,
-                &PixFormat { fourcc: raw, bytes_per_line: 0, size_image: 0, ..current },
-            )?,
+            Some(raw) if raw != current.fourcc => {
+                self.dev.set_format(self.capture_kind, &PixFormat::new(current.width, current.height, raw))?
+            }
             _ => current,
         };
         tracing::info!(width = fmt.width, height = fmt.height, format = %fmt.fourcc, "M2M decoder: source change");
@@ -175,7 +197,7 @@ impl M2mCodec {
                 self.output.free.push(index);
             }
         };
-        let buf = &mut self.output.buffers[index as usize];
+        let buf = self.output.buffers[index as usize].first_mut();
         if input.len() > buf.len() {
             self.output.free.push(index);
             return Err(M2mError::TooLarge { len: input.len(), capacity: buf.len() });
@@ -183,7 +205,7 @@ impl M2mCodec {
         buf.as_mut_slice()[..input.len()].copy_from_slice(input);
         let used =
             u32::try_from(input.len()).map_err(|_| M2mError::TooLarge { len: input.len(), capacity: buf.len() })?;
-        self.dev.queue(self.output.kind, index, used)?;
+        self.dev.queue(self.output.kind, index, &[used])?;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
@@ -201,9 +223,9 @@ impl M2mCodec {
                 self.output.free.push(index);
             }
             let Some(cap) = self.capture.as_ref() else { continue };
-            if let Dequeued::Buffer { index, bytes_used, .. } = self.dev.dequeue(cap.kind)? {
-                let data = cap.buffers[index as usize].as_slice()[..(bytes_used as usize)].to_vec();
-                self.dev.queue(cap.kind, index, 0)?;
+            if let Dequeued::Buffer { index, payload, .. } = self.dev.dequeue(cap.kind)? {
+                let data = cap.buffers.get(index as usize).map(|b| b.data(&payload).into_owned()).unwrap_or_default();
+                self.dev.queue(cap.kind, index, &[])?;
                 if !data.is_empty() {
                     return Ok(data);
                 }
@@ -214,7 +236,7 @@ impl M2mCodec {
 
 impl Drop for M2mCodec {
     fn drop(&mut self) {
-        let _ = self.dev.stream(BufType::VideoOutput, false);
-        let _ = self.dev.stream(BufType::VideoCapture, false);
+        let _ = self.dev.stream(self.output.kind, false);
+        let _ = self.dev.stream(self.capture_kind, false);
     }
 }

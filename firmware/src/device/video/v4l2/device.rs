@@ -95,7 +95,59 @@ pub enum BufType {
     VideoCapture = 1,
     /// Single-planar output.
     VideoOutput = 2,
+    /// Multi-planar capture (RK3588 HDMI-in, the Pi's codec CAPTURE side).
+    VideoCaptureMplane = 9,
+    /// Multi-planar output (the Pi's codec OUTPUT side).
+    VideoOutputMplane = 10,
 }
+
+impl BufType {
+    /// Whether buffers of this type carry a plane array.
+    pub fn is_multiplanar(self) -> bool {
+        matches!(self, BufType::VideoCaptureMplane | BufType::VideoOutputMplane)
+    }
+
+    /// The capture queue type a node with `device_caps` uses (single-planar preferred),
+    /// or `None` when it captures neither way.
+    pub fn capture_for(device_caps: u32) -> Option<BufType> {
+        if device_caps & (CAP_VIDEO_CAPTURE | CAP_VIDEO_M2M) != 0 {
+            Some(BufType::VideoCapture)
+        } else if device_caps & (CAP_VIDEO_CAPTURE_MPLANE | CAP_VIDEO_M2M_MPLANE) != 0 {
+            Some(BufType::VideoCaptureMplane)
+        } else {
+            None
+        }
+    }
+
+    /// The output queue type a node with `device_caps` uses (single-planar preferred).
+    pub fn output_for(device_caps: u32) -> Option<BufType> {
+        if device_caps & (CAP_VIDEO_OUTPUT | CAP_VIDEO_M2M) != 0 {
+            Some(BufType::VideoOutput)
+        } else if device_caps & (CAP_VIDEO_OUTPUT_MPLANE | CAP_VIDEO_M2M_MPLANE) != 0 {
+            Some(BufType::VideoOutputMplane)
+        } else {
+            None
+        }
+    }
+}
+
+/// `V4L2_CAP_VIDEO_CAPTURE`.
+pub const CAP_VIDEO_CAPTURE: u32 = 0x0000_0001;
+/// `V4L2_CAP_VIDEO_OUTPUT`.
+pub const CAP_VIDEO_OUTPUT: u32 = 0x0000_0002;
+/// `V4L2_CAP_VIDEO_CAPTURE_MPLANE`.
+pub const CAP_VIDEO_CAPTURE_MPLANE: u32 = 0x0000_1000;
+/// `V4L2_CAP_VIDEO_OUTPUT_MPLANE`.
+pub const CAP_VIDEO_OUTPUT_MPLANE: u32 = 0x0000_2000;
+/// `V4L2_CAP_VIDEO_M2M_MPLANE`.
+pub const CAP_VIDEO_M2M_MPLANE: u32 = 0x0000_4000;
+/// `V4L2_CAP_VIDEO_M2M`.
+pub const CAP_VIDEO_M2M: u32 = 0x0000_8000;
+/// `VIDEO_MAX_PLANES` as the kernel's `length` field takes it.
+const MAX_PLANES: u32 = 8;
+const _: () = assert!(MAX_PLANES as usize == VIDEO_MAX_PLANES);
+/// `V4L2_BUF_FLAG_KEYFRAME`: the encoder's output is a key frame.
+const BUF_FLAG_KEYFRAME: u32 = 0x0000_0008;
 
 const MEMORY_MMAP: u32 = 1;
 const FIELD_NONE: u32 = 1;
@@ -131,7 +183,7 @@ pub struct FormatDesc {
     pub description: String,
 }
 
-/// A single-planar format.
+/// A picture format, single- or multi-planar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PixFormat {
     /// Width in pixels.
@@ -140,10 +192,19 @@ pub struct PixFormat {
     pub height: u32,
     /// Pixel format.
     pub fourcc: FourCc,
-    /// Bytes per line (0: let the driver choose).
+    /// Bytes per line of the first plane (0: let the driver choose).
     pub bytes_per_line: u32,
-    /// Bytes per image.
+    /// Bytes per image, all planes together.
     pub size_image: u32,
+    /// Memory planes per buffer (1 for single-planar queues and contiguous formats).
+    pub planes: u32,
+}
+
+impl PixFormat {
+    /// A request for `width`x`height` in `fourcc`, strides and sizes left to the driver.
+    pub const fn new(width: u32, height: u32, fourcc: FourCc) -> PixFormat {
+        PixFormat { width, height, fourcc, bytes_per_line: 0, size_image: 0, planes: 1 }
+    }
 }
 
 /// Digital-video timings (BT.656/1120).
@@ -208,13 +269,39 @@ pub enum Dequeued {
     Buffer {
         /// Which buffer.
         index: u32,
-        /// Valid bytes in it.
+        /// Payload bytes in it, all planes together (data offsets excluded).
         bytes_used: u32,
+        /// Where the payload sits in each plane.
+        payload: Payload,
         /// The driver's frame counter.
         sequence: u32,
+        /// Encoders: the buffer holds a key frame.
+        keyframe: bool,
     },
     /// Nothing ready (EAGAIN on a non-blocking node).
     NotReady,
+}
+
+/// Where a dequeued buffer's payload sits: per plane, `start..end` bytes of the mapping
+/// (multi-planar drivers may put a header before the data: `data_offset`, e.g. vivid's 128).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Payload {
+    ranges: [(u32, u32); VIDEO_MAX_PLANES],
+    planes: usize,
+}
+
+impl Payload {
+    /// One plane holding `used` bytes from its start.
+    pub fn single(used: u32) -> Payload {
+        let mut ranges = [(0, 0); VIDEO_MAX_PLANES];
+        ranges[0] = (0, used);
+        Payload { ranges, planes: 1 }
+    }
+
+    /// The `(start, end)` byte range of each plane's payload.
+    pub fn ranges(&self) -> &[(u32, u32)] {
+        &self.ranges[..self.planes]
+    }
 }
 
 /// A dequeued event.
@@ -289,21 +376,40 @@ impl V4l2Device {
         Ok(out)
     }
 
-    /// Reads the one union member of `v4l2_format` we use: the single-planar `pix`.
+    /// Reads the union member of `v4l2_format` its type selects.
     fn pix_of(f: &v4l2_format) -> Result<PixFormat, V4l2Error> {
-        if f.type_ != BufType::VideoCapture as u32 && f.type_ != BufType::VideoOutput as u32 {
-            return Err(V4l2Error::Invalid(format!("format type {} is not single-planar", f.type_)));
+        let single = [BufType::VideoCapture as u32, BufType::VideoOutput as u32];
+        let multi = [BufType::VideoCaptureMplane as u32, BufType::VideoOutputMplane as u32];
+        if single.contains(&f.type_) {
+            // SAFETY: for single-planar buffer types (checked above) the kernel fills
+            // `fmt.pix`; every bit pattern is a valid v4l2_pix_format (plain integers).
+            let p = unsafe { f.fmt.pix };
+            Ok(PixFormat {
+                width: p.width,
+                height: p.height,
+                fourcc: FourCc(p.pixelformat),
+                bytes_per_line: p.bytesperline,
+                size_image: p.sizeimage,
+                planes: 1,
+            })
+        } else if multi.contains(&f.type_) {
+            // SAFETY: for multi-planar types (checked above) the kernel fills `fmt.pix_mp`;
+            // plain integers, any bit pattern valid. Copied out whole (the struct is packed).
+            let p = unsafe { f.fmt.pix_mp };
+            let planes = usize::from(p.num_planes).clamp(1, VIDEO_MAX_PLANES);
+            let plane_fmt = p.plane_fmt;
+            let size_image = plane_fmt[..planes].iter().map(|pf| pf.sizeimage).sum();
+            Ok(PixFormat {
+                width: p.width,
+                height: p.height,
+                fourcc: FourCc(p.pixelformat),
+                bytes_per_line: plane_fmt[0].bytesperline,
+                size_image,
+                planes: u32::from(p.num_planes.max(1)),
+            })
+        } else {
+            Err(V4l2Error::Invalid(format!("format type {} is not a video type", f.type_)))
         }
-        // SAFETY: for single-planar buffer types (checked above) the kernel fills `fmt.pix`;
-        // every bit pattern is a valid v4l2_pix_format (plain integers).
-        let p = unsafe { f.fmt.pix };
-        Ok(PixFormat {
-            width: p.width,
-            height: p.height,
-            fourcc: FourCc(p.pixelformat),
-            bytes_per_line: p.bytesperline,
-            size_image: p.sizeimage,
-        })
     }
 
     /// `VIDIOC_G_FMT`.
@@ -316,15 +422,35 @@ impl V4l2Device {
 
     /// `VIDIOC_S_FMT`: returns what the driver actually chose.
     pub fn set_format(&self, buf: BufType, want: &PixFormat) -> Result<PixFormat, V4l2Error> {
-        let pix = v4l2_pix_format {
-            width: want.width,
-            height: want.height,
-            pixelformat: want.fourcc.0,
-            field: FIELD_NONE,
-            bytesperline: want.bytes_per_line,
-            ..Default::default()
+        let fmt = if buf.is_multiplanar() {
+            let mut plane_fmt = [v4l2_plane_pix_format::default(); VIDEO_MAX_PLANES];
+            plane_fmt[0].bytesperline = want.bytes_per_line;
+            plane_fmt[0].sizeimage = want.size_image;
+            v4l2_format_fmt {
+                pix_mp: v4l2_pix_format_mplane {
+                    width: want.width,
+                    height: want.height,
+                    pixelformat: want.fourcc.0,
+                    field: FIELD_NONE,
+                    plane_fmt,
+                    num_planes: 0, // the driver fills in what the format needs
+                    ..Default::default()
+                },
+            }
+        } else {
+            v4l2_format_fmt {
+                pix: v4l2_pix_format {
+                    width: want.width,
+                    height: want.height,
+                    pixelformat: want.fourcc.0,
+                    field: FIELD_NONE,
+                    bytesperline: want.bytes_per_line,
+                    sizeimage: want.size_image,
+                    ..Default::default()
+                },
+            }
         };
-        let mut f = v4l2_format { type_: buf as u32, fmt: v4l2_format_fmt { pix } };
+        let mut f = v4l2_format { type_: buf as u32, fmt };
         // SAFETY: as for G_FMT.
         unsafe { ioctl::s_fmt(self.raw(), &mut f) }.map_err(ioctl_err("S_FMT"))?;
         Self::pix_of(&f)
@@ -338,38 +464,92 @@ impl V4l2Device {
         Ok(r.count)
     }
 
-    /// `VIDIOC_QUERYBUF` + mmap: maps buffer `index`.
-    pub fn map_buffer(&self, buf: BufType, index: u32) -> Result<MappedBuffer, V4l2Error> {
+    /// `VIDIOC_QUERYBUF` + mmap: maps every plane of buffer `index` (one for single-planar
+    /// queues).
+    pub fn map_buffer(&self, buf: BufType, index: u32) -> Result<BufferPlanes, V4l2Error> {
+        let mut planes = [v4l2_plane::default(); VIDEO_MAX_PLANES];
         let mut b = v4l2_buffer { index, type_: buf as u32, memory: MEMORY_MMAP, ..Default::default() };
-        // SAFETY: `b` is a valid, owned v4l2_buffer for a single-planar type (no plane array).
+        if buf.is_multiplanar() {
+            b.m.planes = planes.as_mut_ptr();
+            b.length = MAX_PLANES;
+        }
+        // SAFETY: `b` is a valid, owned v4l2_buffer; for multi-planar types `m.planes` points
+        // to `planes` (VIDEO_MAX_PLANES entries, as `length` says), which outlives the call.
         unsafe { ioctl::querybuf(self.raw(), &mut b) }.map_err(ioctl_err("QUERYBUF"))?;
-        // SAFETY: for MMAP memory the kernel sets `m.offset` (union member for mmap).
-        let offset = unsafe { b.m.offset };
-        let len = usize::try_from(b.length).map_err(|_| V4l2Error::Invalid("buffer length".into()))?;
-        MappedBuffer::map(&self.fd, offset, len)
+        let mut maps = Vec::new();
+        if buf.is_multiplanar() {
+            let n = (b.length as usize).min(VIDEO_MAX_PLANES);
+            for p in &planes[..n] {
+                // SAFETY: for MMAP memory the kernel sets each plane's `m.mem_offset`.
+                let offset = unsafe { p.m.mem_offset };
+                maps.push(MappedBuffer::map(&self.fd, offset, p.length as usize)?);
+            }
+        } else {
+            // SAFETY: for MMAP memory the kernel sets `m.offset` (union member for mmap).
+            let offset = unsafe { b.m.offset };
+            maps.push(MappedBuffer::map(&self.fd, offset, b.length as usize)?);
+        }
+        if maps.is_empty() {
+            return Err(V4l2Error::Invalid("a buffer without planes".into()));
+        }
+        Ok(BufferPlanes { planes: maps })
     }
 
-    /// `VIDIOC_QBUF`: hands buffer `index` to the driver (`bytes_used` matters for output).
-    pub fn queue(&self, buf: BufType, index: u32, bytes_used: u32) -> Result<(), V4l2Error> {
+    /// `VIDIOC_QBUF`: hands buffer `index` to the driver. `bytes_used` (one entry per plane;
+    /// missing entries are 0) matters for output queues.
+    pub fn queue(&self, buf: BufType, index: u32, bytes_used: &[u32]) -> Result<(), V4l2Error> {
+        let mut planes = [v4l2_plane::default(); VIDEO_MAX_PLANES];
         let mut b = v4l2_buffer {
             index,
             type_: buf as u32,
             memory: MEMORY_MMAP,
-            bytesused: bytes_used,
+            bytesused: bytes_used.first().copied().unwrap_or(0),
             field: FIELD_NONE,
             ..Default::default()
         };
-        // SAFETY: as for QUERYBUF.
+        if buf.is_multiplanar() {
+            let n = bytes_used.len().clamp(1, VIDEO_MAX_PLANES);
+            for (p, used) in planes.iter_mut().zip(bytes_used) {
+                p.bytesused = *used;
+            }
+            b.m.planes = planes.as_mut_ptr();
+            b.length = u32::try_from(n).unwrap_or(MAX_PLANES);
+        }
+        // SAFETY: as for QUERYBUF: `planes` outlives the call and holds `length` entries.
         unsafe { ioctl::qbuf(self.raw(), &mut b) }.map_err(ioctl_err("QBUF"))?;
         Ok(())
     }
 
     /// `VIDIOC_DQBUF`, non-blocking.
     pub fn dequeue(&self, buf: BufType) -> Result<Dequeued, V4l2Error> {
+        let mut planes = [v4l2_plane::default(); VIDEO_MAX_PLANES];
         let mut b = v4l2_buffer { type_: buf as u32, memory: MEMORY_MMAP, ..Default::default() };
+        if buf.is_multiplanar() {
+            b.m.planes = planes.as_mut_ptr();
+            b.length = MAX_PLANES;
+        }
         // SAFETY: as for QUERYBUF.
         match unsafe { ioctl::dqbuf(self.raw(), &mut b) } {
-            Ok(_) => Ok(Dequeued::Buffer { index: b.index, bytes_used: b.bytesused, sequence: b.sequence }),
+            Ok(_) => {
+                let payload = if buf.is_multiplanar() {
+                    let n = (b.length as usize).clamp(1, VIDEO_MAX_PLANES);
+                    let mut ranges = [(0, 0); VIDEO_MAX_PLANES];
+                    for (r, p) in ranges.iter_mut().zip(&planes[..n]) {
+                        // bytesused counts the data offset too (videodev2.h).
+                        *r = (p.data_offset.min(p.bytesused), p.bytesused);
+                    }
+                    Payload { ranges, planes: n }
+                } else {
+                    Payload::single(b.bytesused)
+                };
+                Ok(Dequeued::Buffer {
+                    index: b.index,
+                    bytes_used: payload.ranges().iter().map(|(a, z)| z - a).sum(),
+                    payload,
+                    sequence: b.sequence,
+                    keyframe: b.flags & BUF_FLAG_KEYFRAME != 0,
+                })
+            }
             Err(Errno::EAGAIN) => Ok(Dequeued::NotReady),
             Err(e) => Err(ioctl_err("DQBUF")(e)),
         }
@@ -386,7 +566,14 @@ impl V4l2Device {
                 ioctl::streamoff(self.raw(), &t)
             }
         };
-        r.map_err(ioctl_err(if on { "STREAMON" } else { "STREAMOFF" }))?;
+        let name = match (on, buf.is_multiplanar(), buf == BufType::VideoOutput || buf == BufType::VideoOutputMplane) {
+            (true, false, false) => "STREAMON(capture)",
+            (true, false, true) => "STREAMON(output)",
+            (true, true, false) => "STREAMON(capture, multi-planar)",
+            (true, true, true) => "STREAMON(output, multi-planar)",
+            (false, ..) => "STREAMOFF",
+        };
+        r.map_err(ioctl_err(name))?;
         Ok(())
     }
 
@@ -576,6 +763,52 @@ impl V4l2Device {
     }
 }
 
+/// The mapped planes of one driver buffer.
+#[derive(Debug)]
+pub struct BufferPlanes {
+    planes: Vec<MappedBuffer>,
+}
+
+impl BufferPlanes {
+    /// The planes, in order (never empty).
+    pub fn planes(&self) -> &[MappedBuffer] {
+        &self.planes
+    }
+
+    /// The first (for contiguous formats, the only) plane, writable.
+    pub fn first_mut(&mut self) -> &mut MappedBuffer {
+        // Never empty: `map_buffer` refuses a buffer without planes.
+        &mut self.planes[0]
+    }
+
+    /// Capacity of the first plane.
+    pub fn len(&self) -> usize {
+        self.planes[0].len()
+    }
+
+    /// Whether the first plane is empty (never, by construction).
+    pub fn is_empty(&self) -> bool {
+        self.planes[0].is_empty()
+    }
+
+    /// A dequeued buffer's payload, planes in order: borrowed when it sits in one plane,
+    /// copied together otherwise (e.g. NV12M's separate luma and chroma planes). Ranges are
+    /// clamped to the mappings (a driver's word is not trusted with memory).
+    pub fn data(&self, payload: &Payload) -> std::borrow::Cow<'_, [u8]> {
+        fn slice(plane: &MappedBuffer, (start, end): (u32, u32)) -> &[u8] {
+            let bytes = plane.as_slice();
+            let end = (end as usize).min(bytes.len());
+            &bytes[(start as usize).min(end)..end]
+        }
+        let mut parts = self.planes.iter().zip(payload.ranges()).map(|(p, r)| slice(p, *r));
+        match payload.ranges().len() {
+            0 => std::borrow::Cow::Borrowed(&[]),
+            1 => std::borrow::Cow::Borrowed(parts.next().unwrap_or_default()),
+            _ => std::borrow::Cow::Owned(parts.flatten().copied().collect()),
+        }
+    }
+}
+
 /// One mmap'ed driver buffer; unmapped on drop.
 #[derive(Debug)]
 pub struct MappedBuffer {
@@ -668,6 +901,43 @@ mod tests {
         assert!(dev.format(BufType::VideoCapture).is_err());
         assert!(dev.query_dv_timings().is_err());
         assert!(dev.next_event().is_err());
+    }
+
+    fn mapped(bytes: &[u8]) -> MappedBuffer {
+        use std::io::Write;
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(bytes).unwrap();
+        MappedBuffer::map(&OwnedFd::from(f), 0, bytes.len()).unwrap()
+    }
+
+    #[test]
+    fn payload_skips_data_offsets_and_joins_planes() {
+        let luma: Vec<u8> = (0..16).collect();
+        let chroma: Vec<u8> = (100..108).collect();
+        let planes = BufferPlanes { planes: vec![mapped(&luma), mapped(&chroma)] };
+        // One plane with a 4-byte header before the picture (vivid's data_offset).
+        let mut one = Payload::single(12);
+        one.ranges[0] = (4, 12);
+        assert_eq!(&*planes.data(&one), &luma[4..12]);
+        assert!(matches!(planes.data(&one), std::borrow::Cow::Borrowed(_)));
+        // Two planes: luma then chroma, each from its own mapping.
+        let two = Payload { ranges: [(0, 16), (0, 8), (0, 0), (0, 0), (0, 0), (0, 0), (0, 0), (0, 0)], planes: 2 };
+        let joined = planes.data(&two);
+        assert_eq!(&joined[..16], &luma[..]);
+        assert_eq!(&joined[16..], &chroma[..]);
+        // A driver claiming more than the mapping holds is clamped, never read past.
+        let lying = Payload { ranges: [(8, 999), (50, 60), (0, 0), (0, 0), (0, 0), (0, 0), (0, 0), (0, 0)], planes: 2 };
+        assert_eq!(&*planes.data(&lying), &luma[8..]);
+    }
+
+    #[test]
+    fn queue_types_follow_the_capabilities() {
+        assert_eq!(BufType::capture_for(CAP_VIDEO_CAPTURE), Some(BufType::VideoCapture));
+        assert_eq!(BufType::capture_for(CAP_VIDEO_CAPTURE_MPLANE), Some(BufType::VideoCaptureMplane));
+        assert_eq!(BufType::output_for(CAP_VIDEO_M2M_MPLANE), Some(BufType::VideoOutputMplane));
+        assert_eq!(BufType::output_for(CAP_VIDEO_M2M), Some(BufType::VideoOutput));
+        assert_eq!(BufType::capture_for(CAP_VIDEO_OUTPUT), None);
+        assert!(BufType::VideoOutputMplane.is_multiplanar() && !BufType::VideoCapture.is_multiplanar());
     }
 
     #[test]
