@@ -142,24 +142,14 @@ pub struct Config {
     pub capture: CaptureConfig,
     /// H.264 for viewers (`[encoder]`).
     pub encoder: EncoderSettings,
-    /// Which encoder: `auto` or `software` (hardware M2M is not in this build).
+    /// Which H.264 encoder for viewers: `auto` (the board's M2M encoder when there is one),
+    /// `hardware` (refuse to start without it) or `software` (openh264).
     pub encoder_backend: CodecChoice,
     /// Which decoder for compressed capture: `auto` or `software`.
     pub decoder_backend: CodecChoice,
 }
 
-/// `encoder_backend` / `decoder_backend`: hardware preferred with `auto`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CodecChoice {
-    /// Hardware when the board has it, software otherwise.
-    #[default]
-    Auto,
-    /// The board's V4L2 M2M codec (not in this build: refused at start).
-    Hardware,
-    /// openh264 / zune-jpeg.
-    Software,
-}
+pub use crate::device::video::codec::CodecChoice;
 
 /// The TOML file: every field optional, unknown fields rejected.
 #[derive(Debug, Default, Deserialize)]

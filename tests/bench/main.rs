@@ -194,7 +194,12 @@ fn viewer_latency(w: u32, h: u32, secs: u64) -> anyhow::Result<(f64, f64)> {
     let (hub, reader) = FrameHub::new();
     let _display = Box::new(phone.display()).start(hub)?;
     let viewers = ViewerHub::default();
-    let _enc = tether::device::video::encode::start_encoder(reader, viewers.clone(), EncoderSettings::default())?;
+    let _enc = tether::device::video::encode::start_encoder(
+        reader,
+        viewers.clone(),
+        EncoderSettings::default(),
+        Default::default(),
+    )?;
     let (id, _) = viewers.join();
     let mut lat = Vec::new();
     let start = Instant::now();

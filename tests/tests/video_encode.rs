@@ -30,7 +30,7 @@ fn a_joining_viewer_gets_a_keyframe_quickly_and_the_stream_decodes_cleanly() {
     let (frame_hub, frames) = FrameHub::new();
     let _display = Box::new(phone.display()).start(frame_hub).unwrap();
     let viewers = ViewerHub::default();
-    let _encoder = start_encoder(frames, viewers.clone(), EncoderSettings::default()).unwrap();
+    let _encoder = start_encoder(frames, viewers.clone(), EncoderSettings::default(), Default::default()).unwrap();
     std::thread::sleep(Duration::from_millis(300)); // frames flowing, nobody watching yet
 
     let joined = Instant::now();

@@ -53,19 +53,19 @@ fn suite(planes: &str) -> anyhow::Result<()> {
     log(format!("vicodec ({planes}, caps {caps:#x}): encoder {}, decoder {}", enc_path.display(), dec_path.display()));
     let (w, h) = (640u32, 480u32);
     let raw = frame(w, h)?;
-    let mut enc = M2mCodec::encoder(&enc_path, YU12, FWHT, w, h)?;
+    let mut enc = M2mCodec::encoder(&enc_path, YU12, FWHT, w, h, &[])?;
     let mut dec = M2mCodec::decoder(&dec_path, FWHT, YU12, w, h)?;
     for _ in 0..3 {
         round_trip(&mut enc, &mut dec, &raw, w, h)?;
     }
     // vicodec's smallest picture is 640x360: a smaller one is refused, not silently resized.
-    let small = M2mCodec::encoder(&enc_path, YU12, FWHT, 320, 240);
+    let small = M2mCodec::encoder(&enc_path, YU12, FWHT, 320, 240, &[]);
     ensure!(matches!(small, Err(M2mError::Unsupported { .. })), "320x240 encoder: {small:?}");
     // The sender changes resolution: a new encoder session, the same decoder session.
     drop(enc);
     let (w2, h2) = (1280u32, 720u32);
     let raw2 = frame(w2, h2)?;
-    let mut enc = M2mCodec::encoder(&enc_path, YU12, FWHT, w2, h2)?;
+    let mut enc = M2mCodec::encoder(&enc_path, YU12, FWHT, w2, h2, &[])?;
     for _ in 0..2 {
         round_trip(&mut enc, &mut dec, &raw2, w2, h2).context("after the resolution change")?;
     }
@@ -75,6 +75,38 @@ fn suite(planes: &str) -> anyhow::Result<()> {
 
 pub async fn run() -> anyhow::Result<()> {
     suite("single-planar")?;
+    encoder_selection().await?;
     super::reload_module("vicodec", &["multiplanar=1"])?;
     suite("multi-planar")
+}
+
+/// Encoder selection against a real M2M driver that is not an H.264 encoder: `hardware`
+/// refuses to start with a message that says why; `auto` starts on software.
+pub async fn encoder_selection() -> anyhow::Result<()> {
+    use std::process::Command;
+    let conf = "/run/tether-m2m.toml";
+    std::fs::write(conf, "hid = \"sim\"\nvideo = \"sim\"\nencoder_backend = \"hardware\"\n")?;
+    let out = Command::new("/tether")
+        .args(["serve", "--config", conf, "--socket", "/run/tether-m2m.sock", "--data-dir", "/run/tether-m2m"])
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(!out.status.success(), "serve with encoder_backend=hardware started without an H.264 encoder");
+    ensure!(stderr.contains("no V4L2 M2M node encodes YU12 to H.264"), "unclear refusal: {stderr}");
+    log("encoder_backend=hardware without an H.264 M2M node: refused with a clear message");
+    std::fs::write(conf, "hid = \"sim\"\nvideo = \"sim\"\nencoder_backend = \"auto\"\n")?;
+    let mut child = Command::new("/tether")
+        .args(["serve", "--config", conf, "--socket", "/run/tether-m2m.sock", "--data-dir", "/run/tether-m2m"])
+        .spawn()?;
+    let start = std::time::Instant::now();
+    while !std::path::Path::new("/run/tether-m2m.sock").exists() {
+        ensure!(start.elapsed() < std::time::Duration::from_secs(20), "daemon socket did not appear");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut c = tether_tests::harness::RawClient::connect(std::path::Path::new("/run/tether-m2m.sock")).await?;
+    let st = c.ok(1, "status", serde_json::json!({})).await?;
+    ensure!(st["video"]["encoder"] == "software", "auto on a board without H.264 M2M: {}", st["video"]);
+    log("encoder_backend=auto with only vicodec present: software");
+    child.kill()?;
+    child.wait()?;
+    Ok(())
 }

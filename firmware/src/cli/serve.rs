@@ -10,6 +10,7 @@ use tether::config::{default_config_file, CodecChoice, Config, HidBackend, Profi
 use tether::daemon::{Daemon, DaemonOptions, Devices, RolePolicy};
 use tether::device::hid::HidSink;
 use tether::device::sim::{SimConfig, SimPhone};
+use tether::device::video::encode::EncoderKind;
 use tether::device::video::{FrameSource, NoVideo};
 use tether::server::{UnixServer, UnixServerConfig};
 use tokio_util::sync::CancellationToken;
@@ -103,12 +104,16 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
     }
     tracing::info!(listen = %config.listen, "HTTPS console and MCP are not in this build yet; --listen is recorded only");
 
-    for (what, choice) in [("encoder", config.encoder_backend), ("decoder", config.decoder_backend)] {
-        if choice == CodecChoice::Hardware {
-            bail!(
-                "{what}_backend = \"hardware\": V4L2 M2M codecs are not in this build yet; use \"auto\" or \"software\""
-            );
-        }
+    if config.decoder_backend == CodecChoice::Hardware {
+        bail!(
+            "decoder_backend = \"hardware\": compressed capture (MJPEG/H.264) is decoded in software in this \
+             build; use \"auto\" or \"software\""
+        );
+    }
+    let encoder_kind = EncoderKind::select(config.encoder_backend)?;
+    match &encoder_kind {
+        EncoderKind::Hardware(node) => tracing::info!(node = %node.display(), "H.264 for viewers: hardware (V4L2 M2M)"),
+        EncoderKind::Software => tracing::info!("H.264 for viewers: software (openh264)"),
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
@@ -124,6 +129,7 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
                 pointer_profile: config.pointer_profile,
                 relative_counts_per_screen: config.relative_counts_per_screen,
                 encoder: config.encoder,
+                encoder_kind,
             },
         )
         .context("start daemon")?;

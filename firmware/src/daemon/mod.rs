@@ -35,7 +35,7 @@ use crate::device::hid::{HidSink, Keymap, Layout, UntypeableText};
 use crate::device::input::{InputTimings, RelativePlanner};
 use crate::device::sim::SimPhone;
 use crate::device::video::codec::EncoderSettings;
-use crate::device::video::encode::start_encoder;
+use crate::device::video::encode::{start_encoder, EncoderKind};
 use crate::device::video::image::ImageError;
 use crate::device::video::viewers::{ViewerHub, ViewerId};
 use crate::device::video::{FrameHub, FrameReader, FrameSource, SourceGuard, VideoError};
@@ -163,6 +163,8 @@ pub struct DaemonOptions {
     pub relative_counts_per_screen: (f64, f64),
     /// H.264 settings for viewers.
     pub encoder: EncoderSettings,
+    /// Which H.264 encoder feeds viewers.
+    pub encoder_kind: EncoderKind,
 }
 
 /// Identifies one session (one connection) for the daemon's lifetime.
@@ -251,7 +253,7 @@ impl Daemon {
         let guard = devices.video.start(hub)?;
         // Encodes only while a viewer watches.
         let viewers = ViewerHub::default();
-        let encoder = start_encoder(frames.clone(), viewers.clone(), options.encoder)?;
+        let encoder = start_encoder(frames.clone(), viewers.clone(), options.encoder, options.encoder_kind.clone())?;
         let calibrations =
             options.data_dir.as_deref().map(|d| Calibrations::load(&calibration_file(d))).unwrap_or_default();
         let (timings, keymap, data_dir) = (options.timings, Keymap::new(options.layout), options.data_dir.clone());
@@ -400,7 +402,7 @@ impl Daemon {
                 generation: video.generation,
                 frame_id: latest.as_ref().map(|f| f.sequence),
                 frame_age_ms: latest.as_ref().map(|f| millis(f.captured_at.elapsed())),
-                encoder: "software",
+                encoder: self.inner.viewers.encoder(),
                 viewers: self.inner.viewers.stats(),
             },
             input: InputStatus { busy: self.inner.input_busy.load(Ordering::Relaxed) },

@@ -1,26 +1,103 @@
-//! The encoder pipeline: latest raw frame → software H.264 → [`ViewerHub`]. Runs on its own
-//! thread and only works while someone watches.
+//! The encoder pipeline: latest raw frame → H.264 (the board's M2M encoder or openh264) →
+//! [`ViewerHub`]. Runs on its own thread and only works while someone watches.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::codec::{EncoderSettings, SoftwareH264};
+use super::codec::{
+    find_hardware_h264, AccessUnit, CodecChoice, EncoderError, EncoderSettings, HardwareH264, SoftwareH264,
+};
 use super::viewers::ViewerHub;
-use super::{FrameReader, SourceGuard, VideoError};
+use super::{Frame, FrameReader, SourceGuard, VideoError};
 
-/// Starts encoding frames from `frames` into `hub`; stops when the guard drops.
+/// Which encoder the pipeline uses, decided once at start.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum EncoderKind {
+    /// openh264.
+    #[default]
+    Software,
+    /// The V4L2 M2M encoder at this node.
+    Hardware(PathBuf),
+}
+
+impl EncoderKind {
+    /// Picks the encoder for `choice`: `hardware` needs an M2M H.264 encoder node,
+    /// `auto` takes one when the board has it.
+    pub fn select(choice: CodecChoice) -> Result<EncoderKind, VideoError> {
+        match (choice, find_hardware_h264()) {
+            (CodecChoice::Software, _) => Ok(EncoderKind::Software),
+            (_, Some(node)) => Ok(EncoderKind::Hardware(node)),
+            (CodecChoice::Auto, None) => Ok(EncoderKind::Software),
+            (CodecChoice::Hardware, None) => Err(VideoError::NoHardwareEncoder),
+        }
+    }
+
+    /// The name `status` shows.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EncoderKind::Software => "software",
+            EncoderKind::Hardware(_) => "v4l2-m2m",
+        }
+    }
+}
+
+/// One encoder session of either kind.
+enum Session {
+    // Boxed: openh264's encoder state is ~7 KiB, the M2M session a few hundred bytes.
+    Software(Box<SoftwareH264>),
+    Hardware(Box<HardwareH264>),
+}
+
+impl Session {
+    fn open(kind: &EncoderKind, w: u32, h: u32, settings: EncoderSettings) -> Result<Session, EncoderError> {
+        match kind {
+            EncoderKind::Software => SoftwareH264::new(w, h, settings).map(|e| Session::Software(Box::new(e))),
+            EncoderKind::Hardware(node) => {
+                HardwareH264::new(node, w, h, settings).map(|e| Session::Hardware(Box::new(e)))
+            }
+        }
+    }
+
+    fn size(&self) -> (u32, u32) {
+        match self {
+            Session::Software(e) => e.size(),
+            Session::Hardware(e) => e.size(),
+        }
+    }
+
+    fn request_keyframe(&mut self) {
+        match self {
+            Session::Software(e) => e.request_keyframe(),
+            Session::Hardware(e) => e.request_keyframe(),
+        }
+    }
+
+    fn encode(&mut self, frame: &Frame) -> Result<Option<AccessUnit>, EncoderError> {
+        match self {
+            Session::Software(e) => e.encode(frame),
+            Session::Hardware(e) => e.encode(frame),
+        }
+    }
+}
+
+/// Starts encoding frames from `frames` into `hub` with `kind`; stops when the guard drops.
+/// A hardware encoder that cannot take a stream (its size, a driver error) falls back to
+/// software for that stream, and `hub` says which one runs.
 pub fn start_encoder(
     frames: FrameReader,
     hub: ViewerHub,
     settings: EncoderSettings,
+    kind: EncoderKind,
 ) -> Result<SourceGuard, VideoError> {
+    hub.set_encoder(kind.name());
     let stop = Arc::new(AtomicBool::new(false));
     let stop_thread = stop.clone();
     std::thread::Builder::new()
         .name("h264-encoder".into())
         .spawn(move || {
-            let mut encoder: Option<(u32, SoftwareH264)> = None;
+            let mut encoder: Option<(u32, Session)> = None;
             let mut last = None;
             while !stop_thread.load(Ordering::Relaxed) {
                 let frame = frames.latest();
@@ -38,8 +115,22 @@ pub fn start_encoder(
                     .as_ref()
                     .is_some_and(|(g, e)| *g == frame.generation && e.size() == (frame.width, frame.height));
                 if !reuse {
-                    encoder = match SoftwareH264::new(frame.width & !1, frame.height & !1, settings) {
-                        Ok(e) => Some((frame.generation, e)),
+                    let (w, h) = (frame.width & !1, frame.height & !1);
+                    let session = Session::open(&kind, w, h, settings).or_else(|e| match kind {
+                        EncoderKind::Hardware(_) => {
+                            tracing::warn!(error = %e, "hardware encoder refused this stream; using software");
+                            Session::open(&EncoderKind::Software, w, h, settings)
+                        }
+                        EncoderKind::Software => Err(e),
+                    });
+                    encoder = match session {
+                        Ok(e) => {
+                            hub.set_encoder(match e {
+                                Session::Software(_) => "software",
+                                Session::Hardware(_) => "v4l2-m2m",
+                            });
+                            Some((frame.generation, e))
+                        }
                         Err(e) => {
                             tracing::warn!(error = %e, "cannot encode this video");
                             std::thread::sleep(Duration::from_millis(500));

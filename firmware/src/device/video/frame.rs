@@ -107,6 +107,11 @@ pub enum VideoError {
     /// Invalid source configuration.
     #[error("invalid video configuration: {0}")]
     Config(String),
+    /// `encoder_backend = "hardware"` on a board without an M2M H.264 encoder.
+    #[error(
+        "encoder_backend = \"hardware\" but no V4L2 M2M node encodes YU12 to H.264 here; use \"auto\" or \"software\""
+    )]
+    NoHardwareEncoder,
 }
 
 /// The publishing side of the hub. Only the source holds it.

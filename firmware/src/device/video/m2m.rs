@@ -99,9 +99,22 @@ pub struct M2mCodec {
 }
 
 impl M2mCodec {
-    /// An encoder session: `raw` frames of `width`x`height` in, `coded` out.
-    pub fn encoder(path: &Path, raw: FourCc, coded: FourCc, width: u32, height: u32) -> Result<M2mCodec, M2mError> {
+    /// An encoder session: `raw` frames of `width`x`height` in, `coded` out. `controls`
+    /// (id, value) are set before streaming starts; ones the driver lacks are skipped (logged).
+    pub fn encoder(
+        path: &Path,
+        raw: FourCc,
+        coded: FourCc,
+        width: u32,
+        height: u32,
+        controls: &[(u32, i32)],
+    ) -> Result<M2mCodec, M2mError> {
         let dev = V4l2Device::open(path)?;
+        for &(id, value) in controls {
+            if let Err(e) = dev.set_control(id, value) {
+                tracing::debug!(id = format!("{id:#x}"), value, error = %e, "M2M encoder control not applied");
+            }
+        }
         let (out_kind, cap_kind) = queue_types(&dev).ok_or_else(|| not_m2m(path))?;
         let got = dev.set_format(out_kind, &PixFormat::new(width, height, raw))?;
         // Drivers adjust what they cannot do (vicodec clamps to at least 640x360): refuse
@@ -178,8 +191,19 @@ impl M2mCodec {
         self.start_capture()
     }
 
+    /// Sets a control mid-stream (e.g. an encoder's "force key frame" button).
+    pub fn set_control(&self, id: u32, value: i32) -> Result<(), M2mError> {
+        Ok(self.dev.set_control(id, value)?)
+    }
+
     /// Feeds one unit (a raw frame or a coded frame) and returns the next result.
     pub fn process(&mut self, input: &[u8]) -> Result<Vec<u8>, M2mError> {
+        self.send(input)?;
+        self.receive()
+    }
+
+    /// Queues one unit without waiting for a result.
+    pub fn send(&mut self, input: &[u8]) -> Result<(), M2mError> {
         let deadline = Instant::now() + self.timeout;
         // Reclaim OUTPUT buffers the driver has finished with.
         while let Dequeued::Buffer { index, .. } = self.dev.dequeue(self.output.kind)? {
@@ -206,6 +230,13 @@ impl M2mCodec {
         let used =
             u32::try_from(input.len()).map_err(|_| M2mError::TooLarge { len: input.len(), capacity: buf.len() })?;
         self.dev.queue(self.output.kind, index, &[used])?;
+        Ok(())
+    }
+
+    /// Waits for the next non-empty result (some encoders return stream headers in a buffer
+    /// of their own: call again for the picture).
+    pub fn receive(&mut self) -> Result<Vec<u8>, M2mError> {
+        let deadline = Instant::now() + self.timeout;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {

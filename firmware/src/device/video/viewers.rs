@@ -64,6 +64,7 @@ struct Inner {
     next_id: u64,
     keyframe_wanted: bool,
     last_keyframe_request: Option<Instant>,
+    encoder: &'static str,
 }
 
 /// Counters for `status`.
@@ -182,6 +183,21 @@ impl ViewerHub {
             while v.unacked.front().is_some_and(|u| u.0 <= sequence) {
                 v.unacked.pop_front();
             }
+        }
+    }
+
+    /// Records which encoder feeds the hub (`software`, `v4l2-m2m`).
+    pub fn set_encoder(&self, name: &'static str) {
+        self.lock().encoder = name;
+    }
+
+    /// Which encoder feeds the hub; `none` before one started.
+    pub fn encoder(&self) -> &'static str {
+        let name = self.lock().encoder;
+        if name.is_empty() {
+            "none"
+        } else {
+            name
         }
     }
 

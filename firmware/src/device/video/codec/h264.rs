@@ -50,6 +50,9 @@ pub enum EncoderError {
     /// openh264 refused the configuration or a frame.
     #[error("openh264: {0}")]
     OpenH264(String),
+    /// The hardware (V4L2 M2M) encoder failed.
+    #[error("hardware encoder: {0}")]
+    Hardware(String),
     /// The frame cannot be encoded as is.
     #[error("cannot encode a {width}x{height} frame: {why}")]
     Frame {

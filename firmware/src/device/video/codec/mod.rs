@@ -1,13 +1,28 @@
-//! Codecs. Today: the software H.264 encoder (openh264) for viewers and the MJPEG decoder
-//! (zune-jpeg) for UVC dongles. Hardware M2M codecs (Pi bcm2835-codec) and H.264 capture
-//! decoding arrive next.
+//! Codecs: H.264 for viewers in hardware (V4L2 M2M: the Pi's bcm2835-codec) or software
+//! (openh264); decoders for compressed capture: MJPEG (zune-jpeg) and H.264 (openh264).
 //!
 //! Note on licensing: Cisco's H.264 patent licence covers only its prebuilt binary; this
 //! build compiles openh264 from source (see README).
 
 mod h264;
 mod h264_decode;
+mod m2m_h264;
 mod mjpeg;
+
+pub use m2m_h264::{find_hardware_h264, nal_types, HardwareH264};
+
+/// Hardware or software codec (config `encoder_backend` / `decoder_backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CodecChoice {
+    /// Hardware when the board has it, software otherwise.
+    #[default]
+    Auto,
+    /// The board's V4L2 M2M codec; starting fails without one.
+    Hardware,
+    /// openh264 / zune-jpeg.
+    Software,
+}
 
 pub use h264::{AccessUnit, EncoderError, EncoderSettings, SoftwareH264};
 pub use h264_decode::{DecoderError, SoftwareH264Decoder};
