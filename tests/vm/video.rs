@@ -67,6 +67,23 @@ fn setup_loop(cap: &V4l2Device, out: &V4l2Device, w: u32, h: u32) -> anyhow::Res
     cap.control_id("DV Timings Signal Mode")?.context("signal mode control")
 }
 
+/// The HDMI input's EDID (input 1 here; what the phone reads to pick a mode) round-trips through our
+/// G_EDID/S_EDID: a changed product code with a fixed checksum reads back as written.
+fn check_edid(cap: &V4l2Device) -> anyhow::Result<()> {
+    let original = cap.edid(1, 2)?;
+    ensure!(original.len() >= 128 && original[..8] == [0, 255, 255, 255, 255, 255, 255, 0], "EDID {original:02x?}");
+    let mut edid = original.clone();
+    edid[10] ^= 0x5a; // product code, low byte
+    let sum = edid[..127].iter().fold(0u8, |a, b| a.wrapping_add(*b));
+    edid[127] = 0u8.wrapping_sub(sum);
+    cap.set_edid(1, &edid)?;
+    let back = cap.edid(1, 2)?;
+    ensure!(back == edid, "EDID read back differs from the one written");
+    cap.set_edid(1, &original)?;
+    log(format!("EDID: {} blocks read, changed, written and read back equal", original.len() / 128));
+    Ok(())
+}
+
 /// Sets the capture node's format from outside the daemon, as a board's setup script or an
 /// operator would: only possible while nobody holds buffers (retried until then).
 fn set_capture_format(cap: &V4l2Device, kind: BufType, fourcc: FourCc, w: u32, h: u32) -> anyhow::Result<()> {
@@ -253,6 +270,7 @@ pub async fn run() -> anyhow::Result<()> {
     log(format!("vivid: capture {} ({}), output {}", cap_node.0.display(), cap.querycap()?.card, out_node.0.display()));
     let (w, h) = (640u32, 480u32);
     let signal_mode = setup_loop(&cap, &out, w, h)?;
+    check_edid(&cap)?;
     let rgb = sim_frame(w, h)?;
     let (wu, hu) = (w as usize, h as usize);
 
@@ -295,6 +313,24 @@ pub async fn run() -> anyhow::Result<()> {
     check_screenshot(&mut c, &mut id, &expected, wu).await?;
     log(format!(
         "YUYV → NV12 mid-session: generation {}, screenshot equals the NV12 frame",
+        back["video"]["generation"]
+    ));
+
+    // And to UYVY, what the Pi's TC358743 bridge delivers.
+    cap.set_control(signal_mode, 1)?;
+    let lost = wait_video(&mut c, &mut id, "no_signal", back["video"]["generation"].as_u64().unwrap_or(0)).await?;
+    feeder.stop()?;
+    set_capture_format(&cap, cap_node.1, FourCc::UYVY, w, h)?;
+    let yuyv = rgb_to_yuyv(&rgb, wu, hu);
+    // Same samples, UYVY order: swap each luma/chroma byte pair.
+    let uyvy: Vec<u8> = yuyv.chunks(2).flat_map(|p| [p[1], p[0]]).collect();
+    let expected = packed422_to_rgb(&uyvy, wu, hu, wu * 2, true)?;
+    let feeder = Feeder::start(&out_node, FourCc::UYVY, w, h, uyvy)?;
+    cap.set_control(signal_mode, 0)?;
+    let back = wait_video(&mut c, &mut id, "locked", lost["video"]["generation"].as_u64().unwrap_or(0)).await?;
+    check_screenshot(&mut c, &mut id, &expected, wu).await?;
+    log(format!(
+        "NV12 → UYVY mid-session: generation {}, screenshot equals the UYVY frame",
         back["video"]["generation"]
     ));
     daemon.kill()?;

@@ -649,10 +649,11 @@ impl V4l2Device {
         Ok((bt.min_width, bt.max_width, bt.min_height, bt.max_height))
     }
 
-    /// `VIDIOC_G_EDID` of pad 0: up to `blocks` 128-byte blocks.
-    pub fn edid(&self, blocks: u32) -> Result<Vec<u8>, V4l2Error> {
+    /// `VIDIOC_G_EDID`: up to `blocks` 128-byte blocks of `pad` (on a video node: the input
+    /// index; on a bridge subdevice: its pad, usually 0).
+    pub fn edid(&self, pad: u32, blocks: u32) -> Result<Vec<u8>, V4l2Error> {
         let mut data = vec![0u8; blocks as usize * 128];
-        let mut e = v4l2_edid { pad: 0, start_block: 0, blocks, reserved: [0; 5], edid: data.as_mut_ptr() };
+        let mut e = v4l2_edid { pad, start_block: 0, blocks, reserved: [0; 5], edid: data.as_mut_ptr() };
         // SAFETY: `e.edid` points to `blocks * 128` writable bytes that outlive the call;
         // the kernel writes at most `e.blocks` blocks there and updates `e.blocks`.
         unsafe { ioctl::g_edid(self.raw(), &mut e) }.map_err(ioctl_err("G_EDID"))?;
@@ -660,14 +661,14 @@ impl V4l2Device {
         Ok(data)
     }
 
-    /// `VIDIOC_S_EDID` of pad 0.
-    pub fn set_edid(&self, edid: &[u8]) -> Result<(), V4l2Error> {
+    /// `VIDIOC_S_EDID` of `pad` (see [`V4l2Device::edid`]).
+    pub fn set_edid(&self, pad: u32, edid: &[u8]) -> Result<(), V4l2Error> {
         if edid.len() % 128 != 0 {
             return Err(V4l2Error::Invalid("an EDID is a whole number of 128-byte blocks".into()));
         }
         let mut data = edid.to_vec();
         let blocks = u32::try_from(edid.len() / 128).map_err(|_| V4l2Error::Invalid("EDID too long".into()))?;
-        let mut e = v4l2_edid { pad: 0, start_block: 0, blocks, reserved: [0; 5], edid: data.as_mut_ptr() };
+        let mut e = v4l2_edid { pad, start_block: 0, blocks, reserved: [0; 5], edid: data.as_mut_ptr() };
         // SAFETY: `e.edid` points to `blocks * 128` bytes that outlive the call.
         unsafe { ioctl::s_edid(self.raw(), &mut e) }.map_err(ioctl_err("S_EDID"))?;
         Ok(())
