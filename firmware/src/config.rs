@@ -132,6 +132,8 @@ pub struct Config {
     pub pointer_profile: PointerProfile,
     /// Relative profile: the screen's size in base-gain mouse counts (iOS points).
     pub relative_counts_per_screen: (f64, f64),
+    /// Finished tasks kept in the task store (unfinished ones are never deleted).
+    pub tasks_kept: u32,
     /// HID backend; default: `sim` with `sim = true`, else `gadget`.
     pub hid: Option<HidBackend>,
     /// Video backend; default: `sim` with `sim = true`, else `none` (capture arrives later).
@@ -167,6 +169,7 @@ struct ConfigFile {
     active_rect: Option<PixelRect>,
     pointer_profile: Option<PointerProfile>,
     relative_counts_per_screen: Option<(f64, f64)>,
+    tasks_kept: Option<u32>,
     hid: Option<HidBackend>,
     video: Option<VideoBackend>,
     udc: Option<String>,
@@ -268,6 +271,7 @@ impl Config {
             active_rect: None,
             pointer_profile: PointerProfile::Absolute,
             relative_counts_per_screen: DEFAULT_RELATIVE_COUNTS,
+            tasks_kept: crate::daemon::DEFAULT_TASKS_KEPT,
             hid: None,
             video: None,
             udc: None,
@@ -301,6 +305,7 @@ impl Config {
             active_rect,
             pointer_profile,
             relative_counts_per_screen,
+            tasks_kept,
             hid,
             video,
             udc,
@@ -321,6 +326,7 @@ impl Config {
         c.active_rect = active_rect.or(c.active_rect);
         c.pointer_profile = pointer_profile.unwrap_or(c.pointer_profile);
         c.relative_counts_per_screen = relative_counts_per_screen.unwrap_or(c.relative_counts_per_screen);
+        c.tasks_kept = tasks_kept.filter(|&n| n > 0).unwrap_or(c.tasks_kept);
         c.hid = hid.or(c.hid);
         c.video = video.or(c.video);
         c.udc = udc.or(c.udc);

@@ -42,6 +42,124 @@ enum Command {
     /// Check this machine: USB device controllers, HID gadget nodes, video and codec nodes,
     /// and whether a daemon answers.
     Doctor(DoctorArgs),
+    /// Run a command as a task, or list, follow and control tasks.
+    ///
+    /// A task is the one caller allowed to drive the phone; humans can pause, take over,
+    /// answer its questions and stop it. Example:
+    /// `tether task run --title "check settings" -- ./my-agent.sh`, then from another
+    /// terminal `tether task list` and `tether task pause 12`.
+    #[command(subcommand)]
+    Task(TaskCommand),
+}
+
+/// `tether task` subcommands.
+#[derive(Debug, Subcommand)]
+enum TaskCommand {
+    /// Open a task and run CMD as its agent; CMD's exit code becomes the task's result.
+    ///
+    /// CMD runs in its own session and process group with TETHER_TASK_TOKEN, TETHER_TASK_ID
+    /// and TETHER_SOCKET set; as root it runs under the agent user. Ctrl-C or SIGTERM stop the
+    /// task; a stop from elsewhere ends CMD's whole process group. This command holds the
+    /// task's lease: if it dies, the task is abandoned.
+    Run {
+        /// Control socket path.
+        #[arg(long, value_name = "PATH", env = "TETHER_SOCKET")]
+        socket: Option<PathBuf>,
+        /// Title shown to people (default: the command line).
+        #[arg(long)]
+        title: Option<String>,
+        /// An app the task may open without asking (repeatable); others ask a human first.
+        #[arg(long = "app", value_name = "NAME")]
+        apps: Vec<String>,
+        /// Stop the task after this many input steps.
+        #[arg(long, value_name = "N")]
+        max_steps: Option<u32>,
+        /// Stop the task after this many seconds.
+        #[arg(long, value_name = "SECONDS")]
+        max_duration: Option<u64>,
+        /// The user CMD runs as when this runs as root (default: tether-agent).
+        #[arg(long, value_name = "NAME|UID")]
+        agent_user: Option<String>,
+        /// The command and its arguments.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Recent tasks, newest first.
+    List {
+        /// Control socket path.
+        #[arg(long, value_name = "PATH", env = "TETHER_SOCKET")]
+        socket: Option<PathBuf>,
+        /// How many.
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A task's journal: transitions, steps, notes, refusals.
+    Events {
+        /// The task.
+        id: i64,
+        /// Keep printing new events until the task ends.
+        #[arg(long)]
+        follow: bool,
+        /// Only events after this sequence number (resume where you left off).
+        #[arg(long, value_name = "SEQ")]
+        after: Option<i64>,
+        /// Control socket path.
+        #[arg(long, value_name = "PATH", env = "TETHER_SOCKET")]
+        socket: Option<PathBuf>,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause a running task (its next step waits).
+    Pause(ControlArgs),
+    /// Resume a paused task.
+    Resume(ControlArgs),
+    /// Take over: you drive, the task waits.
+    Takeover(ControlArgs),
+    /// Hand back: the task continues after a fresh screenshot.
+    Handback(ControlArgs),
+    /// Stop a task (its command's process group is ended).
+    Stop(ControlArgs),
+    /// Answer the task's pending question yes.
+    Approve(ControlArgs),
+    /// Answer the task's pending question no (`--end` ends the task as rejected).
+    Reject {
+        #[command(flatten)]
+        args: ControlArgs,
+        /// End the task instead of telling its agent no.
+        #[arg(long)]
+        end: bool,
+    },
+    /// End a task as completed (or failed with --failed). Inside a task: your own.
+    Finish {
+        /// The task (default: $TETHER_TASK_ID).
+        id: Option<i64>,
+        /// It failed.
+        #[arg(long)]
+        failed: bool,
+        /// What happened.
+        #[arg(long)]
+        summary: Option<String>,
+        /// Control socket path.
+        #[arg(long, value_name = "PATH", env = "TETHER_SOCKET")]
+        socket: Option<PathBuf>,
+    },
+}
+
+/// Arguments shared by the control subcommands.
+#[derive(Debug, Args)]
+struct ControlArgs {
+    /// The task.
+    id: i64,
+    /// Why (recorded in the task's journal).
+    #[arg(long)]
+    reason: Option<String>,
+    /// Control socket path.
+    #[arg(long, value_name = "PATH", env = "TETHER_SOCKET")]
+    socket: Option<PathBuf>,
 }
 
 /// Flags of `tether serve`. Each overrides the config file.
@@ -159,6 +277,7 @@ fn main() -> ExitCode {
         },
         Command::Calibrate(args) => cli::calibrate::run_calibrate(args.socket, args.grid, args.reset, args.json),
         Command::Doctor(args) => cli::doctor::run_doctor(args.socket, args.json),
+        Command::Task(cmd) => run_task_command(cmd),
     };
     match result {
         Ok(code) => code,
@@ -166,5 +285,33 @@ fn main() -> ExitCode {
             eprintln!("tether: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+fn run_task_command(cmd: TaskCommand) -> anyhow::Result<ExitCode> {
+    use cli::task;
+    let control = |a: ControlArgs, action: &str, end: bool| task::run_control(a.socket, a.id, action, a.reason, end);
+    match cmd {
+        TaskCommand::Run { socket, title, apps, max_steps, max_duration, agent_user, command } => {
+            task::run_task(task::RunOptions {
+                socket,
+                title,
+                apps,
+                max_steps,
+                max_duration_s: max_duration,
+                agent_user,
+                command,
+            })
+        }
+        TaskCommand::List { socket, limit, json } => task::run_list(socket, limit, json),
+        TaskCommand::Events { id, follow, after, socket, json } => task::run_events(socket, id, follow, after, json),
+        TaskCommand::Pause(a) => control(a, "pause", false),
+        TaskCommand::Resume(a) => control(a, "resume", false),
+        TaskCommand::Takeover(a) => control(a, "takeover", false),
+        TaskCommand::Handback(a) => control(a, "handback", false),
+        TaskCommand::Stop(a) => control(a, "stop", false),
+        TaskCommand::Approve(a) => control(a, "approve", false),
+        TaskCommand::Reject { args, end } => control(args, "reject", end),
+        TaskCommand::Finish { id, failed, summary, socket } => task::run_finish(socket, id, failed, summary),
     }
 }

@@ -5,6 +5,7 @@ pub mod doctor;
 pub mod gadget;
 pub mod serve;
 pub mod status;
+pub mod task;
 
 use std::path::PathBuf;
 

@@ -130,6 +130,7 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
                 relative_counts_per_screen: config.relative_counts_per_screen,
                 encoder: config.encoder,
                 encoder_kind,
+                tasks_kept: config.tasks_kept,
             },
         )
         .context("start daemon")?;

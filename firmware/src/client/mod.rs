@@ -59,6 +59,17 @@ impl ControlClient {
 
     /// Calls `method` with `params` (an object or null) and returns its result.
     pub async fn call(&mut self, method: &str, params: Value) -> Result<Value, ClientError> {
+        self.call_streaming(method, params, |_| {}).await
+    }
+
+    /// Like [`ControlClient::call`], handing every event that arrives before the reply to
+    /// `on_event` (e.g. `task_events` with `follow`).
+    pub async fn call_streaming(
+        &mut self,
+        method: &str,
+        params: Value,
+        mut on_event: impl FnMut(&Value),
+    ) -> Result<Value, ClientError> {
         let id = self.next_id;
         self.next_id += 1;
         let mut request = match params {
@@ -77,6 +88,7 @@ impl ControlClient {
             }
             let reply: Value = serde_json::from_str(&buf).map_err(|e| ClientError::Protocol(e.to_string()))?;
             if reply.get("event").is_some() {
+                on_event(&reply);
                 continue;
             }
             match reply.get("id") {

@@ -17,6 +17,7 @@ use crate::device::video::Frame;
 use crate::protocol::params::{
     ActionParams, ActionSpec, Direction, PreviewParams, ScreenshotParams, DEFAULT_MAX_EDGE, DEFAULT_PREVIEW_EDGE,
 };
+use crate::protocol::task_params::BatchParams;
 use crate::protocol::{ErrorBody, RequestId};
 
 /// Largest PNG returned by `screenshot`.
@@ -151,6 +152,7 @@ impl Daemon {
         &self,
         session: &Session,
         request: RequestId,
+        token: Option<&str>,
         p: &ActionParams,
     ) -> Result<Value, DaemonError> {
         let args = json!({"observation_id": p.observation_id, "action": p.action});
@@ -164,7 +166,9 @@ impl Daemon {
             Begin::Run => {}
         }
         let started = Instant::now();
-        let result = self.run_action(session, request, p).await.map(|reports| {
+        let outcome = self.run_action(session, request, token, &p.observation_id, &p.action).await;
+        let task = outcome.as_ref().ok().and_then(|(_, a)| *a);
+        let result = outcome.map(|(reports, _)| {
             let latest = self.inner.frames.latest();
             json!({
                 "status": "submitted",
@@ -175,23 +179,126 @@ impl Daemon {
                 "after_frame_id": latest.as_ref().map(|f| f.sequence),
             })
         });
-        let result = result.map_err(|e| DaemonError::ActionFailed(action_error(&e)));
+        let result = result.map_err(|e| match e {
+            // Task refusals keep their own codes (nothing was sent).
+            DaemonError::Task(e) => DaemonError::Task(e),
+            e => DaemonError::ActionFailed(action_error(&e)),
+        });
+        self.record_step(session, token, task, "action", &args, &result, started.elapsed()).await;
+        match &result {
+            // A refusal is not an outcome: the same operation may be retried once allowed.
+            Err(DaemonError::Task(_)) => self.lock_operations().forget(&p.operation_id),
+            _ => {
+                let cached = result.as_ref().map(Value::clone).map_err(ErrorBody::from);
+                self.lock_operations().finish(&p.operation_id, cached);
+            }
+        }
+        result
+    }
+
+    /// `batch`: the sub-steps one by one, each admitted on its own, so a pause or takeover
+    /// takes effect between them. Stops at the first failure and says how far it got.
+    pub(super) async fn batch(
+        &self,
+        session: &Session,
+        request: RequestId,
+        token: Option<&str>,
+        p: &BatchParams,
+    ) -> Result<Value, DaemonError> {
+        let args = json!({"observation_id": p.observation_id, "actions": p.actions});
+        let begin = self.lock_operations().begin(&p.operation_id, &args, Instant::now());
+        match begin {
+            Begin::Conflict => return Err(DaemonError::OperationConflict { operation_id: p.operation_id.clone() }),
+            Begin::Known(OperationState::InProgress) => {
+                return Ok(json!({"status": "in_progress", "operation_id": p.operation_id}))
+            }
+            Begin::Known(OperationState::Done(result)) => return result.map_err(DaemonError::ActionFailed),
+            Begin::Run => {}
+        }
+        let started = Instant::now();
+        let mut done = 0usize;
+        let mut reports = 0usize;
+        let mut failure = None;
+        for (i, action) in p.actions.iter().enumerate() {
+            let step_started = Instant::now();
+            let outcome = self.run_action(session, request, token, &p.observation_id, action).await;
+            let task = outcome.as_ref().ok().and_then(|(_, a)| *a);
+            let sub_args = json!({"observation_id": p.observation_id, "action": action, "index": i});
+            let sub = outcome.as_ref().map(|(n, _)| json!({"status": "submitted", "reports": n}));
+            let sub = match sub {
+                Ok(v) => Ok(v),
+                Err(e) => Err(DaemonError::ActionFailed(ErrorBody::from(e))),
+            };
+            self.record_step(session, token, task, "batch", &sub_args, &sub, step_started.elapsed()).await;
+            match outcome {
+                Ok((n, _)) => {
+                    done += 1;
+                    reports += n;
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        if let (Some(DaemonError::Task(e)), 0) = (&failure, done) {
+            // Refused before anything ran: not an outcome, the same id may run later.
+            self.lock_operations().forget(&p.operation_id);
+            return Err(DaemonError::Task(e.clone()));
+        }
+        let result = match failure {
+            None => Ok(json!({
+                "status": "submitted",
+                "operation_id": p.operation_id,
+                "completed": done,
+                "reports": reports,
+                "duration_ms": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            })),
+            Some(e) => {
+                let mut body = match &e {
+                    DaemonError::Task(_) => ErrorBody::from(&e),
+                    _ => action_error(&e),
+                };
+                if done > 0 {
+                    body.side_effect_possible = true;
+                    body.status = Some("outcome_unknown");
+                }
+                body.message = format!("{} (after {done} of {} actions)", body.message, p.actions.len());
+                Err(DaemonError::ActionFailed(body))
+            }
+        };
         let cached = result.as_ref().map(Value::clone).map_err(ErrorBody::from);
         self.lock_operations().finish(&p.operation_id, cached);
         result
     }
 
-    async fn run_action(&self, session: &Session, request: RequestId, p: &ActionParams) -> Result<usize, DaemonError> {
-        let steps = self.plan_action(p)?;
+    /// Plans and runs one action; returns the reports sent and the task it counted for.
+    async fn run_action(
+        &self,
+        session: &Session,
+        request: RequestId,
+        token: Option<&str>,
+        observation_id: &Option<String>,
+        action: &ActionSpec,
+    ) -> Result<(usize, Option<i64>), DaemonError> {
+        let p = ActionParams {
+            operation_id: String::new(),
+            observation_id: observation_id.clone(),
+            action: action.clone(),
+        };
+        let steps = self.plan_action(&p)?;
+        if let (ActionSpec::OpenApp { name }, Some(t)) = (action, token) {
+            self.check_app_scope(session, t, name).await?;
+        }
         let cancel = session.cancel.child_token();
         session.in_flight().insert(request.0, cancel.clone());
-        let result = self.run_input_with(session, &steps, &cancel).await;
+        let result = self.run_input_with(session, token, &steps, &cancel).await;
         session.in_flight().remove(&request.0);
         if let (Err(_), Some(relative)) = (&result, &self.inner.relative) {
             // The pointer may have stopped anywhere: find it again by homing next time.
             relative.lock().unwrap_or_else(|p| p.into_inner()).forget();
         }
-        result
+        result.map(|(n, admission)| (n, admission.task()))
     }
 
     fn plan_action(&self, p: &ActionParams) -> Result<Vec<InputStep>, DaemonError> {
@@ -258,6 +365,14 @@ impl Daemon {
                 duration: Duration::from_millis(800),
             },
             ActionSpec::Consumer { key } => Gesture::Consumer(key.usage()),
+            ActionSpec::OpenApp { name } => {
+                // Spotlight, a moment for its field to take focus, the name, Return.
+                let typed = self.inner.keymap.strokes(&format!("{name}\n"))?;
+                let mut steps = plan(&Gesture::Key(input::SPOTLIGHT), t);
+                steps.push(InputStep::Wait(Duration::from_millis(400)));
+                steps.extend(plan(&Gesture::Type(typed), t));
+                return Ok(steps);
+            }
         };
         if let Some(relative) = &self.inner.relative {
             return Ok(relative.lock().unwrap_or_else(|p| p.into_inner()).plan(&gesture, t));

@@ -13,6 +13,8 @@ mod observations;
 mod operations;
 mod status;
 pub mod store;
+mod task_methods;
+pub mod tasks;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -27,7 +29,10 @@ pub use caller::{Caller, Identity, PeerCredentials, Role, RolePolicy};
 pub use input::{InputError, InputLane, InputStep};
 pub use observations::{Observation, ObservationError, ObservationStore, OBSERVATIONS_KEPT, OBSERVATION_TTL};
 pub use operations::{OperationCache, OPERATIONS_KEPT, OPERATION_TTL};
-pub use status::{Capabilities, DaemonInfo, HelloResult, HidStatus, InputStatus, StatusResult, VideoStatus};
+pub use status::{
+    Capabilities, DaemonInfo, HelloResult, HidStatus, InputStatus, StatusResult, TaskStatus, VideoStatus,
+};
+pub use tasks::{TaskError, TaskState};
 
 use crate::device::geometry::{OutOfBounds, PixelRect};
 use crate::device::hid::descriptor::PointerProfile;
@@ -39,7 +44,9 @@ use crate::device::video::encode::{start_encoder, EncoderKind};
 use crate::device::video::image::ImageError;
 use crate::device::video::viewers::{ViewerHub, ViewerId};
 use crate::device::video::{FrameHub, FrameReader, FrameSource, SourceGuard, VideoError};
-use crate::protocol::{Call, ErrorBody, HelloParams, Limits, Method, RequestId, PROTOCOL_NAME};
+use crate::protocol::{Call, ErrorBody, Event, HelloParams, Limits, Method, Request, RequestId, PROTOCOL_NAME};
+use store::{Store, StoreError};
+use tasks::{Admission, Asker, DeviceIdentity, Still, Tasks};
 
 /// Errors the daemon returns to callers. Mapped to wire codes in exactly one place:
 /// `impl From<&DaemonError> for protocol::ErrorBody`.
@@ -101,6 +108,12 @@ pub enum DaemonError {
     /// (`failed_before_submit` / `outcome_unknown`); also how cached failures come back.
     #[error("{}", .0.message)]
     ActionFailed(ErrorBody),
+    /// Task admission or control refused the request.
+    #[error(transparent)]
+    Task(#[from] TaskError),
+    /// The task store failed; the daemon keeps running.
+    #[error("the task store failed: {0}")]
+    Store(#[from] StoreError),
 }
 
 impl DaemonError {
@@ -116,6 +129,7 @@ impl DaemonError {
                  that the phone is unlocked, then retry"
                     .to_string()
             }
+            DaemonError::Store(_) => "the task store failed; the request was not recorded. See the daemon's log".into(),
             other => other.to_string(),
         }
     }
@@ -127,6 +141,9 @@ pub enum StartError {
     /// The video source did not start.
     #[error("start video source")]
     Video(#[from] VideoError),
+    /// The task store could not be opened.
+    #[error("open the task store")]
+    Store(#[from] StoreError),
 }
 
 /// The devices the daemon owns.
@@ -165,6 +182,23 @@ pub struct DaemonOptions {
     pub encoder: EncoderSettings,
     /// Which H.264 encoder feeds viewers.
     pub encoder_kind: EncoderKind,
+    /// Finished tasks kept in the store (0: the default, 200).
+    pub tasks_kept: u32,
+}
+
+/// Finished tasks kept by default.
+pub const DEFAULT_TASKS_KEPT: u32 = 200;
+/// Events a session's stream may hold before the producer waits.
+const SESSION_EVENTS: usize = 64;
+
+/// What a session's transport forwards besides responses.
+#[derive(Debug)]
+pub enum SessionMessage {
+    /// An event to write.
+    Event(Event),
+    /// Answer once every earlier event is queued for writing (a response that must come
+    /// after them waits for this).
+    Flush(tokio::sync::oneshot::Sender<()>),
 }
 
 /// Identifies one session (one connection) for the daemon's lifetime.
@@ -180,6 +214,8 @@ pub struct Session {
     caller: Caller,
     cancel: CancellationToken,
     in_flight: std::sync::Mutex<act::InFlight>,
+    events: tokio::sync::mpsc::Sender<SessionMessage>,
+    events_rx: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<SessionMessage>>>,
     inner: Arc<Inner>,
 }
 
@@ -203,12 +239,28 @@ impl Session {
     pub fn caller(&self) -> &Caller {
         &self.caller
     }
+
+    /// The session's event stream (task events it follows), for its transport to forward.
+    /// Once: later calls get `None`.
+    pub fn take_events(&self) -> Option<tokio::sync::mpsc::Receiver<SessionMessage>> {
+        self.events_rx.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
         self.cancel.cancel();
         self.inner.sessions.fetch_sub(1, Ordering::Relaxed);
+        // The lease: a task opened on this connection is abandoned now (its input was
+        // cancelled with the task), and the transition is persisted in the background.
+        if let Some(change) = self.inner.tasks.lease_lost(self.id) {
+            tracing::info!(task = change.task, session = self.id.0, "lease lost: task abandoned");
+            let store = self.inner.store.clone();
+            let keep = self.inner.tasks_kept;
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move { task_methods::persist_change(&store, &change, keep).await });
+            }
+        }
     }
 }
 
@@ -235,6 +287,11 @@ struct Inner {
     viewers: ViewerHub,
     _encoder: SourceGuard,
     data_dir: Option<std::path::PathBuf>,
+    tasks: Tasks,
+    store: Store,
+    tasks_kept: u32,
+    /// Orders a task change's in-memory update with its store write.
+    journal: Mutex<()>,
     _video: SourceGuard,
 }
 
@@ -250,6 +307,18 @@ impl Daemon {
         let (hub, frames) = FrameHub::new();
         let video_backend = devices.video.backend();
         let hid_backend = devices.hid.backend();
+        let db = match &options.data_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(dir.clone(), e))?;
+                dir.join("tasks.db")
+            }
+            None => std::path::PathBuf::from(":memory:"),
+        };
+        let (store, interrupted) = Store::open(&db)?;
+        if !interrupted.is_empty() {
+            tracing::warn!(tasks = ?interrupted, "tasks unfinished at the last shutdown are now interrupted");
+        }
+        let tasks_kept = if options.tasks_kept == 0 { DEFAULT_TASKS_KEPT } else { options.tasks_kept };
         let guard = devices.video.start(hub)?;
         // Encodes only while a viewer watches.
         let viewers = ViewerHub::default();
@@ -285,6 +354,10 @@ impl Daemon {
                 viewers,
                 _encoder: encoder,
                 data_dir,
+                tasks: Tasks::default(),
+                store,
+                tasks_kept,
+                journal: Mutex::new(()),
                 _video: guard,
             }),
         })
@@ -294,11 +367,14 @@ impl Daemon {
     pub fn open_session(&self, caller: Caller) -> Session {
         let id = SessionId(self.inner.next_session.fetch_add(1, Ordering::Relaxed));
         self.inner.sessions.fetch_add(1, Ordering::Relaxed);
+        let (events, events_rx) = tokio::sync::mpsc::channel(SESSION_EVENTS);
         Session {
             id,
             caller,
             cancel: self.inner.shutdown.child_token(),
             in_flight: std::sync::Mutex::default(),
+            events,
+            events_rx: std::sync::Mutex::new(Some(events_rx)),
             inner: self.inner.clone(),
         }
     }
@@ -330,20 +406,55 @@ impl Daemon {
         self.inner.operations.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Handles request `id` of `session`.
+    /// Handles request `id` of `session`, made without a task token.
     pub async fn handle(&self, session: &Session, id: RequestId, call: &Call) -> Result<Value, DaemonError> {
+        self.handle_with(session, id, None, call).await
+    }
+
+    /// Handles a parsed request of `session`, with its task token.
+    pub async fn handle_request(&self, session: &Session, request: &Request) -> Result<Value, DaemonError> {
+        self.handle_with(session, request.id, request.task_token.as_deref(), &request.call).await
+    }
+
+    async fn handle_with(
+        &self,
+        session: &Session,
+        id: RequestId,
+        token: Option<&str>,
+        call: &Call,
+    ) -> Result<Value, DaemonError> {
         if self.inner.shutdown.is_cancelled() {
             return Err(DaemonError::ShuttingDown);
+        }
+        // A token must name the active task, whatever the request (reading task history
+        // and the daemon's state excepted): an agent whose task ended learns it at once.
+        let reads = matches!(call, Call::Hello(_) | Call::Status(_) | Call::TaskList(_) | Call::TaskEvents(_));
+        if let (Some(t), false) = (token, reads) {
+            self.inner.tasks.by_token(t)?;
         }
         let value = match call {
             Call::Hello(params) => to_value(&self.hello(session, params)?),
             Call::Status(_) => to_value(&self.status().await),
-            Call::Screenshot(p) => self.screenshot(p).await?,
+            Call::Screenshot(p) => {
+                let shot = self.screenshot(p).await?;
+                if let Some(task) = token.and_then(|t| self.inner.tasks.by_token(t).ok()) {
+                    self.inner.tasks.observed(task);
+                }
+                shot
+            }
             Call::Preview(p) => self.preview(p).await?,
-            Call::Action(p) => self.action(session, id, p).await?,
+            Call::Action(p) => self.action(session, id, token, p).await?,
+            Call::Batch(p) => self.batch(session, id, token, p).await?,
             Call::Cancel(p) => serde_json::json!({"cancelled": self.cancel(session, p.request_id)}),
             Call::SimState(_) => to_value(&self.inner.sim.as_ref().ok_or(DaemonError::NotSim)?.state()),
             Call::Calibrate(p) => self.calibrate(session, p).await?,
+            Call::TaskOpen(p) => self.task_open(session, token, p).await?,
+            Call::TaskList(p) => self.task_list(p).await?,
+            Call::TaskEvents(p) => self.task_events(session, p).await?,
+            Call::TaskControl(p) => self.task_control(session, token, p).await?,
+            Call::TaskConfirm(p) => self.task_confirm(session, token, p).await?,
+            Call::TaskNote(p) => self.task_note(session, token, p).await?,
+            Call::TaskFinish(p) => self.task_finish(session, token, p).await?,
         };
         Ok(value)
     }
@@ -406,34 +517,116 @@ impl Daemon {
                 viewers: self.inner.viewers.stats(),
             },
             input: InputStatus { busy: self.inner.input_busy.load(Ordering::Relaxed) },
-            task: None,
+            task: self.inner.tasks.with_active(|t| {
+                t.filter(|t| !t.state.is_terminal()).map(|t| TaskStatus {
+                    id: t.id,
+                    title: t.title.clone(),
+                    owner: t.owner.clone(),
+                    state: t.state,
+                    steps: t.steps,
+                    needs_observation: t.needs_observation,
+                    question: t.question.as_ref().map(|q| status::QuestionStatus {
+                        id: q.id,
+                        text: q.text.clone(),
+                        kind: q.kind,
+                    }),
+                })
+            }),
         }
     }
 
     /// Runs one input sequence for `session`, after every sequence queued before it. The
     /// session's cancellation (disconnect, shutdown) stops it and releases held input.
     pub async fn run_input(&self, session: &Session, steps: &[InputStep]) -> Result<usize, DaemonError> {
-        self.run_input_with(session, steps, &session.cancel).await
+        self.run_input_with(session, None, steps, &session.cancel).await.map(|(n, _)| n)
     }
 
+    /// The device identity tasks are bound to.
+    fn device_identity(&self) -> DeviceIdentity {
+        DeviceIdentity {
+            hid: self.inner.hid_backend,
+            video: self.inner.video_backend,
+            source_size: self.inner.frames.state().source_size,
+        }
+    }
+
+    /// Admission, the device lock, the re-check, then the sequence. Returns the reports
+    /// sent and how the input was admitted (which task it counts for).
     async fn run_input_with(
         &self,
         session: &Session,
+        token: Option<&str>,
         steps: &[InputStep],
         cancel: &CancellationToken,
-    ) -> Result<usize, DaemonError> {
+    ) -> Result<(usize, Admission), DaemonError> {
         let role = session.caller.role;
-        if !role.includes(Role::Operate) {
+        if token.is_none() && !role.includes(Role::Operate) && role != Role::Agent {
             return Err(DaemonError::PermissionDenied { method: "input", needed: Role::Operate, have: role });
         }
-        let mut lane = tokio::select! {
-            lane = self.inner.lane.lock() => lane,
-            () = cancel.cancelled() => return Err(InputError::Cancelled { reports_sent: 0 }.into()),
-        };
-        self.inner.input_busy.store(true, Ordering::Relaxed);
-        let result = lane.run(steps, cancel).await;
-        self.inner.input_busy.store(false, Ordering::Relaxed);
-        Ok(result?)
+        let asker = Asker { session: session.id, role, token };
+        loop {
+            let admission = match self.inner.tasks.admit_input(&asker, || self.device_identity(), cancel).await {
+                Ok(a) => a,
+                Err((e, change)) => {
+                    if let Some(change) = change {
+                        self.persist(change).await;
+                    }
+                    if cancel.is_cancelled() {
+                        return Err(InputError::Cancelled { reports_sent: 0 }.into());
+                    }
+                    self.record_refusal(session, token, "input", &e).await;
+                    return Err(e.into());
+                }
+            };
+            if matches!(admission, Admission::Free) && !role.includes(Role::Operate) {
+                return Err(DaemonError::PermissionDenied { method: "input", needed: Role::Operate, have: role });
+            }
+            let task_cancel = match &admission {
+                Admission::Task { cancel, .. } => cancel.clone(),
+                _ => CancellationToken::new(),
+            };
+            let mut lane = tokio::select! {
+                lane = self.inner.lane.lock() => lane,
+                () = cancel.cancelled() => {
+                    self.inner.tasks.unreserve(&admission);
+                    return Err(InputError::Cancelled { reports_sent: 0 }.into());
+                }
+                () = task_cancel.cancelled() => {
+                    self.inner.tasks.unreserve(&admission);
+                    return Err(TaskError::Ended.into());
+                }
+            };
+            // The task may have been paused, taken over or handed back while this request
+            // queued for the device.
+            match self.inner.tasks.still(&admission) {
+                Still::Go => {}
+                Still::Wait => {
+                    self.inner.tasks.unreserve(&admission);
+                    drop(lane);
+                    continue;
+                }
+                Still::Refuse(e) => {
+                    self.inner.tasks.unreserve(&admission);
+                    drop(lane);
+                    self.record_refusal(session, token, "input", &e).await;
+                    return Err(e.into());
+                }
+            }
+            // Stop on the caller's cancellation or the task's end, whichever comes first.
+            let run_cancel = cancel.child_token();
+            let watcher = {
+                let (run_cancel, task_cancel) = (run_cancel.clone(), task_cancel.clone());
+                tokio::spawn(async move {
+                    task_cancel.cancelled().await;
+                    run_cancel.cancel();
+                })
+            };
+            self.inner.input_busy.store(true, Ordering::Relaxed);
+            let result = lane.run(steps, &run_cancel).await;
+            self.inner.input_busy.store(false, Ordering::Relaxed);
+            watcher.abort();
+            return Ok((result?, admission));
+        }
     }
 }
 

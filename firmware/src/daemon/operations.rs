@@ -70,6 +70,11 @@ impl OperationCache {
         Begin::Run
     }
 
+    /// Forgets `id`: it was refused before anything ran, so the same id may run later.
+    pub fn forget(&mut self, id: &str) {
+        self.entries.remove(id);
+    }
+
     /// Records the result of `id`.
     pub fn finish(&mut self, id: &str, result: Result<Value, ErrorBody>) {
         if let Some(e) = self.entries.get_mut(id) {

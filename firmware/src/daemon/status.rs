@@ -111,6 +111,36 @@ pub struct StatusResult {
     pub video: VideoStatus,
     /// Input.
     pub input: InputStatus,
-    /// The active task (none until tasks exist).
-    pub task: Option<serde_json::Value>,
+    /// The active (unfinished) task.
+    pub task: Option<TaskStatus>,
+}
+
+/// The active task, in `status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskStatus {
+    /// Id.
+    pub id: i64,
+    /// Title.
+    pub title: String,
+    /// Owner.
+    pub owner: String,
+    /// State.
+    pub state: super::TaskState,
+    /// Input steps so far.
+    pub steps: u32,
+    /// The agent must take a screenshot before its next action.
+    pub needs_observation: bool,
+    /// A question waiting for a human.
+    pub question: Option<QuestionStatus>,
+}
+
+/// A pending question, in `status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct QuestionStatus {
+    /// Id.
+    pub id: u64,
+    /// The question.
+    pub text: String,
+    /// `confirm` or `open_app`.
+    pub kind: &'static str,
 }

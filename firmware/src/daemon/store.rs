@@ -93,6 +93,9 @@ pub enum StoreError {
     /// The task does not exist.
     #[error("task {0} does not exist")]
     NoSuchTask(i64),
+    /// The data directory could not be created.
+    #[error("create {}", .0.display())]
+    Io(std::path::PathBuf, #[source] std::io::Error),
 }
 
 /// One stored event.
@@ -274,6 +277,19 @@ impl Store {
             })
             .optional()?
             .ok_or(StoreError::NoSuchTask(task_id))
+        })
+        .await
+    }
+
+    /// The newest `limit` tasks, newest first.
+    pub async fn list(&self, limit: u32) -> Result<Vec<StoredTask>, StoreError> {
+        self.run(move |conn| {
+            let mut stmt =
+                conn.prepare_cached("SELECT id, title, owner, state FROM tasks ORDER BY id DESC LIMIT ?1")?;
+            let rows = stmt.query_map([limit], |r| {
+                Ok(StoredTask { id: r.get(0)?, title: r.get(1)?, owner: r.get(2)?, state: r.get(3)? })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })
         .await
     }

@@ -60,6 +60,23 @@ pub enum ErrorCode {
     UntypeableText,
     /// Calibration could not measure the pointer; the previous calibration is kept.
     CalibrationFailed,
+    // --- tasks ---
+    /// A task is running and this input is not its own: pause or take it over first.
+    TaskRunning,
+    /// The task token names a task that has ended (or never existed): stop acting.
+    TaskEnded,
+    /// Another task holds the phone; one task at a time.
+    TaskActive,
+    /// No task with that id.
+    NoSuchTask,
+    /// The control does not apply in the task's current state.
+    InvalidTransition,
+    /// Someone else used the phone: take a fresh screenshot before the next action.
+    NeedsObservation,
+    /// A human rejected this step; the task goes on (stay within its scope).
+    Rejected,
+    /// The task reached its step or time limit and was stopped.
+    ScopeExceeded,
     // --- the daemon ---
     /// The daemon is shutting down.
     ShuttingDown,
@@ -80,6 +97,8 @@ impl ErrorCode {
                 | ErrorCode::NoFrame
                 | ErrorCode::StaleObservation
                 | ErrorCode::ObservationExpired
+                | ErrorCode::NeedsObservation
+                | ErrorCode::TaskActive
         )
     }
 
@@ -114,6 +133,14 @@ impl ErrorCode {
             ErrorCode::Busy => "BUSY",
             ErrorCode::Cancelled => "CANCELLED",
             ErrorCode::Timeout => "TIMEOUT",
+            ErrorCode::TaskRunning => "TASK_RUNNING",
+            ErrorCode::TaskEnded => "TASK_ENDED",
+            ErrorCode::TaskActive => "TASK_ACTIVE",
+            ErrorCode::NoSuchTask => "NO_SUCH_TASK",
+            ErrorCode::InvalidTransition => "INVALID_TRANSITION",
+            ErrorCode::NeedsObservation => "NEEDS_OBSERVATION",
+            ErrorCode::Rejected => "REJECTED",
+            ErrorCode::ScopeExceeded => "SCOPE_EXCEEDED",
             ErrorCode::ShuttingDown => "SHUTTING_DOWN",
             ErrorCode::Internal => "INTERNAL",
         }
@@ -182,6 +209,8 @@ impl From<&DaemonError> for ErrorBody {
             DaemonError::InvalidArgument(_) => (ErrorCode::InvalidParams, false),
             DaemonError::Image(_) => (ErrorCode::Internal, false),
             DaemonError::ActionFailed(_) => (ErrorCode::Internal, false),
+            DaemonError::Task(e) => (e.code(), false),
+            DaemonError::Store(_) => (ErrorCode::Internal, false),
         };
         let mut body = ErrorBody::new(code, err.public_message());
         body.side_effect_possible = side_effect;

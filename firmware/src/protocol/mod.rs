@@ -10,6 +10,7 @@ mod limits;
 mod message;
 pub mod params;
 mod request;
+pub mod task_params;
 
 pub use error::{ErrorBody, ErrorCode};
 pub use limits::{

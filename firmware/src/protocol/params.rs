@@ -204,6 +204,12 @@ pub enum ActionSpec {
         /// Which.
         key: ConsumerKey,
     },
+    /// Open an app by name through Spotlight (Cmd+Space, the name, Return). Inside a task
+    /// with an app scope, a name outside it first asks a human.
+    OpenApp {
+        /// The app's name as Spotlight finds it.
+        name: String,
+    },
 }
 
 impl ActionSpec {

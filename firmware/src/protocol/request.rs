@@ -14,6 +14,10 @@ use super::params::{
     ActionParams, ActionSpec, CalibrateParams, CancelParams, PreviewParams, ScreenshotParams, SimStateParams,
     MAX_EDGE_LIMIT, MAX_PATH_POINTS, MAX_PREVIEW_EDGE, MAX_TEXT_BYTES, MAX_TIMEOUT_MS,
 };
+use super::task_params::{
+    self, BatchParams, TaskConfirmParams, TaskControlParams, TaskEventsParams, TaskFinishParams, TaskListParams,
+    TaskNoteParams, TaskOpenParams, MAX_BATCH_ACTIONS,
+};
 use super::{ErrorBody, ErrorCode, MAX_NESTING_DEPTH, MAX_REQUEST_BYTES};
 
 /// A request id: a non-negative integer chosen by the client, echoed in the response.
@@ -47,6 +51,22 @@ pub enum Method {
     SimState,
     /// Measure where the pointer lands and correct the mapping.
     Calibrate,
+    /// Several actions on one observation, admitted one by one.
+    Batch,
+    /// Open a task; the connection becomes its lease.
+    TaskOpen,
+    /// Recent tasks.
+    TaskList,
+    /// A task's events (replay after a seq, then live).
+    TaskEvents,
+    /// Pause, resume, take over, hand back, stop, approve, reject.
+    TaskControl,
+    /// An agent asks a human a question and waits for the answer.
+    TaskConfirm,
+    /// A note in the task's log.
+    TaskNote,
+    /// End a task as completed or failed.
+    TaskFinish,
 }
 
 impl Method {
@@ -60,6 +80,14 @@ impl Method {
         Method::Cancel,
         Method::SimState,
         Method::Calibrate,
+        Method::Batch,
+        Method::TaskOpen,
+        Method::TaskList,
+        Method::TaskEvents,
+        Method::TaskControl,
+        Method::TaskConfirm,
+        Method::TaskNote,
+        Method::TaskFinish,
     ];
 
     /// The wire name.
@@ -73,6 +101,14 @@ impl Method {
             Method::Cancel => "cancel",
             Method::SimState => "sim_state",
             Method::Calibrate => "calibrate",
+            Method::Batch => "batch",
+            Method::TaskOpen => "task_open",
+            Method::TaskList => "task_list",
+            Method::TaskEvents => "task_events",
+            Method::TaskControl => "task_control",
+            Method::TaskConfirm => "task_confirm",
+            Method::TaskNote => "task_note",
+            Method::TaskFinish => "task_finish",
         }
     }
 
@@ -118,6 +154,22 @@ pub enum Call {
     SimState(SimStateParams),
     /// `calibrate`.
     Calibrate(CalibrateParams),
+    /// `batch`.
+    Batch(BatchParams),
+    /// `task_open`.
+    TaskOpen(TaskOpenParams),
+    /// `task_list`.
+    TaskList(TaskListParams),
+    /// `task_events`.
+    TaskEvents(TaskEventsParams),
+    /// `task_control`.
+    TaskControl(TaskControlParams),
+    /// `task_confirm`.
+    TaskConfirm(TaskConfirmParams),
+    /// `task_note`.
+    TaskNote(TaskNoteParams),
+    /// `task_finish`.
+    TaskFinish(TaskFinishParams),
 }
 
 impl Call {
@@ -132,6 +184,14 @@ impl Call {
             Call::Cancel(_) => Method::Cancel,
             Call::SimState(_) => Method::SimState,
             Call::Calibrate(_) => Method::Calibrate,
+            Call::Batch(_) => Method::Batch,
+            Call::TaskOpen(_) => Method::TaskOpen,
+            Call::TaskList(_) => Method::TaskList,
+            Call::TaskEvents(_) => Method::TaskEvents,
+            Call::TaskControl(_) => Method::TaskControl,
+            Call::TaskConfirm(_) => Method::TaskConfirm,
+            Call::TaskNote(_) => Method::TaskNote,
+            Call::TaskFinish(_) => Method::TaskFinish,
         }
     }
 }
@@ -270,6 +330,46 @@ pub fn parse_request(line: &[u8]) -> Result<Request, RequestError> {
             }
             Call::Calibrate(p)
         }
+        Method::Batch => {
+            let p: BatchParams = params(id, known, fields)?;
+            validate_batch(&p).map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
+            Call::Batch(p)
+        }
+        Method::TaskOpen => {
+            let p: TaskOpenParams = params(id, known, fields)?;
+            task_params::validate_open(&p).map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
+            Call::TaskOpen(p)
+        }
+        Method::TaskList => Call::TaskList(params(id, known, fields)?),
+        Method::TaskEvents => Call::TaskEvents(params(id, known, fields)?),
+        Method::TaskControl => {
+            let p: TaskControlParams = params(id, known, fields)?;
+            if let Some(r) = &p.reason {
+                task_params::validate_text("task_control: reason", r)
+                    .map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
+            }
+            Call::TaskControl(p)
+        }
+        Method::TaskConfirm => {
+            let p: TaskConfirmParams = params(id, known, fields)?;
+            task_params::validate_text("task_confirm: question", &p.question)
+                .map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
+            Call::TaskConfirm(p)
+        }
+        Method::TaskNote => {
+            let p: TaskNoteParams = params(id, known, fields)?;
+            task_params::validate_text("task_note: text", &p.text)
+                .map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
+            Call::TaskNote(p)
+        }
+        Method::TaskFinish => {
+            let p: TaskFinishParams = params(id, known, fields)?;
+            if let Some(s) = &p.summary {
+                task_params::validate_text("task_finish: summary", s)
+                    .map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
+            }
+            Call::TaskFinish(p)
+        }
     };
     Ok(Request { id, task_token, call })
 }
@@ -285,6 +385,21 @@ fn validate_screenshot(p: &ScreenshotParams) -> Result<(), String> {
     }
     if p.region.is_some_and(|r| r.width == 0 || r.height == 0) {
         return Err("screenshot: region must have a non-zero width and height".into());
+    }
+    Ok(())
+}
+
+fn validate_batch(p: &BatchParams) -> Result<(), String> {
+    if p.actions.is_empty() || p.actions.len() > MAX_BATCH_ACTIONS {
+        return Err(format!("batch: actions takes 1-{MAX_BATCH_ACTIONS} actions"));
+    }
+    for (i, action) in p.actions.iter().enumerate() {
+        let one = ActionParams {
+            operation_id: p.operation_id.clone(),
+            observation_id: p.observation_id.clone(),
+            action: action.clone(),
+        };
+        validate_action(&one).map_err(|m| format!("batch: actions[{i}]: {}", m.trim_start_matches("action: ")))?;
     }
     Ok(())
 }
@@ -320,6 +435,9 @@ fn validate_action(p: &ActionParams) -> Result<(), String> {
         }
         ActionSpec::TypeText { text } if text.len() > MAX_TEXT_BYTES => {
             return Err(format!("action: type_text is limited to {MAX_TEXT_BYTES} bytes"));
+        }
+        ActionSpec::OpenApp { name } if name.trim().is_empty() || name.len() > 128 => {
+            return Err("action: open_app name must be 1-128 bytes".into());
         }
         _ => {}
     }
@@ -464,7 +582,27 @@ mod tests {
     #[test]
     fn every_method_is_listed_and_parses() {
         let names: Vec<&str> = Method::ALL.iter().map(|m| m.as_str()).collect();
-        assert_eq!(names, ["hello", "status", "screenshot", "preview", "action", "cancel", "sim_state", "calibrate"]);
+        assert_eq!(
+            names,
+            [
+                "hello",
+                "status",
+                "screenshot",
+                "preview",
+                "action",
+                "cancel",
+                "sim_state",
+                "calibrate",
+                "batch",
+                "task_open",
+                "task_list",
+                "task_events",
+                "task_control",
+                "task_confirm",
+                "task_note",
+                "task_finish"
+            ]
+        );
         for m in Method::ALL {
             let line = format!(r#"{{"id":1,"method":"{}"}}"#, m.as_str());
             match parse_request(line.as_bytes()) {
@@ -473,6 +611,27 @@ mod tests {
                 Err(e) => assert_eq!(e.error.code, ErrorCode::InvalidParams, "{}", m.as_str()),
             }
         }
+    }
+
+    #[test]
+    fn task_params_are_validated() {
+        let bad = [
+            r#"{"id":1,"method":"task_open","title":""}"#,
+            r#"{"id":1,"method":"task_open","title":"t","scope":{"max_steps":0}}"#,
+            r#"{"id":1,"method":"task_open","title":"t","scope":{"apps":[""]}}"#,
+            r#"{"id":1,"method":"task_open","title":"t","scope":{"colour":"red"}}"#,
+            r#"{"id":1,"method":"task_control","id2":1,"action":"pause"}"#,
+            r#"{"id":1,"method":"task_control","task":1,"action":"explode"}"#,
+            r#"{"id":1,"method":"task_confirm","question":"  "}"#,
+            r#"{"id":1,"method":"batch","operation_id":"b","actions":[]}"#,
+            r#"{"id":1,"method":"batch","operation_id":"b","actions":[{"type":"tap","x":1,"y":1}]}"#,
+            r#"{"id":1,"method":"action","operation_id":"o","action":{"type":"open_app","name":""}}"#,
+        ];
+        for line in bad {
+            assert_eq!(code(line), (Some(RequestId(1)), ErrorCode::InvalidParams), "{line}");
+        }
+        let ok = parse_request(br#"{"id":3,"method":"task_control","task":9,"action":"takeover","task_token":"t"}"#);
+        assert!(matches!(ok, Ok(Request { call: Call::TaskControl(TaskControlParams { task: 9, .. }), .. })));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::lines::{next_line, Line};
 use super::outbound::Outbound;
-use crate::daemon::{Caller, Daemon, Identity, PeerCredentials, RolePolicy, Session};
+use crate::daemon::{Caller, Daemon, Identity, PeerCredentials, RolePolicy, Session, SessionMessage};
 use crate::protocol::{
     parse_request, ErrorBody, ErrorCode, Outgoing, RequestError, Response, MAX_OUTPUT_BYTES, MAX_OUTPUT_MESSAGES,
     MAX_REQUEST_BYTES, STALL_TIMEOUT,
@@ -206,7 +206,28 @@ async fn connection(daemon: Daemon, config: Arc<UnixServerConfig>, stream: UnixS
     };
     let session = Arc::new(daemon.open_session(caller));
     tracing::info!(session = session.id().0, uid = creds.uid, pid = ?creds.pid, role = ?caller.role, "connected");
+    // Task events the session follows go out on the same bounded queue as responses.
+    let forwarder = session.take_events().map(|mut events| {
+        let out = out.clone();
+        tokio::spawn(async move {
+            while let Some(message) = events.recv().await {
+                match message {
+                    SessionMessage::Event(event) => {
+                        if out.push(Outgoing::Event(event).to_line()).await.is_err() {
+                            break;
+                        }
+                    }
+                    SessionMessage::Flush(done) => {
+                        let _ = done.send(());
+                    }
+                }
+            }
+        })
+    });
     let eof = read_requests(&daemon, &session, read, &out, &closed).await;
+    if let Some(f) = forwarder {
+        f.abort();
+    }
     if eof {
         tracing::debug!(session = session.id().0, "peer closed its side; finishing in-flight requests");
     } else {
@@ -267,7 +288,7 @@ async fn read_requests(
         };
         let (daemon, session, out) = (daemon.clone(), session.clone(), out.clone());
         tasks.spawn(async move {
-            let response = match daemon.handle(&session, request.id, &request.call).await {
+            let response = match daemon.handle_request(&session, &request).await {
                 Ok(result) => Response::ok(request.id, result),
                 Err(e) => {
                     tracing::debug!(id = request.id.0, error = %e, "request failed");

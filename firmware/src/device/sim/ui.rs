@@ -403,9 +403,15 @@ impl Ui {
         }
     }
 
-    /// Return: ends editing.
+    /// Return: ends editing; in Spotlight, opens the app whose name was typed (the sim has
+    /// one app, "Demo").
     pub fn enter(&mut self) {
         self.focused = false;
+        if self.screen == Screen::Spotlight && self.text.trim().eq_ignore_ascii_case("demo") {
+            self.screen = Screen::App;
+            self.opened_app = Some(0);
+            self.text.clear();
+        }
     }
 }
 

@@ -1,0 +1,305 @@
+//! `tether task …`: run a command as a task, and list, follow and control tasks.
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::{Pid, User};
+use serde_json::{json, Value};
+use tether::client::{ClientError, ControlClient};
+use tether::config::DEFAULT_AGENT_USER;
+
+/// Environment variables a task's command gets.
+pub const ENV_TOKEN: &str = "TETHER_TASK_TOKEN";
+/// The task id.
+pub const ENV_ID: &str = "TETHER_TASK_ID";
+/// The control socket.
+pub const ENV_SOCKET: &str = "TETHER_SOCKET";
+
+/// What `tether task run` needs.
+#[derive(Debug)]
+pub struct RunOptions {
+    /// Control socket.
+    pub socket: Option<PathBuf>,
+    /// Task title (default: the command line).
+    pub title: Option<String>,
+    /// Apps the task may open without asking.
+    pub apps: Vec<String>,
+    /// Step limit.
+    pub max_steps: Option<u32>,
+    /// Time limit in seconds.
+    pub max_duration_s: Option<u64>,
+    /// The agent user (when run as root).
+    pub agent_user: Option<String>,
+    /// The command and its arguments.
+    pub command: Vec<String>,
+}
+
+/// Adds the task token from the environment, so that a command run inside a task acts
+/// (and is refused) as that task's agent.
+fn with_env_token(mut params: Value) -> Value {
+    if let (Ok(token), Some(map)) = (std::env::var(ENV_TOKEN), params.as_object_mut()) {
+        map.insert("task_token".into(), json!(token));
+    }
+    params
+}
+
+fn remote(e: ClientError) -> anyhow::Error {
+    match e {
+        ClientError::Remote { code, message } => anyhow::anyhow!("{code}: {message}"),
+        other => anyhow::Error::new(other),
+    }
+}
+
+/// `tether task run [--title T] -- CMD...`.
+pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
+    let Some((program, args)) = opts.command.split_first() else {
+        bail!("nothing to run: give the command after `--`, e.g. `tether task run -- ./agent.sh`");
+    };
+    let socket = super::client_socket(opts.socket.clone());
+    let agent = if nix::unistd::geteuid().is_root() {
+        let name = opts.agent_user.clone().unwrap_or_else(|| DEFAULT_AGENT_USER.to_string());
+        let user = match name.parse::<u32>() {
+            Ok(uid) => User::from_uid(uid.into())?,
+            Err(_) => User::from_name(&name)?,
+        };
+        let user = user.with_context(|| {
+            format!("agent user {name:?} does not exist: create it (`useradd --system {name}`) or pass --agent-user")
+        })?;
+        if user.uid.is_root() {
+            bail!("the agent user must not be root");
+        }
+        Some(user)
+    } else {
+        eprintln!(
+            "tether: not root, so the command runs under your own uid; on the appliance run as root to \
+             isolate it under the agent user"
+        );
+        None
+    };
+    let title = opts.title.clone().unwrap_or_else(|| opts.command.join(" "));
+    let mut scope = serde_json::Map::new();
+    if !opts.apps.is_empty() {
+        scope.insert("apps".into(), json!(opts.apps));
+    }
+    if let Some(n) = opts.max_steps {
+        scope.insert("max_steps".into(), json!(n));
+    }
+    if let Some(s) = opts.max_duration_s {
+        scope.insert("max_duration_s".into(), json!(s));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        let mut lease = ControlClient::connect(&socket).await?;
+        let opened = lease.call("task_open", json!({"title": title, "scope": scope})).await.map_err(remote)?;
+        let id = opened["id"].as_i64().context("task_open returned no id")?;
+        let token = opened["token"].as_str().context("task_open returned no token")?.to_string();
+        eprintln!("tether: task {id} opened: {title}");
+
+        let mut cmd = std::process::Command::new(program);
+        cmd.args(args).env(ENV_TOKEN, &token).env(ENV_ID, id.to_string()).env(ENV_SOCKET, &socket);
+        if let Some(user) = &agent {
+            cmd.uid(user.uid.as_raw()).gid(user.gid.as_raw()).env("HOME", &user.dir).env("USER", &user.name);
+        }
+        // SAFETY: the closure runs in the forked child before exec and only calls setsid(2),
+        // which is async-signal-safe; it touches no memory shared with the parent.
+        unsafe {
+            cmd.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(std::io::Error::from));
+        }
+        let mut child = match tokio::process::Command::from(cmd).kill_on_drop(false).spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                let summary = format!("could not start {program:?}: {e}");
+                let _ = lease.call("task_finish", json!({"task": id, "ok": false, "summary": summary})).await;
+                bail!(summary);
+            }
+        };
+        let pgid = child.id().and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw);
+        let mut follower = ControlClient::connect(&socket).await?;
+        let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+        let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        enum End {
+            Exited(std::process::ExitStatus),
+            EndedElsewhere(String),
+            Signal(&'static str),
+        }
+        let end = tokio::select! {
+            status = child.wait() => End::Exited(status?),
+            r = follower.call_streaming("task_events", json!({"task": id, "follow": true, "after_seq": 0}), |_| {}) => {
+                End::EndedElsewhere(r.ok().and_then(|v| v["state"].as_str().map(String::from)).unwrap_or_else(|| "ended".into()))
+            }
+            _ = sigint.recv() => End::Signal("interrupt"),
+            _ = sigterm.recv() => End::Signal("terminate"),
+        };
+        let stop_children = |pgid: Option<Pid>| async move {
+            let Some(pgid) = pgid else { return };
+            let _ = killpg(pgid, Signal::SIGTERM);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            // Whatever ignored SIGTERM in the group.
+            let _ = killpg(pgid, Signal::SIGKILL);
+        };
+        match end {
+            End::Exited(status) => {
+                // The command is done; anything it left running in its group goes too.
+                if let Some(p) = pgid {
+                    let _ = killpg(p, Signal::SIGKILL);
+                }
+                let code = status.code().unwrap_or_else(|| 128 + status_signal(&status));
+                let finish = json!({"task": id, "ok": code == 0, "exit_code": code,
+                    "summary": format!("{program} exited with {code}")});
+                match lease.call("task_finish", finish).await {
+                    Ok(r) => eprintln!("tether: task {id} {} (exit code {code})", r["state"].as_str().unwrap_or("?")),
+                    Err(e) => eprintln!("tether: task {id}: {}", remote(e)),
+                }
+                Ok(ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(1)))
+            }
+            End::EndedElsewhere(state) => {
+                eprintln!("tether: task {id} is {state}; stopping the command's process group");
+                stop_children(pgid).await;
+                let _ = child.wait().await;
+                Ok(ExitCode::from(1))
+            }
+            End::Signal(which) => {
+                eprintln!("tether: {which}: stopping task {id}");
+                let _ = lease.call("task_control", json!({"task": id, "action": "stop", "reason": which})).await;
+                stop_children(pgid).await;
+                let _ = child.wait().await;
+                Ok(ExitCode::from(if which == "interrupt" { 130 } else { 143 }))
+            }
+        }
+    })
+}
+
+fn status_signal(status: &std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal().unwrap_or(0)
+}
+
+/// `tether task list`.
+pub fn run_list(socket: Option<PathBuf>, limit: u32, as_json: bool) -> anyhow::Result<ExitCode> {
+    let path = super::client_socket(socket);
+    let r = super::client_runtime()?.block_on(async {
+        let mut c = ControlClient::connect(&path).await?;
+        c.call("task_list", with_env_token(json!({"limit": limit}))).await.map_err(remote)
+    })?;
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let tasks = r["tasks"].as_array().cloned().unwrap_or_default();
+    if tasks.is_empty() {
+        println!("no tasks yet");
+    }
+    for t in tasks {
+        println!(
+            "{:>5}  {:<11}  {:<16}  {}",
+            t["id"],
+            t["state"].as_str().unwrap_or("?"),
+            t["owner"].as_str().unwrap_or("?"),
+            t["title"].as_str().unwrap_or("")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_event(task: &Value, seq: &Value, kind: &str, data: &Value, as_json: bool) {
+    if as_json {
+        println!("{}", json!({"task": task, "seq": seq, "kind": kind, "data": data}));
+        return;
+    }
+    let what = match kind {
+        "state" => {
+            let mut s = data["state"].as_str().unwrap_or("?").to_string();
+            if let Some(q) = data["detail"]["question"]["text"].as_str() {
+                s += &format!(" — asks: {q}");
+            }
+            if let Some(r) = data["detail"]["reason"].as_str() {
+                s += &format!(" ({r})");
+            }
+            s
+        }
+        "step" => format!(
+            "{} {} → {}",
+            data["tool"].as_str().unwrap_or("?"),
+            data["args"]["action"]["type"].as_str().unwrap_or(""),
+            if data["result"]["ok"] == json!(true) {
+                "ok".to_string()
+            } else {
+                data["result"]["error"]["code"].to_string()
+            }
+        ),
+        "note" => data["text"].as_str().unwrap_or("").to_string(),
+        "refused" => format!("{}: {}", data["code"].as_str().unwrap_or("?"), data["what"].as_str().unwrap_or("?")),
+        _ => data.to_string(),
+    };
+    println!("{seq:>5}  {kind:<8} {what}");
+}
+
+/// `tether task events ID [--follow] [--after SEQ]`.
+pub fn run_events(
+    socket: Option<PathBuf>,
+    task: i64,
+    follow: bool,
+    after: Option<i64>,
+    as_json: bool,
+) -> anyhow::Result<ExitCode> {
+    let path = super::client_socket(socket);
+    super::client_runtime()?.block_on(async {
+        let mut c = ControlClient::connect(&path).await?;
+        let params = with_env_token(json!({"task": task, "follow": follow, "after_seq": after}));
+        let r = c
+            .call_streaming("task_events", params, |e| {
+                print_event(&e["task"], &e["seq"], e["kind"].as_str().unwrap_or("?"), &e["data"], as_json);
+            })
+            .await
+            .map_err(remote)?;
+        if !follow {
+            for e in r["events"].as_array().cloned().unwrap_or_default() {
+                print_event(&json!(task), &e["seq"], e["kind"].as_str().unwrap_or("?"), &e["data"], as_json);
+            }
+        } else if !as_json {
+            println!("task {task} is {}", r["state"].as_str().unwrap_or("?"));
+        }
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tether task pause|resume|takeover|handback|stop|approve|reject ID`.
+pub fn run_control(
+    socket: Option<PathBuf>,
+    task: i64,
+    action: &str,
+    reason: Option<String>,
+    end_task: bool,
+) -> anyhow::Result<ExitCode> {
+    let path = super::client_socket(socket);
+    let r = super::client_runtime()?.block_on(async {
+        let mut c = ControlClient::connect(&path).await?;
+        let params = with_env_token(json!({"task": task, "action": action, "reason": reason, "end_task": end_task}));
+        c.call("task_control", params).await.map_err(remote)
+    })?;
+    println!("task {task}: {}", r["state"].as_str().unwrap_or("?"));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tether task finish ID [--failed] [--summary S]`.
+pub fn run_finish(
+    socket: Option<PathBuf>,
+    task: Option<i64>,
+    failed: bool,
+    summary: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let path = super::client_socket(socket);
+    let task = task.or_else(|| std::env::var(ENV_ID).ok().and_then(|v| v.parse().ok()));
+    let r = super::client_runtime()?.block_on(async {
+        let mut c = ControlClient::connect(&path).await?;
+        let params = with_env_token(json!({"task": task, "ok": !failed, "summary": summary}));
+        c.call("task_finish", params).await.map_err(remote)
+    })?;
+    println!("task {}: {}", r["id"], r["state"].as_str().unwrap_or("?"));
+    Ok(ExitCode::SUCCESS)
+}

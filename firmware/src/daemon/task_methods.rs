@@ -1,0 +1,449 @@
+//! The task methods (`task_open` … `task_finish`), the journal of every change and step,
+//! and the human-in-the-loop questions. Admission itself lives in `tasks.rs`.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::store::Store;
+use super::tasks::{Change, TaskError, TaskState};
+use super::{Daemon, DaemonError, Role, Session, SessionMessage};
+use crate::protocol::task_params::{
+    ControlAction, TaskConfirmParams, TaskControlParams, TaskEventsParams, TaskFinishParams, TaskListParams,
+    TaskNoteParams, TaskOpenParams,
+};
+use crate::protocol::{ErrorBody, Event};
+
+/// Events read from the store per round while streaming.
+const EVENTS_PER_READ: u32 = 256;
+
+/// Writes a state change to the store; a task that ended also triggers retention.
+pub(super) async fn persist_change(store: &Store, change: &Change, keep: u32) {
+    if let Err(e) = store.set_state(change.task, change.state.as_str().into(), change.detail.clone()).await {
+        tracing::error!(task = change.task, error = %e, "could not record a task transition");
+    }
+    if change.state.is_terminal() {
+        if let Err(e) = store.retain(keep).await {
+            tracing::warn!(error = %e, "task retention failed");
+        }
+    }
+}
+
+/// A 256-bit random token, hex: from the kernel's CSPRNG (`/dev/urandom` never blocks
+/// once the pool is initialised, which it is long before the daemon starts).
+fn new_token() -> Result<String, DaemonError> {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| DaemonError::InvalidArgument(format!("no randomness for a task token: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Who did something, for the journal.
+fn by(session: &Session, token: Option<&str>) -> Value {
+    let identity = serde_json::to_value(session.caller.identity).unwrap_or(Value::Null);
+    json!({
+        "role": session.caller.role,
+        "identity": identity,
+        "with_task_token": token.is_some(),
+    })
+}
+
+impl Daemon {
+    /// Persists one change under the journal lock (store order = change order) and wakes
+    /// followers.
+    pub(super) async fn persist(&self, change: Change) {
+        let _journal = self.inner.journal.lock().await;
+        persist_change(&self.inner.store, &change, self.inner.tasks_kept).await;
+        self.inner.tasks.notify();
+    }
+
+    async fn append(&self, task: i64, kind: &str, body: Value) {
+        if let Err(e) = self.inner.store.append(task, kind.into(), body).await {
+            tracing::error!(task, kind, error = %e, "could not record a task event");
+        }
+        self.inner.tasks.notify();
+    }
+
+    /// Records a refusal in the active task's journal (who tried what, and why).
+    pub(super) async fn record_refusal(&self, session: &Session, token: Option<&str>, what: &str, e: &TaskError) {
+        if matches!(e, TaskError::Ended) {
+            return; // no task to record it in
+        }
+        if let Some((task, _)) = self.inner.tasks.active() {
+            let body = json!({"what": what, "code": e.code(), "message": e.to_string(), "by": by(session, token)});
+            self.append(task, "refused", body).await;
+        }
+    }
+
+    /// Records one step (tool, args, result, duration, caller) when it counted for a task.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn record_step(
+        &self,
+        session: &Session,
+        token: Option<&str>,
+        task: Option<i64>,
+        tool: &str,
+        args: &Value,
+        result: &Result<Value, DaemonError>,
+        took: Duration,
+    ) {
+        let Some(task) = task else { return };
+        let result = match result {
+            Ok(v) => json!({"ok": true, "result": v}),
+            Err(e) => json!({"ok": false, "error": ErrorBody::from(e)}),
+        };
+        let body = json!({
+            "tool": tool,
+            "args": args,
+            "result": result,
+            "duration_ms": u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+            "by": by(session, token),
+        });
+        self.append(task, "step", body).await;
+    }
+
+    pub(super) async fn task_open(
+        &self,
+        session: &Session,
+        token: Option<&str>,
+        p: &TaskOpenParams,
+    ) -> Result<Value, DaemonError> {
+        let role = session.caller.role;
+        if token.is_some() || !role.includes(Role::Operate) {
+            return Err(TaskError::NotAllowed(format!(
+                "opening a task needs the operate role without a task token; this caller is {role:?}"
+            ))
+            .into());
+        }
+        if let Some(active) = self.inner.tasks.busy() {
+            return Err(TaskError::Active(active).into());
+        }
+        let owner = p.owner.clone().unwrap_or_else(|| match session.caller.identity {
+            super::Identity::Unix(c) => format!("uid {}", c.uid),
+            super::Identity::InProcess => "in-process".into(),
+        });
+        let token = new_token()?;
+        let scope = serde_json::to_value(&p.scope).unwrap_or(Value::Null);
+        let _journal = self.inner.journal.lock().await;
+        let id = self.inner.store.create_task(p.title.clone(), owner.clone(), scope).await?;
+        let device = self.device_identity();
+        if let Err(e) = self.inner.tasks.install(
+            id,
+            p.title.clone(),
+            owner.clone(),
+            token.clone(),
+            session.id,
+            p.scope.clone(),
+            device,
+        ) {
+            // Another task won the race between the check and the store write.
+            let _ = self.inner.store.set_state(id, "cancelled".into(), json!({"reason": e.to_string()})).await;
+            return Err(e.into());
+        }
+        let _ = self.inner.store.append(id, "device".into(), json!({"device": device, "lease": session.id})).await;
+        self.inner.tasks.notify();
+        tracing::info!(task = id, title = %p.title, owner = %owner, session = session.id.0, "task opened");
+        Ok(json!({"id": id, "token": token, "state": "running", "lease": session.id}))
+    }
+
+    pub(super) async fn task_list(&self, p: &TaskListParams) -> Result<Value, DaemonError> {
+        let limit = p.limit.unwrap_or(20).clamp(1, 200);
+        let tasks = self.inner.store.list(limit).await?;
+        let active = self.inner.tasks.active();
+        let list: Vec<Value> = tasks
+            .into_iter()
+            .map(|t| {
+                // The in-memory state is the newest (the store write may still be queued).
+                let state = match active {
+                    Some((id, s)) if id == t.id => s.as_str().to_string(),
+                    _ => t.state,
+                };
+                json!({"id": t.id, "title": t.title, "owner": t.owner, "state": state})
+            })
+            .collect();
+        Ok(json!({"tasks": list}))
+    }
+
+    /// `task_events`: replay after `after_seq`; with `follow`, stream new events as they are
+    /// written, until the task has ended and everything was sent.
+    pub(super) async fn task_events(&self, session: &Session, p: &TaskEventsParams) -> Result<Value, DaemonError> {
+        let mut last = p.after_seq.unwrap_or(0).max(0);
+        let task = self.inner.store.task(p.task).await.map_err(|_| TaskError::NoSuch(p.task))?;
+        if !p.follow {
+            let events = self.inner.store.events_after(p.task, last, 10_000).await?;
+            let list: Vec<Value> = events
+                .into_iter()
+                .map(|e| json!({"seq": e.seq, "at_ms": e.at_ms, "kind": e.kind, "data": e.body}))
+                .collect();
+            return Ok(json!({"task": {"id": task.id, "title": task.title, "state": task.state}, "events": list}));
+        }
+        let mut changes = self.inner.tasks.subscribe();
+        loop {
+            changes.borrow_and_update();
+            let events = self.inner.store.events_after(p.task, last, EVENTS_PER_READ).await?;
+            let got = events.len();
+            for e in events {
+                let mut body = serde_json::Map::new();
+                body.insert("task".into(), json!(p.task));
+                body.insert("kind".into(), json!(e.kind));
+                body.insert("at_ms".into(), json!(e.at_ms));
+                body.insert("data".into(), e.body);
+                let event = Event { event: "task".into(), seq: u64::try_from(e.seq).unwrap_or(0), body };
+                tokio::select! {
+                    r = session.events.send(SessionMessage::Event(event)) => if r.is_err() { return Err(DaemonError::ShuttingDown) },
+                    () = session.cancel.cancelled() => return Err(DaemonError::ShuttingDown),
+                }
+                last = e.seq;
+            }
+            if got >= EVENTS_PER_READ as usize {
+                continue;
+            }
+            let ended = match self.inner.tasks.active() {
+                Some((id, s)) if id == p.task => s.is_terminal(),
+                _ => true,
+            };
+            if ended {
+                // The final transition may still be queued for the store: read once more
+                // after it (the journal lock orders it), then finish.
+                drop(self.inner.journal.lock().await);
+                let rest = self.inner.store.events_after(p.task, last, EVENTS_PER_READ).await?;
+                if !rest.is_empty() {
+                    continue;
+                }
+                let state = self.inner.store.task(p.task).await?.state;
+                // The response must not overtake the events still in the session's queue.
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let forwarded = session.events_rx.lock().unwrap_or_else(|p| p.into_inner()).is_none();
+                if forwarded && session.events.send(SessionMessage::Flush(tx)).await.is_ok() {
+                    let _ = rx.await;
+                }
+                return Ok(json!({"id": p.task, "state": state, "last_seq": last}));
+            }
+            tokio::select! {
+                r = changes.changed() => if r.is_err() { return Err(DaemonError::ShuttingDown) },
+                () = session.cancel.cancelled() => return Err(DaemonError::ShuttingDown),
+                // Belt and braces: a missed wake-up costs at most a second.
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
+    pub(super) async fn task_control(
+        &self,
+        session: &Session,
+        token: Option<&str>,
+        p: &TaskControlParams,
+    ) -> Result<Value, DaemonError> {
+        let role = session.caller.role;
+        // Agents (by token kind or by uid) may only stop their own task.
+        let refusal = if token.is_some() && p.action != ControlAction::Stop {
+            Some("a task token may only stop its own task; pause, resume, takeover, handback, approve and reject are for humans")
+        } else if role == Role::Agent && token.is_none() {
+            Some("the agent user may not control tasks; only humans (operate role) pause, resume, take over, hand back, approve or reject")
+        } else if token.is_none() && !role.includes(Role::Operate) {
+            Some("controlling tasks needs the operate role")
+        } else {
+            None
+        };
+        if let Some(why) = refusal {
+            let e = TaskError::NotAllowed(why.into());
+            if self.inner.tasks.active().is_some_and(|(id, _)| id == p.task) {
+                let body = json!({"what": format!("task_control {}", p.action.as_str()), "code": e.code(), "message": why, "by": by(session, token)});
+                self.append(p.task, "refused", body).await;
+            }
+            return Err(e.into());
+        }
+        if let Some(t) = token {
+            if self.inner.tasks.by_token(t)? != p.task {
+                return Err(TaskError::NotAllowed("a task token may only stop its own task".into()).into());
+            }
+        }
+        let mut detail = json!({"by": by(session, token), "action": p.action.as_str()});
+        if let Some(r) = &p.reason {
+            detail["reason"] = json!(r);
+        }
+        let journal = self.inner.journal.lock().await;
+        let change = match self.inner.tasks.control(p.task, p.action, p.end_task, detail) {
+            Ok(c) => c,
+            Err(e @ TaskError::NoSuch(_)) => {
+                drop(journal);
+                // Not the active task: either finished (say so) or unknown.
+                return match self.inner.store.task(p.task).await {
+                    Ok(t) => Err(TaskError::Transition {
+                        task: p.task,
+                        action: p.action.as_str(),
+                        state: state_name(&t.state),
+                    }
+                    .into()),
+                    Err(_) => Err(e.into()),
+                };
+            }
+            Err(e) => return Err(e.into()),
+        };
+        persist_change(&self.inner.store, &change, self.inner.tasks_kept).await;
+        drop(journal);
+        self.inner.tasks.notify();
+        tracing::info!(task = p.task, action = p.action.as_str(), state = change.state.as_str(), "task control");
+        Ok(json!({"id": p.task, "state": change.state}))
+    }
+
+    /// Asks a human about task `id` and waits for the answer. Waits for the task to run
+    /// first (a question is asked only while running); the asker going away withdraws it.
+    pub(super) async fn ask_human(
+        &self,
+        session: &Session,
+        id: i64,
+        text: String,
+        kind: &'static str,
+    ) -> Result<bool, DaemonError> {
+        let mut changes = self.inner.tasks.subscribe();
+        let (qid, answer) = loop {
+            changes.borrow_and_update();
+            let asked = {
+                let _journal = self.inner.journal.lock().await;
+                match self.inner.tasks.ask(id, text.clone(), kind) {
+                    Ok((qid, rx, change)) => {
+                        persist_change(&self.inner.store, &change, self.inner.tasks_kept).await;
+                        Some((qid, rx))
+                    }
+                    Err(TaskError::Transition { .. }) => None,
+                    Err(e) => return Err(e.into()),
+                }
+            };
+            self.inner.tasks.notify();
+            if let Some(asked) = asked {
+                break asked;
+            }
+            tokio::select! {
+                r = changes.changed() => if r.is_err() { return Err(DaemonError::ShuttingDown) },
+                () = session.cancel.cancelled() => return Err(DaemonError::ShuttingDown),
+            }
+        };
+        tokio::select! {
+            answer = answer => match answer {
+                Ok(yes) => Ok(yes),
+                // The task ended with the question open.
+                Err(_) => Err(TaskError::Ended.into()),
+            },
+            () = session.cancel.cancelled() => {
+                if let Some(change) = self.inner.tasks.withdraw(id, qid) {
+                    self.persist(change).await;
+                }
+                Err(DaemonError::ShuttingDown)
+            }
+        }
+    }
+
+    pub(super) async fn task_confirm(
+        &self,
+        session: &Session,
+        token: Option<&str>,
+        p: &TaskConfirmParams,
+    ) -> Result<Value, DaemonError> {
+        let Some(token) = token else {
+            return Err(
+                TaskError::NotAllowed("task_confirm is asked by a task's agent: send its task_token".into()).into()
+            );
+        };
+        let id = self.inner.tasks.by_token(token)?;
+        let approved = self.ask_human(session, id, p.question.clone(), "confirm").await?;
+        // A `reject` with end_task ends the task: the agent learns it here.
+        let state = self.inner.tasks.active().map(|(_, s)| s).unwrap_or(TaskState::Cancelled);
+        Ok(json!({"approved": approved, "state": state}))
+    }
+
+    /// `open_app` inside a task with an app scope: a name outside it asks a human first.
+    pub(super) async fn check_app_scope(&self, session: &Session, token: &str, name: &str) -> Result<(), DaemonError> {
+        let id = self.inner.tasks.by_token(token)?;
+        if self.inner.tasks.app_allowed(id, name) {
+            return Ok(());
+        }
+        let question = format!("The task wants to open {name:?}, which is outside its app scope. Allow it?");
+        if self.ask_human(session, id, question, "open_app").await? {
+            self.inner.tasks.allow_app(id, name);
+            Ok(())
+        } else {
+            let e = TaskError::Rejected(format!("opening {name:?}"));
+            self.record_refusal(session, Some(token), "open_app", &e).await;
+            Err(e.into())
+        }
+    }
+
+    /// The task a note or finish is for: the token's, or the id a human gave.
+    fn target(&self, session: &Session, token: Option<&str>, id: Option<i64>, what: &str) -> Result<i64, DaemonError> {
+        match (token, id) {
+            (Some(t), given) => {
+                let own = self.inner.tasks.by_token(t)?;
+                if given.is_some_and(|g| g != own) {
+                    return Err(TaskError::NotAllowed(format!("a task token may only {what} its own task")).into());
+                }
+                Ok(own)
+            }
+            (None, Some(id)) if session.caller.role.includes(Role::Operate) => Ok(id),
+            (None, Some(_)) => {
+                Err(TaskError::NotAllowed(format!("{what} needs the operate role or the task's token")).into())
+            }
+            (None, None) => {
+                Err(DaemonError::InvalidArgument(format!("{what}: give the task id (or send its task_token)")))
+            }
+        }
+    }
+
+    pub(super) async fn task_note(
+        &self,
+        session: &Session,
+        token: Option<&str>,
+        p: &TaskNoteParams,
+    ) -> Result<Value, DaemonError> {
+        let id = self.target(session, token, p.task, "note")?;
+        self.inner.store.task(id).await.map_err(|_| TaskError::NoSuch(id))?;
+        let seq = self.inner.store.append(id, "note".into(), json!({"text": p.text, "by": by(session, token)})).await?;
+        self.inner.tasks.notify();
+        Ok(json!({"id": id, "seq": seq}))
+    }
+
+    pub(super) async fn task_finish(
+        &self,
+        session: &Session,
+        token: Option<&str>,
+        p: &TaskFinishParams,
+    ) -> Result<Value, DaemonError> {
+        let id = self.target(session, token, p.task, "finish")?;
+        let state = if p.ok { TaskState::Completed } else { TaskState::Failed };
+        let detail = json!({"summary": p.summary, "exit_code": p.exit_code, "ok": p.ok, "by": by(session, token)});
+        let journal = self.inner.journal.lock().await;
+        let Some(change) = self.inner.tasks.end(id, state, detail) else {
+            drop(journal);
+            return match self.inner.store.task(id).await {
+                Ok(t) => Err(TaskError::Transition { task: id, action: "finish", state: state_name(&t.state) }.into()),
+                Err(_) => Err(TaskError::NoSuch(id).into()),
+            };
+        };
+        persist_change(&self.inner.store, &change, self.inner.tasks_kept).await;
+        drop(journal);
+        self.inner.tasks.notify();
+        tracing::info!(task = id, state = state.as_str(), "task finished");
+        Ok(json!({"id": id, "state": state}))
+    }
+}
+
+/// A stored state name as a static string (for error messages).
+fn state_name(s: &str) -> &'static str {
+    [
+        TaskState::Running,
+        TaskState::Paused,
+        TaskState::TakenOver,
+        TaskState::Waiting,
+        TaskState::Completed,
+        TaskState::Failed,
+        TaskState::Cancelled,
+        TaskState::Rejected,
+        TaskState::Abandoned,
+        TaskState::Interrupted,
+    ]
+    .into_iter()
+    .find(|t| t.as_str() == s)
+    .map_or("unknown", TaskState::as_str)
+}

@@ -1,0 +1,813 @@
+//! Tasks and leases: who may drive the phone right now, decided here and nowhere else.
+//!
+//! One task at a time (one phone). The connection that opened it is its lease. The state
+//! machine ([`transition`]) is a pure function; [`Tasks`] holds the active task, answers
+//! admission ([`Tasks::admit_input`], re-checked after the device lock with
+//! [`Tasks::still`]) and wakes everyone who waits on a change. Persisting each change is the
+//! daemon's job (`daemon/task_methods.rs`), through the [`super::store::Store`].
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::{oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::{Role, SessionId};
+use crate::protocol::task_params::{ControlAction, TaskScope};
+use crate::protocol::ErrorCode;
+
+/// A task's state (DESIGN.md, "Tasks and leases").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// The task's own input is admitted.
+    Running,
+    /// Waiting for a human to resume.
+    Paused,
+    /// A human drives; the task waits and must observe after the handback.
+    TakenOver,
+    /// A question waits for a human's answer.
+    Waiting,
+    /// Finished successfully.
+    Completed,
+    /// Finished unsuccessfully (or hit its limits).
+    Failed,
+    /// Stopped.
+    Cancelled,
+    /// A human rejected it.
+    Rejected,
+    /// Its lease (the opening connection) closed.
+    Abandoned,
+    /// The device changed or the daemon restarted.
+    Interrupted,
+}
+
+impl TaskState {
+    /// Whether the task is over.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, TaskState::Running | TaskState::Paused | TaskState::TakenOver | TaskState::Waiting)
+    }
+
+    /// The wire and store name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Running => "running",
+            TaskState::Paused => "paused",
+            TaskState::TakenOver => "taken_over",
+            TaskState::Waiting => "waiting",
+            TaskState::Completed => "completed",
+            TaskState::Failed => "failed",
+            TaskState::Cancelled => "cancelled",
+            TaskState::Rejected => "rejected",
+            TaskState::Abandoned => "abandoned",
+            TaskState::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// Why a task request was refused. Each maps to its own wire code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskError {
+    /// Input without the task's token while it runs.
+    #[error("task {task} ({title:?}) is {state}: only its agent drives the phone now; pause it or take over first")]
+    Running {
+        /// The task.
+        task: i64,
+        /// Its title.
+        title: String,
+        /// Its state.
+        state: &'static str,
+    },
+    /// The token's task is over or unknown.
+    #[error("this task token belongs to a task that has ended or does not exist: stop acting")]
+    Ended,
+    /// `task_open` while another task is active.
+    #[error("task {0} is active on this phone; one task at a time")]
+    Active(i64),
+    /// No such task.
+    #[error("no task {0}")]
+    NoSuch(i64),
+    /// A control that does not apply now.
+    #[error("cannot {action} task {task}: it is {state}")]
+    Transition {
+        /// The task.
+        task: i64,
+        /// The control.
+        action: &'static str,
+        /// Its state.
+        state: &'static str,
+    },
+    /// The task must observe before acting.
+    #[error("someone else used the phone since your last screenshot: take a fresh screenshot before acting")]
+    NeedsObservation,
+    /// A human said no to this step.
+    #[error("a human rejected this step ({0}); continue within the task's scope")]
+    Rejected(String),
+    /// Limits reached; the task was stopped.
+    #[error("the task reached its {0} and was stopped")]
+    ScopeExceeded(String),
+    /// The caller's role or token kind does not allow this.
+    #[error("{0}")]
+    NotAllowed(String),
+    /// A question is already waiting for an answer.
+    #[error("task {0} already has a question waiting for a human; ask one at a time")]
+    QuestionPending(i64),
+}
+
+impl TaskError {
+    /// The wire code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            TaskError::Running { .. } => ErrorCode::TaskRunning,
+            TaskError::Ended => ErrorCode::TaskEnded,
+            TaskError::Active(_) => ErrorCode::TaskActive,
+            TaskError::NoSuch(_) => ErrorCode::NoSuchTask,
+            TaskError::Transition { .. } => ErrorCode::InvalidTransition,
+            TaskError::NeedsObservation => ErrorCode::NeedsObservation,
+            TaskError::Rejected(_) => ErrorCode::Rejected,
+            TaskError::ScopeExceeded(_) => ErrorCode::ScopeExceeded,
+            TaskError::NotAllowed(_) => ErrorCode::PermissionDenied,
+            TaskError::QuestionPending(_) => ErrorCode::Busy,
+        }
+    }
+}
+
+/// The state machine: where `action` takes a task in `state`. `question` says whether a
+/// question is pending (resuming or handing back returns to it). Approve/reject answer it.
+pub fn transition(task: i64, state: TaskState, action: ControlAction, question: bool) -> Result<TaskState, TaskError> {
+    use ControlAction as A;
+    use TaskState as S;
+    let back = if question { S::Waiting } else { S::Running };
+    let next = match (action, state) {
+        (_, s) if s.is_terminal() => None,
+        (A::Pause, S::Running | S::Waiting) => Some(S::Paused),
+        (A::Resume, S::Paused) => Some(back),
+        (A::Takeover, S::Running | S::Paused | S::Waiting) => Some(S::TakenOver),
+        (A::Handback, S::TakenOver) => Some(back),
+        (A::Stop, _) => Some(S::Cancelled),
+        (A::Approve | A::Reject, S::Waiting) => Some(S::Running),
+        _ => None,
+    };
+    next.ok_or(TaskError::Transition { task, action: action.as_str(), state: state.as_str() })
+}
+
+/// What identifies the device a task is bound to: a different picture size means a
+/// different phone (or capture), which interrupts the task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DeviceIdentity {
+    /// HID backend.
+    pub hid: &'static str,
+    /// Video backend.
+    pub video: &'static str,
+    /// The captured picture's size, once known.
+    pub source_size: Option<(u32, u32)>,
+}
+
+impl DeviceIdentity {
+    /// Whether `now` is a different device than `self` (unknown sizes match anything).
+    pub fn changed(&self, now: &DeviceIdentity) -> bool {
+        self.hid != now.hid
+            || self.video != now.video
+            || matches!((self.source_size, now.source_size), (Some(a), Some(b)) if a != b)
+    }
+}
+
+/// A question waiting for a human.
+#[derive(Debug)]
+pub struct Question {
+    /// Per-daemon id.
+    pub id: u64,
+    /// What is asked.
+    pub text: String,
+    /// `confirm` (the agent asked) or `open_app` (outside the scope).
+    pub kind: &'static str,
+    answer: Option<oneshot::Sender<bool>>,
+}
+
+/// The active task.
+#[derive(Debug)]
+pub struct ActiveTask {
+    /// Store id.
+    pub id: i64,
+    /// Title.
+    pub title: String,
+    /// Owner.
+    pub owner: String,
+    token: String,
+    /// The session whose connection is the lease.
+    pub lease: SessionId,
+    /// Current state.
+    pub state: TaskState,
+    /// Limits.
+    pub scope: TaskScope,
+    /// Apps approved so far (the scope's plus those a human allowed), lower case.
+    allowed_apps: Option<Vec<String>>,
+    /// Input steps admitted so far.
+    pub steps: u32,
+    opened: Instant,
+    /// Someone else used the phone: the task must observe before acting.
+    pub needs_observation: bool,
+    /// The pending question.
+    pub question: Option<Question>,
+    /// Cancelled when the task ends: stops its in-flight input.
+    cancel: CancellationToken,
+    device: DeviceIdentity,
+}
+
+/// How an input request was admitted.
+#[derive(Debug, Clone)]
+pub enum Admission {
+    /// No task is active: the caller's role decides.
+    Free,
+    /// The task's own input; `cancel` fires when the task ends (stop, lease lost, limits).
+    Task {
+        /// The task.
+        id: i64,
+        /// Stops its in-flight input.
+        cancel: CancellationToken,
+    },
+    /// A human during takeover.
+    Human {
+        /// The task.
+        id: i64,
+    },
+}
+
+impl Admission {
+    /// The task this input counts for.
+    pub fn task(&self) -> Option<i64> {
+        match self {
+            Admission::Free => None,
+            Admission::Task { id, .. } | Admission::Human { id } => Some(*id),
+        }
+    }
+}
+
+/// After the device lock: go on, give the lock back and wait, or stop.
+#[derive(Debug)]
+pub enum Still {
+    /// Admission still holds.
+    Go,
+    /// The task was paused (or taken over, or asked a question) meanwhile: wait again.
+    Wait,
+    /// Refused now.
+    Refuse(TaskError),
+}
+
+/// A change to persist, produced under the lock and written after it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    /// The task.
+    pub task: i64,
+    /// The new state.
+    pub state: TaskState,
+    /// Why / by whom.
+    pub detail: serde_json::Value,
+}
+
+/// Who asks, as admission sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Asker<'a> {
+    /// The connection.
+    pub session: SessionId,
+    /// Its role.
+    pub role: Role,
+    /// The task token it sent.
+    pub token: Option<&'a str>,
+}
+
+/// The registry of the active task.
+#[derive(Debug)]
+pub struct Tasks {
+    active: std::sync::Mutex<Option<ActiveTask>>,
+    changed: watch::Sender<u64>,
+    next_question: std::sync::atomic::AtomicU64,
+}
+
+impl Default for Tasks {
+    fn default() -> Self {
+        Tasks {
+            active: std::sync::Mutex::new(None),
+            changed: watch::channel(0).0,
+            next_question: std::sync::atomic::AtomicU64::new(1),
+        }
+    }
+}
+
+/// Constant-time token comparison (tokens are secrets).
+fn same_token(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl Tasks {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<ActiveTask>> {
+        // Plain data; every mutation completes before the guard drops.
+        self.active.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wakes everyone waiting on a task change (state, question, events).
+    pub fn notify(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A receiver that changes whenever a task changes.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// The active task's id and state, if any.
+    pub fn active(&self) -> Option<(i64, TaskState)> {
+        self.lock().as_ref().map(|t| (t.id, t.state))
+    }
+
+    /// Runs `f` on the active task.
+    pub fn with_active<T>(&self, f: impl FnOnce(Option<&ActiveTask>) -> T) -> T {
+        f(self.lock().as_ref())
+    }
+
+    /// Installs a new task (the caller created it in the store). Fails if one is active.
+    #[allow(clippy::too_many_arguments)]
+    pub fn install(
+        &self,
+        id: i64,
+        title: String,
+        owner: String,
+        token: String,
+        lease: SessionId,
+        scope: TaskScope,
+        device: DeviceIdentity,
+    ) -> Result<(), TaskError> {
+        let mut active = self.lock();
+        if let Some(t) = active.as_ref().filter(|t| !t.state.is_terminal()) {
+            return Err(TaskError::Active(t.id));
+        }
+        let allowed_apps = scope.apps.as_ref().map(|a| a.iter().map(|s| s.trim().to_lowercase()).collect());
+        *active = Some(ActiveTask {
+            id,
+            title,
+            owner,
+            token,
+            lease,
+            state: TaskState::Running,
+            scope,
+            allowed_apps,
+            steps: 0,
+            opened: Instant::now(),
+            needs_observation: false,
+            question: None,
+            cancel: CancellationToken::new(),
+            device,
+        });
+        drop(active);
+        self.notify();
+        Ok(())
+    }
+
+    /// Whether another task is active (for `task_open`, checked before the store write).
+    pub fn busy(&self) -> Option<i64> {
+        self.lock().as_ref().filter(|t| !t.state.is_terminal()).map(|t| t.id)
+    }
+
+    /// The task a token names, if it is the active, unfinished one.
+    pub fn by_token(&self, token: &str) -> Result<i64, TaskError> {
+        self.lock()
+            .as_ref()
+            .filter(|t| !t.state.is_terminal() && same_token(&t.token, token))
+            .map(|t| t.id)
+            .ok_or(TaskError::Ended)
+    }
+
+    fn set_state(t: &mut ActiveTask, state: TaskState, detail: serde_json::Value) -> Change {
+        t.state = state;
+        if state.is_terminal() {
+            t.cancel.cancel();
+            if let Some(mut q) = t.question.take() {
+                if let Some(tx) = q.answer.take() {
+                    let _ = tx.send(false);
+                }
+            }
+        }
+        // Pausing or taking over lets a gesture in flight finish (they last well under a
+        // second, and a half-done drag would leave the phone mid-gesture); the next step
+        // waits. Ending the task cancels it: the lane releases held input.
+        Change { task: t.id, state, detail }
+    }
+
+    /// Ends the active task if `id` is it and it is unfinished.
+    pub fn end(&self, id: i64, state: TaskState, detail: serde_json::Value) -> Option<Change> {
+        let change = {
+            let mut active = self.lock();
+            let t = active.as_mut().filter(|t| t.id == id && !t.state.is_terminal())?;
+            Self::set_state(t, state, detail)
+        };
+        self.notify();
+        Some(change)
+    }
+
+    /// The lease `session` closed: its task is abandoned.
+    pub fn lease_lost(&self, session: SessionId) -> Option<Change> {
+        let id = self.lock().as_ref().filter(|t| t.lease == session && !t.state.is_terminal()).map(|t| t.id)?;
+        self.end(id, TaskState::Abandoned, serde_json::json!({"reason": "the connection that opened the task closed"}))
+    }
+
+    /// Applies a human's control to task `id`. `reject` with `end_task` ends it `rejected`.
+    pub fn control(
+        &self,
+        id: i64,
+        action: ControlAction,
+        end_task: bool,
+        detail: serde_json::Value,
+    ) -> Result<Change, TaskError> {
+        let change = {
+            let mut active = self.lock();
+            let t = active.as_mut().filter(|t| t.id == id).ok_or(TaskError::NoSuch(id))?;
+            let next = transition(id, t.state, action, t.question.is_some())?;
+            let mut detail = detail;
+            if matches!(action, ControlAction::Approve | ControlAction::Reject) {
+                if let Some(mut q) = t.question.take() {
+                    let approved = action == ControlAction::Approve;
+                    if let Some(obj) = detail.as_object_mut() {
+                        obj.insert("question".into(), serde_json::json!({"id": q.id, "text": q.text}));
+                        obj.insert("approved".into(), approved.into());
+                    }
+                    if let Some(tx) = q.answer.take() {
+                        let _ = tx.send(approved);
+                    }
+                }
+            }
+            if action == ControlAction::Handback {
+                t.needs_observation = true;
+            }
+            let next = if action == ControlAction::Reject && end_task { TaskState::Rejected } else { next };
+            Self::set_state(t, next, detail)
+        };
+        self.notify();
+        Ok(change)
+    }
+
+    /// Asks a question for task `id` (it must be running); returns the receiver of the
+    /// answer and the state change to persist.
+    pub fn ask(
+        &self,
+        id: i64,
+        text: String,
+        kind: &'static str,
+    ) -> Result<(u64, oneshot::Receiver<bool>, Change), TaskError> {
+        let qid = self.next_question.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        let change = {
+            let mut active = self.lock();
+            let t = active.as_mut().filter(|t| t.id == id && !t.state.is_terminal()).ok_or(TaskError::Ended)?;
+            if t.question.is_some() {
+                return Err(TaskError::QuestionPending(id));
+            }
+            if t.state != TaskState::Running {
+                return Err(TaskError::Transition { task: id, action: "ask", state: t.state.as_str() });
+            }
+            let detail = serde_json::json!({"question": {"id": qid, "text": text, "kind": kind}});
+            t.question = Some(Question { id: qid, text, kind, answer: Some(tx) });
+            Self::set_state(t, TaskState::Waiting, detail)
+        };
+        self.notify();
+        Ok((qid, rx, change))
+    }
+
+    /// Withdraws question `qid` (its asker went away); the task runs again if it waited.
+    pub fn withdraw(&self, id: i64, qid: u64) -> Option<Change> {
+        let change = {
+            let mut active = self.lock();
+            let t = active.as_mut().filter(|t| t.id == id)?;
+            if t.question.as_ref().map(|q| q.id) != Some(qid) {
+                return None;
+            }
+            t.question = None;
+            if t.state != TaskState::Waiting {
+                return None;
+            }
+            Self::set_state(t, TaskState::Running, serde_json::json!({"reason": "the question was withdrawn"}))
+        };
+        self.notify();
+        Some(change)
+    }
+
+    /// Whether `name` is inside task `id`'s app scope (no scope: everything is).
+    pub fn app_allowed(&self, id: i64, name: &str) -> bool {
+        let key = name.trim().to_lowercase();
+        self.lock()
+            .as_ref()
+            .filter(|t| t.id == id)
+            .is_none_or(|t| t.allowed_apps.as_ref().is_none_or(|apps| apps.contains(&key)))
+    }
+
+    /// A human allowed `name` for task `id`: it joins the scope.
+    pub fn allow_app(&self, id: i64, name: &str) {
+        if let Some(t) = self.lock().as_mut().filter(|t| t.id == id) {
+            if let Some(apps) = t.allowed_apps.as_mut() {
+                apps.push(name.trim().to_lowercase());
+            }
+        }
+    }
+
+    /// A successful observation by task `id`'s agent.
+    pub fn observed(&self, id: i64) {
+        if let Some(t) = self.lock().as_mut().filter(|t| t.id == id) {
+            t.needs_observation = false;
+        }
+    }
+
+    /// One admission decision without waiting. `Ok(None)`: wait for a change.
+    /// `Err((e, change))`: refused, possibly after ending the task (limits, device change).
+    fn decide(
+        &self,
+        asker: &Asker<'_>,
+        device: &DeviceIdentity,
+    ) -> Result<Option<Admission>, (TaskError, Option<Change>)> {
+        let mut active = self.lock();
+        let Some(t) = active.as_mut().filter(|t| !t.state.is_terminal()) else {
+            return match asker.token {
+                Some(_) => Err((TaskError::Ended, None)),
+                None => Ok(Some(Admission::Free)),
+            };
+        };
+        if t.device.source_size.is_none() {
+            t.device.source_size = device.source_size;
+        }
+        if t.device.changed(device) {
+            let detail = serde_json::json!({"reason": "the device changed", "was": t.device, "now": device});
+            let change = Self::set_state(t, TaskState::Interrupted, detail);
+            return Err((TaskError::Ended, Some(change)));
+        }
+        match asker.token {
+            Some(token) if same_token(&t.token, token) => match t.state {
+                TaskState::Running if t.needs_observation => Err((TaskError::NeedsObservation, None)),
+                TaskState::Running => {
+                    if let Some(max) = t.scope.max_steps {
+                        if t.steps >= max {
+                            let what = format!("step limit ({max} steps)");
+                            let change = Self::set_state(t, TaskState::Failed, serde_json::json!({"reason": what}));
+                            return Err((TaskError::ScopeExceeded(what), Some(change)));
+                        }
+                    }
+                    if let Some(max) = t.scope.max_duration_s {
+                        if t.opened.elapsed() >= Duration::from_secs(max) {
+                            let what = format!("time limit ({max} s)");
+                            let change = Self::set_state(t, TaskState::Failed, serde_json::json!({"reason": what}));
+                            return Err((TaskError::ScopeExceeded(what), Some(change)));
+                        }
+                    }
+                    t.steps += 1;
+                    Ok(Some(Admission::Task { id: t.id, cancel: t.cancel.clone() }))
+                }
+                // Paused, taken over, or a question pending: the task's input waits.
+                _ => Ok(None),
+            },
+            Some(_) => Err((TaskError::Ended, None)),
+            None if asker.role == Role::Agent => {
+                Err((TaskError::NotAllowed("agents act only for their task: send its task_token".into()), None))
+            }
+            None if t.state == TaskState::TakenOver && asker.role.includes(Role::Operate) => {
+                Ok(Some(Admission::Human { id: t.id }))
+            }
+            None => Err((TaskError::Running { task: t.id, title: t.title.clone(), state: t.state.as_str() }, None)),
+        }
+    }
+
+    /// Admission of an input request: returns at once when refused or free, waits while the
+    /// task's own input must wait (paused, taken over, question pending), and gives up when
+    /// `cancel` fires. Ending changes (limits, device change) come back to be persisted.
+    pub async fn admit_input(
+        &self,
+        asker: &Asker<'_>,
+        device: impl Fn() -> DeviceIdentity,
+        cancel: &CancellationToken,
+    ) -> Result<Admission, (TaskError, Option<Change>)> {
+        let mut changes = self.subscribe();
+        loop {
+            changes.borrow_and_update();
+            match self.decide(asker, &device()) {
+                Ok(Some(admission)) => return Ok(admission),
+                Ok(None) => {}
+                Err((e, change)) => {
+                    if change.is_some() {
+                        self.notify();
+                    }
+                    return Err((e, change));
+                }
+            }
+            tokio::select! {
+                r = changes.changed() => if r.is_err() { return Err((TaskError::Ended, None)) },
+                () = cancel.cancelled() => return Err((TaskError::NotAllowed("the request was cancelled while waiting for the task to run".into()), None)),
+            }
+        }
+    }
+
+    /// Re-checks an admission after the device lock was taken: the task may have been
+    /// paused, taken over, handed back or ended while the request queued.
+    pub fn still(&self, admission: &Admission) -> Still {
+        let active = self.lock();
+        match (admission, active.as_ref()) {
+            (Admission::Free, None) => Still::Go,
+            (Admission::Free, Some(t)) if t.state.is_terminal() => Still::Go,
+            // A task opened while this request queued: decide again under its rules.
+            (Admission::Free, Some(_)) => Still::Wait,
+            (Admission::Task { id, .. }, Some(t)) if t.id == *id => match t.state {
+                TaskState::Running if t.needs_observation => Still::Refuse(TaskError::NeedsObservation),
+                TaskState::Running => Still::Go,
+                s if s.is_terminal() => Still::Refuse(TaskError::Ended),
+                _ => Still::Wait,
+            },
+            (Admission::Human { id }, Some(t)) if t.id == *id && t.state == TaskState::TakenOver => Still::Go,
+            (Admission::Human { id }, Some(t)) if t.id == *id => {
+                Still::Refuse(TaskError::Running { task: t.id, title: t.title.clone(), state: t.state.as_str() })
+            }
+            _ => Still::Refuse(TaskError::Ended),
+        }
+    }
+
+    /// Gives back a step reserved by an admission that did not run (waits again).
+    pub fn unreserve(&self, admission: &Admission) {
+        if let Admission::Task { id, .. } = admission {
+            if let Some(t) = self.lock().as_mut().filter(|t| t.id == *id) {
+                t.steps = t.steps.saturating_sub(1);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ControlAction as A;
+    use TaskState as S;
+
+    #[test]
+    fn every_transition_of_the_state_machine() {
+        let ok = |s, a, q| transition(1, s, a, q).unwrap();
+        assert_eq!(ok(S::Running, A::Pause, false), S::Paused);
+        assert_eq!(ok(S::Waiting, A::Pause, true), S::Paused);
+        assert_eq!(ok(S::Paused, A::Resume, false), S::Running);
+        assert_eq!(ok(S::Paused, A::Resume, true), S::Waiting, "resuming returns to the pending question");
+        for s in [S::Running, S::Paused, S::Waiting] {
+            assert_eq!(ok(s, A::Takeover, false), S::TakenOver);
+            assert_eq!(ok(s, A::Stop, false), S::Cancelled);
+        }
+        assert_eq!(ok(S::TakenOver, A::Handback, false), S::Running);
+        assert_eq!(ok(S::TakenOver, A::Handback, true), S::Waiting);
+        assert_eq!(ok(S::TakenOver, A::Stop, false), S::Cancelled);
+        assert_eq!(ok(S::Waiting, A::Approve, true), S::Running);
+        assert_eq!(ok(S::Waiting, A::Reject, true), S::Running);
+    }
+
+    #[test]
+    fn controls_that_do_not_apply_are_refused() {
+        let bad = [
+            (S::Running, A::Resume),
+            (S::Running, A::Handback),
+            (S::Running, A::Approve),
+            (S::Paused, A::Pause),
+            (S::Paused, A::Approve),
+            (S::TakenOver, A::Takeover),
+            (S::TakenOver, A::Resume),
+            (S::TakenOver, A::Pause),
+            (S::Waiting, A::Resume),
+        ];
+        for (s, a) in bad {
+            assert!(matches!(transition(7, s, a, false), Err(TaskError::Transition { task: 7, .. })), "{s:?} {a:?}");
+        }
+        for s in [S::Completed, S::Failed, S::Cancelled, S::Rejected, S::Abandoned, S::Interrupted] {
+            assert!(s.is_terminal());
+            for a in [A::Pause, A::Resume, A::Takeover, A::Handback, A::Stop, A::Approve, A::Reject] {
+                assert!(transition(1, s, a, false).is_err(), "{s:?} {a:?}");
+            }
+        }
+    }
+
+    fn device(size: Option<(u32, u32)>) -> DeviceIdentity {
+        DeviceIdentity { hid: "sim", video: "sim", source_size: size }
+    }
+
+    fn open(tasks: &Tasks, scope: TaskScope) {
+        tasks
+            .install(1, "t".into(), "me".into(), "secret".into(), SessionId(1), scope, device(Some((1920, 1080))))
+            .unwrap();
+    }
+
+    fn decide(tasks: &Tasks, role: Role, token: Option<&str>) -> Result<Option<Admission>, TaskError> {
+        tasks.decide(&Asker { session: SessionId(2), role, token }, &device(Some((1920, 1080)))).map_err(|(e, _)| e)
+    }
+
+    #[test]
+    fn admission_rules() {
+        let tasks = Tasks::default();
+        // No task: free for operators; any token is an ended task's.
+        assert!(matches!(decide(&tasks, Role::Operate, None), Ok(Some(Admission::Free))));
+        assert_eq!(decide(&tasks, Role::Operate, Some("x")).unwrap_err(), TaskError::Ended);
+        open(&tasks, TaskScope::default());
+        assert!(matches!(decide(&tasks, Role::Operate, Some("secret")), Ok(Some(Admission::Task { id: 1, .. }))));
+        assert!(matches!(decide(&tasks, Role::Operate, None), Err(TaskError::Running { task: 1, .. })));
+        assert!(matches!(decide(&tasks, Role::Agent, None), Err(TaskError::NotAllowed(_))));
+        assert_eq!(decide(&tasks, Role::Operate, Some("secreT")).unwrap_err(), TaskError::Ended);
+        // Paused: the task waits, humans are refused.
+        tasks.control(1, A::Pause, false, serde_json::json!({})).unwrap();
+        assert!(matches!(decide(&tasks, Role::Agent, Some("secret")), Ok(None)));
+        assert!(matches!(decide(&tasks, Role::Admin, None), Err(TaskError::Running { .. })));
+        // Taken over: humans drive, the task waits; views may not drive.
+        tasks.control(1, A::Takeover, false, serde_json::json!({})).unwrap();
+        assert!(matches!(decide(&tasks, Role::Operate, None), Ok(Some(Admission::Human { id: 1 }))));
+        assert!(matches!(decide(&tasks, Role::View, None), Err(TaskError::Running { .. })));
+        assert!(matches!(decide(&tasks, Role::Agent, Some("secret")), Ok(None)));
+        // Handed back: the task must observe first.
+        tasks.control(1, A::Handback, false, serde_json::json!({})).unwrap();
+        assert_eq!(decide(&tasks, Role::Agent, Some("secret")).unwrap_err(), TaskError::NeedsObservation);
+        tasks.observed(1);
+        assert!(matches!(decide(&tasks, Role::Agent, Some("secret")), Ok(Some(Admission::Task { .. }))));
+        // Ended: the token is dead, humans are free again.
+        tasks.end(1, S::Completed, serde_json::json!({})).unwrap();
+        assert_eq!(decide(&tasks, Role::Agent, Some("secret")).unwrap_err(), TaskError::Ended);
+        assert!(matches!(decide(&tasks, Role::Operate, None), Ok(Some(Admission::Free))));
+    }
+
+    #[test]
+    fn limits_and_device_changes_end_the_task() {
+        let tasks = Tasks::default();
+        open(&tasks, TaskScope { max_steps: Some(2), ..TaskScope::default() });
+        assert!(decide(&tasks, Role::Agent, Some("secret")).is_ok());
+        assert!(decide(&tasks, Role::Agent, Some("secret")).is_ok());
+        assert!(matches!(decide(&tasks, Role::Agent, Some("secret")), Err(TaskError::ScopeExceeded(_))));
+        assert_eq!(tasks.active(), Some((1, S::Failed)));
+
+        let tasks = Tasks::default();
+        open(&tasks, TaskScope::default());
+        let other = device(Some((1280, 720)));
+        let r = tasks.decide(&Asker { session: SessionId(2), role: Role::Agent, token: Some("secret") }, &other);
+        let (e, change) = r.unwrap_err();
+        assert_eq!(e, TaskError::Ended);
+        assert_eq!(change.unwrap().state, S::Interrupted);
+        // No picture (signal lost) is not a different phone.
+        assert!(!device(Some((1, 1))).changed(&device(None)));
+    }
+
+    #[test]
+    fn questions_one_at_a_time_answered_by_humans_and_withdrawn_by_askers() {
+        let tasks = Tasks::default();
+        open(&tasks, TaskScope::default());
+        let (qid, mut rx, change) = tasks.ask(1, "send it?".into(), "confirm").unwrap();
+        assert_eq!(change.state, S::Waiting);
+        assert_eq!(tasks.ask(1, "again?".into(), "confirm").unwrap_err(), TaskError::QuestionPending(1));
+        // Paused while waiting, resumed: back to the question.
+        tasks.control(1, A::Pause, false, serde_json::json!({})).unwrap();
+        assert_eq!(tasks.control(1, A::Resume, false, serde_json::json!({})).unwrap().state, S::Waiting);
+        let answered = tasks.control(1, A::Approve, false, serde_json::json!({})).unwrap();
+        assert_eq!(answered.state, S::Running);
+        assert_eq!(answered.detail["approved"], true);
+        assert_eq!(rx.try_recv(), Ok(true));
+        let (qid2, _rx, _) = tasks.ask(1, "and this?".into(), "confirm").unwrap();
+        assert_ne!(qid, qid2);
+        assert!(tasks.withdraw(1, qid).is_none(), "an old question id withdraws nothing");
+        assert_eq!(tasks.withdraw(1, qid2).unwrap().state, S::Running);
+        // A question only while running.
+        tasks.control(1, A::Pause, false, serde_json::json!({})).unwrap();
+        assert!(matches!(tasks.ask(1, "?".into(), "confirm"), Err(TaskError::Transition { .. })));
+    }
+
+    #[test]
+    fn app_scope_is_case_insensitive_and_grows_on_approval() {
+        let tasks = Tasks::default();
+        open(&tasks, TaskScope { apps: Some(vec!["Settings".into()]), ..TaskScope::default() });
+        assert!(tasks.app_allowed(1, "settings"));
+        assert!(!tasks.app_allowed(1, "Messages"));
+        tasks.allow_app(1, "Messages");
+        assert!(tasks.app_allowed(1, " messages "));
+        let free = Tasks::default();
+        open(&free, TaskScope::default());
+        assert!(free.app_allowed(1, "anything"));
+    }
+
+    #[test]
+    fn losing_the_lease_abandons_only_its_own_task() {
+        let tasks = Tasks::default();
+        open(&tasks, TaskScope::default());
+        assert!(tasks.lease_lost(SessionId(9)).is_none());
+        let change = tasks.lease_lost(SessionId(1)).unwrap();
+        assert_eq!(change.state, S::Abandoned);
+        assert!(tasks.lease_lost(SessionId(1)).is_none(), "once");
+    }
+
+    #[test]
+    fn still_rechecks_after_the_lock() {
+        let tasks = Tasks::default();
+        open(&tasks, TaskScope::default());
+        let admission = decide(&tasks, Role::Agent, Some("secret")).unwrap().unwrap();
+        assert!(matches!(tasks.still(&admission), Still::Go));
+        tasks.control(1, A::Pause, false, serde_json::json!({})).unwrap();
+        assert!(matches!(tasks.still(&admission), Still::Wait));
+        tasks.control(1, A::Takeover, false, serde_json::json!({})).unwrap();
+        let human = decide(&tasks, Role::Operate, None).unwrap().unwrap();
+        assert!(matches!(tasks.still(&human), Still::Go));
+        tasks.control(1, A::Handback, false, serde_json::json!({})).unwrap();
+        assert!(matches!(tasks.still(&human), Still::Refuse(TaskError::Running { .. })));
+        assert!(matches!(tasks.still(&admission), Still::Refuse(TaskError::NeedsObservation)));
+        tasks.control(1, A::Stop, false, serde_json::json!({})).unwrap();
+        assert!(matches!(tasks.still(&admission), Still::Refuse(TaskError::Ended)));
+    }
+}

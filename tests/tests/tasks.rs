@@ -1,0 +1,453 @@
+//! Tasks and leases end to end over the control socket: every transition, every admission
+//! refusal with its code, the races with the device lock, mid-batch pause, leases, event
+//! streams resumed by seq, and the app scope.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed unwrap is a failed test
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tether_tests::harness::{RawClient, SimDaemon};
+
+/// One connection with its own request ids and, optionally, a task token it sends.
+struct Conn {
+    c: RawClient,
+    next: u64,
+    token: Option<String>,
+}
+
+impl Conn {
+    async fn new(d: &SimDaemon) -> Conn {
+        Conn { c: d.connect().await.unwrap(), next: 100, token: None }
+    }
+
+    fn with_token(mut self, token: &str) -> Conn {
+        self.token = Some(token.to_string());
+        self
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> (u64, String) {
+        self.next += 1;
+        let mut req = params.as_object().cloned().unwrap_or_default();
+        req.insert("id".into(), self.next.into());
+        req.insert("method".into(), method.into());
+        if let Some(t) = &self.token {
+            req.insert("task_token".into(), t.clone().into());
+        }
+        (self.next, Value::Object(req).to_string())
+    }
+
+    /// Sends without waiting for the reply.
+    async fn send(&mut self, method: &str, params: Value) -> u64 {
+        let (id, line) = self.request(method, params);
+        self.c.send(&line).await.unwrap();
+        id
+    }
+
+    /// Waits for the reply to `id` (events and other replies are skipped).
+    async fn reply(&mut self, id: u64, within: Duration) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let msg = self.c.recv_within(left).await.unwrap_or_else(|e| panic!("no reply to {id}: {e}"));
+            if msg["id"] == id {
+                return msg;
+            }
+        }
+    }
+
+    async fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send(method, params).await;
+        self.reply(id, Duration::from_secs(20)).await
+    }
+
+    async fn ok(&mut self, method: &str, params: Value) -> Value {
+        let r = self.call(method, params.clone()).await;
+        assert_eq!(r["ok"], true, "{method} {params}: {r}");
+        r["result"].clone()
+    }
+
+    async fn err(&mut self, method: &str, params: Value) -> String {
+        let r = self.call(method, params.clone()).await;
+        assert_eq!(r["ok"], false, "{method} {params} should fail: {r}");
+        r["error"]["code"].as_str().unwrap().to_string()
+    }
+
+    async fn shot(&mut self) -> String {
+        self.ok("screenshot", json!({})).await["metadata"]["observation_id"].as_str().unwrap().to_string()
+    }
+
+    fn tap(obs: &str, n: u64) -> Value {
+        json!({"operation_id": format!("tap-{obs}-{n}"), "observation_id": obs, "action": {"type": "tap", "x": 100, "y": 400}})
+    }
+}
+
+async fn open(owner: &mut Conn, scope: Value) -> (i64, String) {
+    let r = owner.ok("task_open", json!({"title": "test task", "scope": scope})).await;
+    (r["id"].as_i64().unwrap(), r["token"].as_str().unwrap().to_string())
+}
+
+async fn events(c: &mut Conn, task: i64) -> Vec<Value> {
+    c.ok("task_events", json!({"task": task})).await["events"].as_array().unwrap().clone()
+}
+
+/// The `state` values of a task's journal, in order.
+async fn states(c: &mut Conn, task: i64) -> Vec<String> {
+    events(c, task)
+        .await
+        .iter()
+        .filter(|e| e["kind"] == "state")
+        .map(|e| e["data"]["state"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// How many touches the phone has registered (the newest touch's sequence number).
+async fn touches(c: &mut Conn) -> u64 {
+    let st = c.ok("sim_state", json!({})).await;
+    st["touches"].as_array().and_then(|t| t.last()).and_then(|t| t["seq"].as_u64()).unwrap_or(0)
+}
+
+#[tokio::test]
+async fn every_transition_is_journalled_in_order() {
+    let d = SimDaemon::start().await.unwrap();
+    let mut human = Conn::new(&d).await;
+    let (task, token) = open(&mut human, json!({})).await;
+    let mut agent = Conn::new(&d).await.with_token(&token);
+    for action in ["pause", "resume", "takeover", "handback"] {
+        let r = human.ok("task_control", json!({"task": task, "action": action})).await;
+        assert!(r["state"].is_string());
+    }
+    // Handback needs a fresh observation before the agent acts.
+    let obs = agent.shot().await;
+    agent.ok("action", Conn::tap(&obs, 1)).await;
+    // A question: waiting, approved, running again.
+    let ask = agent.send("task_confirm", json!({"question": "send the message?"})).await;
+    wait_state(&mut human, "waiting").await;
+    let st = human.ok("status", json!({})).await;
+    assert_eq!(st["task"]["question"]["text"], "send the message?");
+    human.ok("task_control", json!({"task": task, "action": "approve"})).await;
+    let answer = agent.reply(ask, Duration::from_secs(5)).await;
+    assert_eq!(answer["result"]["approved"], true, "{answer}");
+    agent.ok("task_note", json!({"text": "done, finishing"})).await;
+    agent.ok("task_finish", json!({"ok": true, "summary": "all good"})).await;
+    assert_eq!(
+        states(&mut human, task).await,
+        ["running", "paused", "running", "taken_over", "running", "waiting", "running", "completed"]
+    );
+    let kinds: Vec<String> =
+        events(&mut human, task).await.iter().map(|e| e["kind"].as_str().unwrap().to_string()).collect();
+    for k in ["device", "step", "note"] {
+        assert!(kinds.contains(&k.to_string()), "{k} missing from {kinds:?}");
+    }
+    // Seqs are 1..=n without gaps.
+    let seqs: Vec<i64> = events(&mut human, task).await.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
+    let list = human.ok("task_list", json!({})).await;
+    assert_eq!(list["tasks"][0]["state"], "completed");
+    // Terminal: nothing applies any more, and the token is dead.
+    assert_eq!(human.err("task_control", json!({"task": task, "action": "resume"})).await, "INVALID_TRANSITION");
+    assert_eq!(agent.err("screenshot", json!({})).await, "TASK_ENDED");
+    // Stop, reject-with-end and a second task.
+    let (t2, token2) = open(&mut human, json!({})).await;
+    let mut agent2 = Conn::new(&d).await.with_token(&token2);
+    let ask = agent2.send("task_confirm", json!({"question": "delete everything?"})).await;
+    wait_state(&mut human, "waiting").await;
+    human.ok("task_control", json!({"task": t2, "action": "reject", "end_task": true})).await;
+    let answer = agent2.reply(ask, Duration::from_secs(5)).await;
+    assert_eq!(answer["result"]["approved"], false);
+    assert_eq!(states(&mut human, t2).await.last().unwrap(), "rejected");
+    let (t3, _) = open(&mut human, json!({})).await;
+    human.ok("task_control", json!({"task": t3, "action": "stop", "reason": "enough"})).await;
+    assert_eq!(states(&mut human, t3).await, ["running", "cancelled"]);
+}
+
+async fn wait_state(c: &mut Conn, want: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let st = c.ok("status", json!({})).await;
+        if st["task"]["state"] == want {
+            return st;
+        }
+        assert!(Instant::now() < deadline, "task never became {want}: {}", st["task"]);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn every_admission_refusal_has_its_code_and_is_recorded() {
+    let d = SimDaemon::start().await.unwrap();
+    let mut human = Conn::new(&d).await;
+    let (task, token) = open(&mut human, json!({})).await;
+    let mut agent = Conn::new(&d).await.with_token(&token);
+    let mut stranger = Conn::new(&d).await.with_token("not-a-token");
+    // Observation is open to everyone; input is the task's.
+    let obs = human.shot().await;
+    human.ok("preview", json!({})).await;
+    assert_eq!(human.err("action", Conn::tap(&obs, 1)).await, "TASK_RUNNING");
+    assert_eq!(
+        human.err("batch", json!({"operation_id": "b", "observation_id": obs, "actions": [{"type": "home"}]})).await,
+        "TASK_RUNNING"
+    );
+    assert_eq!(stranger.err("screenshot", json!({})).await, "TASK_ENDED");
+    assert_eq!(human.err("task_open", json!({"title": "second"})).await, "TASK_ACTIVE");
+    assert_eq!(human.err("task_control", json!({"task": task, "action": "resume"})).await, "INVALID_TRANSITION");
+    assert_eq!(human.err("task_control", json!({"task": 999, "action": "pause"})).await, "NO_SUCH_TASK");
+    // The agent's token cannot pause, approve or take over — only stop.
+    for action in ["pause", "takeover", "approve", "resume"] {
+        assert_eq!(agent.err("task_control", json!({"task": task, "action": action})).await, "PERMISSION_DENIED");
+    }
+    assert_eq!(agent.err("task_open", json!({"title": "mine"})).await, "PERMISSION_DENIED");
+    // Takeover: the human drives; handback: the agent must observe first.
+    human.ok("task_control", json!({"task": task, "action": "takeover"})).await;
+    human.ok("action", Conn::tap(&obs, 2)).await;
+    human.ok("task_control", json!({"task": task, "action": "handback"})).await;
+    assert_eq!(human.err("action", Conn::tap(&obs, 3)).await, "TASK_RUNNING");
+    let old = agent.shot().await;
+    human.ok("task_control", json!({"task": task, "action": "takeover"})).await;
+    human.ok("task_control", json!({"task": task, "action": "handback"})).await;
+    assert_eq!(agent.err("action", Conn::tap(&old, 4)).await, "NEEDS_OBSERVATION");
+    let fresh = agent.shot().await;
+    agent.ok("action", Conn::tap(&fresh, 5)).await;
+    // Every refusal that concerned the task is in its journal.
+    let refused: Vec<String> = events(&mut human, task)
+        .await
+        .iter()
+        .filter(|e| e["kind"] == "refused")
+        .map(|e| e["data"]["code"].as_str().unwrap().to_string())
+        .collect();
+    assert!(refused.iter().filter(|c| *c == "TASK_RUNNING").count() >= 3, "{refused:?}");
+    assert_eq!(refused.iter().filter(|c| *c == "PERMISSION_DENIED").count(), 4, "{refused:?}");
+    assert!(refused.contains(&"NEEDS_OBSERVATION".to_string()), "{refused:?}");
+    // The human's takeover step counts for the task, marked as a human's.
+    let steps: Vec<Value> = events(&mut human, task).await.into_iter().filter(|e| e["kind"] == "step").collect();
+    assert_eq!(steps.len(), 2, "one human step, one agent step");
+    assert_eq!(steps[0]["data"]["by"]["with_task_token"], false);
+    assert_eq!(steps[1]["data"]["by"]["with_task_token"], true);
+    // The agent may stop its own task.
+    agent.ok("task_control", json!({"task": task, "action": "stop"})).await;
+    assert_eq!(states(&mut human, task).await.last().unwrap(), "cancelled");
+    // No task: free again.
+    let obs = human.shot().await;
+    human.ok("action", Conn::tap(&obs, 6)).await;
+}
+
+/// Slow gestures so that one can hold the device while another request queues behind it.
+fn long_drag(obs: &str, n: u64, ms: u64) -> Value {
+    json!({"operation_id": format!("drag-{n}"), "observation_id": obs,
+           "action": {"type": "drag", "path": [{"x": 100, "y": 300}, {"x": 100, "y": 500}], "duration_ms": ms}})
+}
+
+#[tokio::test]
+async fn pause_while_an_action_waits_for_the_device_lock() {
+    let d = SimDaemon::start().await.unwrap();
+    let mut human = Conn::new(&d).await;
+    let (task, token) = open(&mut human, json!({})).await;
+    let mut agent = Conn::new(&d).await.with_token(&token);
+    let obs = agent.shot().await;
+    // A holds the device for 1.5 s; B queues behind it, admitted while running.
+    let a = agent.send("action", long_drag(&obs, 1, 1500)).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let b = agent.send("action", Conn::tap(&obs, 2)).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let st = human.ok("status", json!({})).await;
+    assert_eq!(st["input"]["busy"], true, "A must hold the device now");
+    human.ok("task_control", json!({"task": task, "action": "pause"})).await;
+    let ra = agent.reply(a, Duration::from_secs(5)).await;
+    assert_eq!(ra["ok"], true, "A was running before the pause and completes: {ra}");
+    let touches_after_a = touches(&mut human).await;
+    // B got the lock after A, saw the pause, gave the lock back and waits.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(touches(&mut human).await, touches_after_a, "B must not touch the phone while paused");
+    let st = human.ok("status", json!({})).await;
+    assert_eq!(st["input"]["busy"], false, "B must not hold the device while paused");
+    human.ok("task_control", json!({"task": task, "action": "resume"})).await;
+    let rb = agent.reply(b, Duration::from_secs(5)).await;
+    assert_eq!(rb["ok"], true, "{rb}");
+    assert_eq!(touches(&mut human).await, touches_after_a + 1);
+    // In the journal: A's step, the pause, the resume, then B's step.
+    let order: Vec<String> = events(&mut human, task)
+        .await
+        .iter()
+        .filter_map(|e| match e["kind"].as_str() {
+            Some("step") => Some("step".to_string()),
+            Some("state") => e["data"]["state"].as_str().map(String::from),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(order, ["running", "paused", "step", "running", "step"], "A's step is recorded when it ends");
+}
+
+#[tokio::test]
+async fn takeover_while_an_action_waits_for_the_device_lock() {
+    let d = SimDaemon::start().await.unwrap();
+    let mut human = Conn::new(&d).await;
+    let (task, token) = open(&mut human, json!({})).await;
+    let mut agent = Conn::new(&d).await.with_token(&token);
+    let obs = agent.shot().await;
+    let a = agent.send("action", long_drag(&obs, 1, 1200)).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let b = agent.send("action", Conn::tap(&obs, 2)).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    human.ok("task_control", json!({"task": task, "action": "takeover"})).await;
+    assert_eq!(agent.reply(a, Duration::from_secs(5)).await["ok"], true);
+    // The human drives while B waits.
+    let mine = human.shot().await;
+    let before = touches(&mut human).await;
+    human.ok("action", Conn::tap(&mine, 3)).await;
+    assert_eq!(touches(&mut human).await, before + 1);
+    // Handing back wakes B, which must now observe first: it is refused, not run.
+    human.ok("task_control", json!({"task": task, "action": "handback"})).await;
+    let rb = agent.reply(b, Duration::from_secs(5)).await;
+    assert_eq!(rb["error"]["code"], "NEEDS_OBSERVATION", "{rb}");
+    assert_eq!(touches(&mut human).await, before + 1);
+}
+
+#[tokio::test]
+async fn pause_takes_effect_mid_batch() {
+    let d = SimDaemon::start().await.unwrap();
+    let mut human = Conn::new(&d).await;
+    let (task, token) = open(&mut human, json!({})).await;
+    let mut agent = Conn::new(&d).await.with_token(&token);
+    let obs = agent.shot().await;
+    let before = touches(&mut human).await;
+    let drag =
+        |y: u64| json!({"type": "drag", "path": [{"x": 100, "y": y}, {"x": 100, "y": y + 100}], "duration_ms": 600});
+    let batch = agent
+        .send(
+            "batch",
+            json!({"operation_id": "b1", "observation_id": obs, "actions": [drag(300), drag(320), drag(340)]}),
+        )
+        .await;
+    // Pause during the first sub-step.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    human.ok("task_control", json!({"task": task, "action": "pause"})).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(touches(&mut human).await, before + 1, "only the sub-step in flight finished");
+    human.ok("task_control", json!({"task": task, "action": "resume"})).await;
+    let r = agent.reply(batch, Duration::from_secs(10)).await;
+    assert_eq!(r["result"]["completed"], 3, "{r}");
+    assert_eq!(touches(&mut human).await, before + 3);
+    let order: Vec<String> = events(&mut human, task)
+        .await
+        .iter()
+        .filter_map(|e| match e["kind"].as_str() {
+            Some("step") => Some(format!("step{}", e["data"]["args"]["index"])),
+            Some("state") => e["data"]["state"].as_str().map(String::from),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(order, ["running", "paused", "step0", "running", "step1", "step2"]);
+}
+
+#[tokio::test]
+async fn closing_the_lease_abandons_the_task_and_releases_input_within_100ms() {
+    let d = SimDaemon::start().await.unwrap();
+    let mut lease = Conn::new(&d).await;
+    let (task, token) = open(&mut lease, json!({})).await;
+    let mut agent = Conn::new(&d).await.with_token(&token);
+    let mut watcher = Conn::new(&d).await;
+    let obs = agent.shot().await;
+    let drag = agent.send("action", long_drag(&obs, 1, 3000)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_ne!(d.phone.state().input.buttons, 0, "the drag holds the finger down");
+    let closed = Instant::now();
+    drop(lease);
+    let r = agent.reply(drag, Duration::from_secs(2)).await;
+    let took = closed.elapsed();
+    assert_eq!(r["ok"], false);
+    assert!(took < Duration::from_millis(100), "abandon took {took:?}");
+    assert_eq!(d.phone.state().input.buttons, 0, "held input released");
+    let st = watcher.ok("status", json!({})).await;
+    assert!(st["task"].is_null(), "{}", st["task"]);
+    // The journal says so (the write may land a moment after the in-memory change).
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while states(&mut watcher, task).await.last().map(String::as_str) != Some("abandoned") {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(agent.err("screenshot", json!({})).await, "TASK_ENDED");
+}
+
+#[tokio::test]
+async fn event_stream_follows_and_resumes_after_a_seq_without_gaps_or_duplicates() {
+    let d = SimDaemon::start().await.unwrap();
+    let mut human = Conn::new(&d).await;
+    let (task, token) = open(&mut human, json!({})).await;
+    let mut agent = Conn::new(&d).await.with_token(&token);
+    let mut follower = Conn::new(&d).await;
+    follower.send("task_events", json!({"task": task, "follow": true})).await;
+    for i in 0..5 {
+        agent.ok("task_note", json!({"text": format!("note {i}")})).await;
+    }
+    // Read the stream up to the third note, then drop the connection.
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        let m = follower.c.recv_within(Duration::from_secs(5)).await.unwrap();
+        if m["event"] == "task" {
+            assert_eq!(m["task"], task);
+            seen.push(m["seq"].as_i64().unwrap());
+        }
+    }
+    drop(follower);
+    for i in 5..8 {
+        agent.ok("task_note", json!({"text": format!("note {i}")})).await;
+    }
+    let mut again = Conn::new(&d).await;
+    let id = again.send("task_events", json!({"task": task, "follow": true, "after_seq": seen.last()})).await;
+    agent.ok("task_finish", json!({"ok": true})).await;
+    let done = loop {
+        let m = again.c.recv_within(Duration::from_secs(5)).await.unwrap();
+        if m["event"] == "task" {
+            seen.push(m["seq"].as_i64().unwrap());
+        } else if m["id"] == id {
+            break m;
+        }
+    };
+    assert_eq!(done["result"]["state"], "completed", "{done}");
+    let all: Vec<i64> = events(&mut human, task).await.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seen, all, "every event exactly once, in order");
+    assert_eq!(done["result"]["last_seq"], *all.last().unwrap());
+}
+
+#[tokio::test]
+async fn opening_an_app_outside_the_scope_asks_a_human() {
+    let d = SimDaemon::start().await.unwrap();
+    let mut human = Conn::new(&d).await;
+    let (task, token) = open(&mut human, json!({"apps": ["Settings"]})).await;
+    let mut agent = Conn::new(&d).await.with_token(&token);
+    let open_demo =
+        |n: u64| json!({"operation_id": format!("open-{n}"), "action": {"type": "open_app", "name": "Demo"}});
+    // Rejected: the step fails, the task goes on.
+    let first = agent.send("action", open_demo(1)).await;
+    let st = wait_state(&mut human, "waiting").await;
+    assert_eq!(st["task"]["question"]["kind"], "open_app");
+    human.ok("task_control", json!({"task": task, "action": "reject"})).await;
+    let r = agent.reply(first, Duration::from_secs(5)).await;
+    assert_eq!(r["error"]["code"], "REJECTED", "{r}");
+    assert_eq!(human.ok("status", json!({})).await["task"]["state"], "running");
+    assert_eq!(d.phone.state().screen, tether::device::sim::Screen::Home);
+    // Approved: the app opens and joins the scope.
+    let second = agent.send("action", open_demo(2)).await;
+    wait_state(&mut human, "waiting").await;
+    human.ok("task_control", json!({"task": task, "action": "approve"})).await;
+    let r = agent.reply(second, Duration::from_secs(10)).await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(d.phone.state().screen, tether::device::sim::Screen::App);
+    agent.ok("action", json!({"operation_id": "home", "action": {"type": "home"}})).await;
+    let r = agent.call("action", open_demo(3)).await;
+    assert_eq!(r["ok"], true, "approved once, not asked again: {r}");
+}
+
+#[tokio::test]
+async fn limits_stop_the_task() {
+    let d = SimDaemon::start().await.unwrap();
+    let mut human = Conn::new(&d).await;
+    let (task, token) = open(&mut human, json!({"max_steps": 2})).await;
+    let mut agent = Conn::new(&d).await.with_token(&token);
+    let obs = agent.shot().await;
+    agent.ok("action", Conn::tap(&obs, 1)).await;
+    agent.ok("action", Conn::tap(&obs, 2)).await;
+    assert_eq!(agent.err("action", Conn::tap(&obs, 3)).await, "SCOPE_EXCEEDED");
+    assert_eq!(states(&mut human, task).await.last().unwrap(), "failed");
+    assert_eq!(agent.err("action", Conn::tap(&obs, 4)).await, "TASK_ENDED");
+}
