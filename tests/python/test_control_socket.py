@@ -52,8 +52,8 @@ class Client:
 class Daemon:
     """`tether serve --sim` on a socket in a fresh directory."""
 
-    def __init__(self, extra_args=(), config_text=None):
-        self.dir = tempfile.mkdtemp(prefix="tether-py-")
+    def __init__(self, extra_args=(), config_text=None, data_dir=None):
+        self.dir = data_dir or tempfile.mkdtemp(prefix="tether-py-")
         os.chmod(self.dir, 0o755)
         self.socket = os.path.join(self.dir, "control.sock")
         args = [TETHER, "serve", "--sim", "--socket", self.socket, "--data-dir", self.dir]
@@ -63,7 +63,7 @@ class Daemon:
                 f.write(config_text)
             args += ["--config", cfg]
         args += list(extra_args)
-        self.log = open(os.path.join(self.dir, "daemon.log"), "w+")
+        self.log = open(os.path.join(self.dir, "daemon.log"), "a+")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 20
         while not os.path.exists(self.socket):

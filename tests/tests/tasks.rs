@@ -451,3 +451,17 @@ async fn limits_stop_the_task() {
     assert_eq!(states(&mut human, task).await.last().unwrap(), "failed");
     assert_eq!(agent.err("action", Conn::tap(&obs, 4)).await, "TASK_ENDED");
 }
+
+#[tokio::test]
+async fn a_question_goes_when_its_asker_disconnects() {
+    let d = SimDaemon::start().await.unwrap();
+    let mut human = Conn::new(&d).await;
+    let (task, token) = open(&mut human, json!({})).await;
+    let mut agent = Conn::new(&d).await.with_token(&token);
+    agent.send("task_confirm", json!({"question": "ok?"})).await;
+    wait_state(&mut human, "waiting").await;
+    drop(agent);
+    let st = wait_state(&mut human, "running").await;
+    assert!(st["task"]["question"].is_null());
+    assert_eq!(human.err("task_control", json!({"task": task, "action": "approve"})).await, "INVALID_TRANSITION");
+}

@@ -253,12 +253,21 @@ impl Drop for Session {
         self.inner.sessions.fetch_sub(1, Ordering::Relaxed);
         // The lease: a task opened on this connection is abandoned now (its input was
         // cancelled with the task), and the transition is persisted in the background.
-        if let Some(change) = self.inner.tasks.lease_lost(self.id) {
+        let withdrawn = self.inner.tasks.withdraw_asked_by(self.id);
+        let abandoned = self.inner.tasks.lease_lost(self.id);
+        if let Some(change) = &abandoned {
             tracing::info!(task = change.task, session = self.id.0, "lease lost: task abandoned");
+        }
+        let changes: Vec<_> = withdrawn.into_iter().chain(abandoned).collect();
+        if !changes.is_empty() {
             let store = self.inner.store.clone();
             let keep = self.inner.tasks_kept;
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move { task_methods::persist_change(&store, &change, keep).await });
+                rt.spawn(async move {
+                    for change in changes {
+                        task_methods::persist_change(&store, &change, keep).await;
+                    }
+                });
             }
         }
     }

@@ -303,7 +303,7 @@ impl Daemon {
             changes.borrow_and_update();
             let asked = {
                 let _journal = self.inner.journal.lock().await;
-                match self.inner.tasks.ask(id, text.clone(), kind) {
+                match self.inner.tasks.ask(id, text.clone(), kind, session.id) {
                     Ok((qid, rx, change)) => {
                         persist_change(&self.inner.store, &change, self.inner.tasks_kept).await;
                         Some((qid, rx))

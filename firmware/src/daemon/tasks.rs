@@ -181,6 +181,8 @@ pub struct Question {
     pub text: String,
     /// `confirm` (the agent asked) or `open_app` (outside the scope).
     pub kind: &'static str,
+    /// The connection that asked: the question goes when it does.
+    asker: SessionId,
     answer: Option<oneshot::Sender<bool>>,
 }
 
@@ -452,6 +454,7 @@ impl Tasks {
         id: i64,
         text: String,
         kind: &'static str,
+        asker: SessionId,
     ) -> Result<(u64, oneshot::Receiver<bool>, Change), TaskError> {
         let qid = self.next_question.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
@@ -465,7 +468,7 @@ impl Tasks {
                 return Err(TaskError::Transition { task: id, action: "ask", state: t.state.as_str() });
             }
             let detail = serde_json::json!({"question": {"id": qid, "text": text, "kind": kind}});
-            t.question = Some(Question { id: qid, text, kind, answer: Some(tx) });
+            t.question = Some(Question { id: qid, text, kind, asker, answer: Some(tx) });
             Self::set_state(t, TaskState::Waiting, detail)
         };
         self.notify();
@@ -488,6 +491,15 @@ impl Tasks {
         };
         self.notify();
         Some(change)
+    }
+
+    /// The connection `session` closed: a question it asked is withdrawn.
+    pub fn withdraw_asked_by(&self, session: SessionId) -> Option<Change> {
+        let (id, qid) = self
+            .lock()
+            .as_ref()
+            .and_then(|t| t.question.as_ref().filter(|q| q.asker == session).map(|q| (t.id, q.id)))?;
+        self.withdraw(id, qid)
     }
 
     /// Whether `name` is inside task `id`'s app scope (no scope: everything is).
@@ -751,9 +763,9 @@ mod tests {
     fn questions_one_at_a_time_answered_by_humans_and_withdrawn_by_askers() {
         let tasks = Tasks::default();
         open(&tasks, TaskScope::default());
-        let (qid, mut rx, change) = tasks.ask(1, "send it?".into(), "confirm").unwrap();
+        let (qid, mut rx, change) = tasks.ask(1, "send it?".into(), "confirm", SessionId(5)).unwrap();
         assert_eq!(change.state, S::Waiting);
-        assert_eq!(tasks.ask(1, "again?".into(), "confirm").unwrap_err(), TaskError::QuestionPending(1));
+        assert_eq!(tasks.ask(1, "again?".into(), "confirm", SessionId(5)).unwrap_err(), TaskError::QuestionPending(1));
         // Paused while waiting, resumed: back to the question.
         tasks.control(1, A::Pause, false, serde_json::json!({})).unwrap();
         assert_eq!(tasks.control(1, A::Resume, false, serde_json::json!({})).unwrap().state, S::Waiting);
@@ -761,13 +773,15 @@ mod tests {
         assert_eq!(answered.state, S::Running);
         assert_eq!(answered.detail["approved"], true);
         assert_eq!(rx.try_recv(), Ok(true));
-        let (qid2, _rx, _) = tasks.ask(1, "and this?".into(), "confirm").unwrap();
+        let (qid2, _rx, _) = tasks.ask(1, "and this?".into(), "confirm", SessionId(6)).unwrap();
         assert_ne!(qid, qid2);
         assert!(tasks.withdraw(1, qid).is_none(), "an old question id withdraws nothing");
-        assert_eq!(tasks.withdraw(1, qid2).unwrap().state, S::Running);
+        assert!(tasks.withdraw_asked_by(SessionId(5)).is_none(), "asked by another connection");
+        assert_eq!(tasks.withdraw_asked_by(SessionId(6)).unwrap().state, S::Running);
+        let _ = qid2;
         // A question only while running.
         tasks.control(1, A::Pause, false, serde_json::json!({})).unwrap();
-        assert!(matches!(tasks.ask(1, "?".into(), "confirm"), Err(TaskError::Transition { .. })));
+        assert!(matches!(tasks.ask(1, "?".into(), "confirm", SessionId(5)), Err(TaskError::Transition { .. })));
     }
 
     #[test]

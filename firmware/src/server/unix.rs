@@ -238,6 +238,22 @@ async fn connection(daemon: Daemon, config: Arc<UnixServerConfig>, stream: UnixS
     tracing::info!(session = session.id().0, "disconnected");
 }
 
+/// Resolves once the peer has closed both directions (POLLHUP), polling every 25 ms: a
+/// half-closed peer (shutdown of its write side only) keeps its requests running.
+async fn peer_hung_up(stream: &tokio::net::UnixStream) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    loop {
+        let mut fds = [PollFd::new(stream.as_fd(), PollFlags::empty())];
+        if let Ok(n) = poll(&mut fds, PollTimeout::ZERO) {
+            if n > 0 && fds[0].revents().is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR)) {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 /// Reads and dispatches requests until EOF (`true`) or the connection is closed (`false`).
 /// Returns only after every request it started has finished or been aborted.
 async fn read_requests(
@@ -300,14 +316,22 @@ async fn read_requests(
         });
     };
     if eof {
-        // Half-closed: the peer may still read. Finish what it asked for, unless it stalls.
+        // Half-closed: the peer may still read. Finish what it asked for, unless it stalls
+        // or turns out to be gone altogether (then its long requests — a question, a
+        // followed event stream — must end, and its lease with them).
+        let stream: &tokio::net::UnixStream = reader.get_ref().as_ref();
         tokio::select! {
             () = closed.cancelled() => tasks.abort_all(),
             () = async { while tasks.join_next().await.is_some() {} } => {}
+            () = peer_hung_up(stream) => session.close(),
         }
     } else {
-        tasks.abort_all();
+        session.close();
     }
+    // Requests see the session's cancellation and wind down (withdrawing questions); give
+    // them a moment, then abort what is left.
+    let _ = tokio::time::timeout(Duration::from_secs(1), async { while tasks.join_next().await.is_some() {} }).await;
+    tasks.abort_all();
     while tasks.join_next().await.is_some() {}
     eof
 }
