@@ -144,6 +144,14 @@ async fn every_transition_is_journalled_in_order() {
     assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
     let list = human.ok("task_list", json!({})).await;
     assert_eq!(list["tasks"][0]["state"], "completed");
+    let approvals = human.ok("task_events", json!({"task": task})).await["approvals"].clone();
+    assert_eq!(approvals[0]["question"], "send the message?");
+    assert_eq!(approvals[0]["state"], "approved");
+    assert!(
+        approvals[0]["answered_by"].as_str().unwrap().contains("operate")
+            || approvals[0]["answered_by"].as_str().unwrap().contains("admin"),
+        "{approvals}"
+    );
     // Terminal: nothing applies any more, and the token is dead.
     assert_eq!(human.err("task_control", json!({"task": task, "action": "resume"})).await, "INVALID_TRANSITION");
     assert_eq!(agent.err("screenshot", json!({})).await, "TASK_ENDED");

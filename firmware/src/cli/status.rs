@@ -23,6 +23,27 @@ pub fn run_status(socket: Option<PathBuf>, as_json: bool) -> anyhow::Result<Exit
     Ok(ExitCode::SUCCESS)
 }
 
+fn render_task(t: &Value) -> String {
+    if t.is_null() {
+        return "none".into();
+    }
+    let mut s = format!(
+        "{} {} {:?} by {} ({} steps)",
+        t["id"],
+        t["state"].as_str().unwrap_or("?"),
+        t["title"].as_str().unwrap_or(""),
+        t["owner"].as_str().unwrap_or("?"),
+        t["steps"]
+    );
+    if let Some(q) = t["question"]["text"].as_str() {
+        s += &format!("\n          asks: {q}  (tether task approve|reject {})", t["id"]);
+    }
+    if t["needs_observation"] == json!(true) {
+        s += "\n          the agent must take a fresh screenshot before acting";
+    }
+    s
+}
+
 fn render(hello: &Value, st: &Value) -> String {
     let size = match (&st["video"]["source_size"]["width"], &st["video"]["source_size"]["height"]) {
         (Value::Number(w), Value::Number(h)) => format!("{w}x{h}"),
@@ -43,6 +64,6 @@ fn render(hello: &Value, st: &Value) -> String {
         st["video"]["generation"],
         age,
         if st["input"]["busy"] == json!(true) { "busy" } else { "idle" },
-        if st["task"].is_null() { "none".to_string() } else { st["task"].to_string() },
+        render_task(&st["task"]),
     )
 }

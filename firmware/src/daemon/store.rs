@@ -113,6 +113,21 @@ pub struct StoredEvent {
     pub body: Value,
 }
 
+/// One step for [`Store::append_step`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepRecord {
+    /// The method (`action`, `batch`).
+    pub tool: String,
+    /// Its arguments.
+    pub args: Value,
+    /// Its result or error.
+    pub result: Value,
+    /// How long it took.
+    pub duration_ms: u64,
+    /// Who made it.
+    pub caller: Value,
+}
+
 /// A stored task's summary.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredTask {
@@ -281,6 +296,68 @@ impl Store {
         .await
     }
 
+    /// Records a step: its event and its row in `steps` (same seq), in one transaction.
+    pub async fn append_step(&self, task_id: i64, step: StepRecord) -> Result<i64, StoreError> {
+        self.run(move |conn| {
+            let tx = conn.transaction()?;
+            let body = serde_json::json!({
+                "tool": step.tool, "args": step.args, "result": step.result,
+                "duration_ms": step.duration_ms, "by": step.caller,
+            });
+            let seq = append_event(&tx, task_id, "step", &body)?;
+            tx.execute(
+                "INSERT INTO steps (task_id, seq, tool, args, result, duration_ms, caller) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![
+                    task_id,
+                    seq,
+                    step.tool,
+                    step.args.to_string(),
+                    step.result.to_string(),
+                    i64::try_from(step.duration_ms).unwrap_or(i64::MAX),
+                    step.caller.to_string()
+                ],
+            )?;
+            tx.commit()?;
+            Ok(seq)
+        })
+        .await
+    }
+
+    /// A question asked of a human: a row in `approvals` in state `pending`; returns its id.
+    pub async fn approval_asked(&self, task_id: i64, question: String) -> Result<i64, StoreError> {
+        self.run(move |conn| {
+            conn.execute(
+                "INSERT INTO approvals (task_id, question, state, asked_ms) VALUES (?1, ?2, 'pending', ?3)",
+                params![task_id, question, now_ms()],
+            )?;
+            Ok(conn.last_insert_rowid())
+        })
+        .await
+    }
+
+    /// The answer (`approved`, `rejected`, `withdrawn`) to approval `id`, and who gave it.
+    pub async fn approval_answered(&self, id: i64, state: String, by: String) -> Result<(), StoreError> {
+        self.run(move |conn| {
+            conn.execute(
+                "UPDATE approvals SET state = ?1, answered_ms = ?2, answered_by = ?3 WHERE id = ?4",
+                params![state, now_ms(), by, id],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// A task's approvals: (question, state, answered_by), oldest first.
+    pub async fn approvals(&self, task_id: i64) -> Result<Vec<(String, String, Option<String>)>, StoreError> {
+        self.run(move |conn| {
+            let mut stmt = conn
+                .prepare_cached("SELECT question, state, answered_by FROM approvals WHERE task_id = ?1 ORDER BY id")?;
+            let rows = stmt.query_map([task_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
     /// The newest `limit` tasks, newest first.
     pub async fn list(&self, limit: u32) -> Result<Vec<StoredTask>, StoreError> {
         self.run(move |conn| {
@@ -331,6 +408,27 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[tokio::test]
+    async fn steps_and_approvals_have_their_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(&dir.path().join("t.db")).unwrap();
+        let id = store.create_task("t".into(), "me".into(), json!({})).await.unwrap();
+        let step = StepRecord {
+            tool: "action".into(),
+            args: json!({"action": {"type": "home"}}),
+            result: json!({"ok": true}),
+            duration_ms: 42,
+            caller: json!({"role": "agent"}),
+        };
+        let seq = store.append_step(id, step).await.unwrap();
+        let ev = store.events_after(id, seq - 1, 10).await.unwrap();
+        assert_eq!((ev[0].kind.as_str(), ev[0].body["duration_ms"].clone()), ("step", json!(42)));
+        let a = store.approval_asked(id, "pay?".into()).await.unwrap();
+        assert_eq!(store.approvals(id).await.unwrap(), vec![("pay?".to_string(), "pending".to_string(), None)]);
+        store.approval_answered(a, "rejected".into(), "uid 0".into()).await.unwrap();
+        assert_eq!(store.approvals(id).await.unwrap()[0].1, "rejected");
+    }
 
     #[tokio::test]
     async fn events_are_sequenced_resumable_and_survive_a_restart() {

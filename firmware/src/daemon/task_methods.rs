@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::store::Store;
+use super::store::{StepRecord, Store};
 use super::tasks::{Change, TaskError, TaskState};
 use super::{Daemon, DaemonError, Role, Session, SessionMessage};
 use crate::protocol::task_params::{
@@ -94,14 +94,17 @@ impl Daemon {
             Ok(v) => json!({"ok": true, "result": v}),
             Err(e) => json!({"ok": false, "error": ErrorBody::from(e)}),
         };
-        let body = json!({
-            "tool": tool,
-            "args": args,
-            "result": result,
-            "duration_ms": u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
-            "by": by(session, token),
-        });
-        self.append(task, "step", body).await;
+        let step = StepRecord {
+            tool: tool.into(),
+            args: args.clone(),
+            result,
+            duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+            caller: by(session, token),
+        };
+        if let Err(e) = self.inner.store.append_step(task, step).await {
+            tracing::error!(task, error = %e, "could not record a step");
+        }
+        self.inner.tasks.notify();
     }
 
     pub(super) async fn task_open(
@@ -177,7 +180,19 @@ impl Daemon {
                 .into_iter()
                 .map(|e| json!({"seq": e.seq, "at_ms": e.at_ms, "kind": e.kind, "data": e.body}))
                 .collect();
-            return Ok(json!({"task": {"id": task.id, "title": task.title, "state": task.state}, "events": list}));
+            let approvals: Vec<Value> = self
+                .inner
+                .store
+                .approvals(p.task)
+                .await?
+                .into_iter()
+                .map(|(question, state, by)| json!({"question": question, "state": state, "answered_by": by}))
+                .collect();
+            return Ok(json!({
+                "task": {"id": task.id, "title": task.title, "state": task.state},
+                "events": list,
+                "approvals": approvals,
+            }));
         }
         let mut changes = self.inner.tasks.subscribe();
         loop {
@@ -321,19 +336,34 @@ impl Daemon {
                 () = session.cancel.cancelled() => return Err(DaemonError::ShuttingDown),
             }
         };
-        tokio::select! {
+        let approval = match self.inner.store.approval_asked(id, text.clone()).await {
+            Ok(a) => Some(a),
+            Err(e) => {
+                tracing::error!(task = id, error = %e, "could not record a question");
+                None
+            }
+        };
+        let (outcome, state, who) = tokio::select! {
             answer = answer => match answer {
-                Ok(yes) => Ok(yes),
+                Ok((Some(true), who)) => (Ok(true), "approved", who),
+                Ok((Some(false), who)) => (Ok(false), "rejected", who),
                 // The task ended with the question open.
-                Err(_) => Err(TaskError::Ended.into()),
+                Ok((None, why)) => (Err(TaskError::Ended.into()), "withdrawn", why),
+                Err(_) => (Err(TaskError::Ended.into()), "withdrawn", String::new()),
             },
             () = session.cancel.cancelled() => {
                 if let Some(change) = self.inner.tasks.withdraw(id, qid) {
                     self.persist(change).await;
                 }
-                Err(DaemonError::ShuttingDown)
+                (Err(DaemonError::ShuttingDown), "withdrawn", "the asker disconnected".into())
+            }
+        };
+        if let Some(a) = approval {
+            if let Err(e) = self.inner.store.approval_answered(a, state.into(), who).await {
+                tracing::error!(task = id, error = %e, "could not record an answer");
             }
         }
+        outcome
     }
 
     pub(super) async fn task_confirm(

@@ -172,6 +172,9 @@ impl DeviceIdentity {
     }
 }
 
+/// The answer to a question: yes/no (`None`: the task ended first) and who gave it.
+pub type Answer = (Option<bool>, String);
+
 /// A question waiting for a human.
 #[derive(Debug)]
 pub struct Question {
@@ -183,7 +186,7 @@ pub struct Question {
     pub kind: &'static str,
     /// The connection that asked: the question goes when it does.
     asker: SessionId,
-    answer: Option<oneshot::Sender<bool>>,
+    answer: Option<oneshot::Sender<Answer>>,
 }
 
 /// The active task.
@@ -385,7 +388,7 @@ impl Tasks {
             t.cancel.cancel();
             if let Some(mut q) = t.question.take() {
                 if let Some(tx) = q.answer.take() {
-                    let _ = tx.send(false);
+                    let _ = tx.send((None, "the task ended".into()));
                 }
             }
         }
@@ -433,7 +436,7 @@ impl Tasks {
                         obj.insert("approved".into(), approved.into());
                     }
                     if let Some(tx) = q.answer.take() {
-                        let _ = tx.send(approved);
+                        let _ = tx.send((Some(approved), detail["by"].to_string()));
                     }
                 }
             }
@@ -455,7 +458,7 @@ impl Tasks {
         text: String,
         kind: &'static str,
         asker: SessionId,
-    ) -> Result<(u64, oneshot::Receiver<bool>, Change), TaskError> {
+    ) -> Result<(u64, oneshot::Receiver<Answer>, Change), TaskError> {
         let qid = self.next_question.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let change = {
@@ -772,7 +775,7 @@ mod tests {
         let answered = tasks.control(1, A::Approve, false, serde_json::json!({})).unwrap();
         assert_eq!(answered.state, S::Running);
         assert_eq!(answered.detail["approved"], true);
-        assert_eq!(rx.try_recv(), Ok(true));
+        assert!(matches!(rx.try_recv(), Ok((Some(true), _))));
         let (qid2, _rx, _) = tasks.ask(1, "and this?".into(), "confirm", SessionId(6)).unwrap();
         assert_ne!(qid, qid2);
         assert!(tasks.withdraw(1, qid).is_none(), "an old question id withdraws nothing");
