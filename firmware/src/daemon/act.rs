@@ -148,6 +148,17 @@ impl Daemon {
         }))
     }
 
+    /// Registers an operation; `Some` is the answer when it is already known (cached
+    /// result, still in progress, or the id reused with other arguments).
+    fn begin_operation(&self, id: &str, args: &Value) -> Option<Result<Value, DaemonError>> {
+        match self.lock_operations().begin(id, args, Instant::now()) {
+            Begin::Conflict => Some(Err(DaemonError::OperationConflict { operation_id: id.to_string() })),
+            Begin::Known(OperationState::InProgress) => Some(Ok(json!({"status": "in_progress", "operation_id": id}))),
+            Begin::Known(OperationState::Done(result)) => Some(result.map_err(DaemonError::ActionFailed)),
+            Begin::Run => None,
+        }
+    }
+
     pub(super) async fn action(
         &self,
         session: &Session,
@@ -156,14 +167,8 @@ impl Daemon {
         p: &ActionParams,
     ) -> Result<Value, DaemonError> {
         let args = json!({"observation_id": p.observation_id, "action": p.action});
-        let begin = self.lock_operations().begin(&p.operation_id, &args, Instant::now());
-        match begin {
-            Begin::Conflict => return Err(DaemonError::OperationConflict { operation_id: p.operation_id.clone() }),
-            Begin::Known(OperationState::InProgress) => {
-                return Ok(json!({"status": "in_progress", "operation_id": p.operation_id}))
-            }
-            Begin::Known(OperationState::Done(result)) => return result.map_err(DaemonError::ActionFailed),
-            Begin::Run => {}
+        if let Some(known) = self.begin_operation(&p.operation_id, &args) {
+            return known;
         }
         let started = Instant::now();
         let outcome = self.run_action(session, request, token, &p.observation_id, &p.action).await;
@@ -206,14 +211,8 @@ impl Daemon {
         p: &BatchParams,
     ) -> Result<Value, DaemonError> {
         let args = json!({"observation_id": p.observation_id, "actions": p.actions});
-        let begin = self.lock_operations().begin(&p.operation_id, &args, Instant::now());
-        match begin {
-            Begin::Conflict => return Err(DaemonError::OperationConflict { operation_id: p.operation_id.clone() }),
-            Begin::Known(OperationState::InProgress) => {
-                return Ok(json!({"status": "in_progress", "operation_id": p.operation_id}))
-            }
-            Begin::Known(OperationState::Done(result)) => return result.map_err(DaemonError::ActionFailed),
-            Begin::Run => {}
+        if let Some(known) = self.begin_operation(&p.operation_id, &args) {
+            return known;
         }
         let started = Instant::now();
         let mut done = 0usize;

@@ -145,26 +145,12 @@ impl SoftwareH264 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::nal_types;
     use super::*;
 
     fn frame(seq: u64, w: u32, h: u32) -> Frame {
         let data: Vec<u8> = (0..w * h * 3).map(|i| u8::try_from((i as u64 + seq * 7) % 251).unwrap()).collect();
         Frame::rgb(1, seq, w, h, data)
-    }
-
-    /// NAL unit types in an Annex B stream.
-    fn nal_types(data: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        let mut i = 0;
-        while i + 3 < data.len() {
-            if data[i..i + 3] == [0, 0, 1] {
-                out.push(data[i + 3] & 0x1f);
-                i += 3;
-            } else {
-                i += 1;
-            }
-        }
-        out
     }
 
     #[test]
