@@ -240,6 +240,38 @@ fn mjpeg_bench(n: usize) -> anyhow::Result<Option<(f64, f64, usize)>> {
     Ok(Some((p50, p99, jpeg.len())))
 }
 
+/// Lease loss: the opening connection closes while the task's agent holds the finger down
+/// in a long drag; the time until the agent's drag has ended (held input released, reply
+/// received) and until `status` shows no task.
+async fn lease_abandon(n: usize) -> anyhow::Result<(f64, f64, f64, f64)> {
+    let d = SimDaemon::start().await?;
+    let mut watcher = d.connect().await?;
+    let (mut released, mut gone) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for i in 0..n as u64 {
+        let mut lease = d.connect().await?;
+        let opened = lease.ok(1, "task_open", json!({"title": format!("lease {i}")})).await?;
+        let token = opened["token"].as_str().context("token")?.to_string();
+        let mut agent = d.connect().await?;
+        let shot = agent.ok(2, "screenshot", json!({"task_token": token})).await?;
+        let obs = shot["metadata"]["observation_id"].clone();
+        let drag = json!({"id": 3, "method": "action", "task_token": token, "operation_id": format!("d{i}"),
+            "observation_id": obs, "action": {"type": "drag", "duration_ms": 3000,
+            "path": [{"x": 100, "y": 300}, {"x": 100, "y": 600}]}});
+        agent.send(&drag.to_string()).await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let t = Instant::now();
+        drop(lease);
+        agent.recv_within(Duration::from_secs(5)).await?;
+        released.push(t.elapsed().as_secs_f64() * 1000.0);
+        while !watcher.ok(10 + i, "status", json!({})).await?["task"].is_null() {}
+        gone.push(t.elapsed().as_secs_f64() * 1000.0);
+        anyhow::ensure!(d.phone.state().input.buttons == 0, "held input after the lease closed");
+    }
+    let (r50, r99) = summary(released);
+    let (g50, g99) = summary(gone);
+    Ok((r50, r99, g50, g99))
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let n = 200;
@@ -253,6 +285,7 @@ async fn main() -> anyhow::Result<()> {
     let (fps1080, e50_1080, e99_1080) = encode_bench(1920, 1080, 200)?;
     let (l50, l99) = viewer_latency(1280, 720, 5)?;
     let mjpeg = mjpeg_bench(100)?;
+    let (lr50, lr99, lg50, lg99) = lease_abandon(50).await?;
     println!("| measure | p50 | p99 | notes |");
     println!("|---|---|---|---|");
     println!("| screenshot, 1080p capture | {p50_1080:.1} ms | {p99_1080:.1} ms | {n} runs, PNG {bytes_1080} B, end to end over the socket |");
@@ -283,5 +316,9 @@ async fn main() -> anyhow::Result<()> {
         }
         None => println!("| MJPEG decode, 1080p | - | - | not measured: needs ffmpeg to make the frame |"),
     }
+    println!(
+        "| lease closed → agent's drag released | {lr50:.1} ms | {lr99:.1} ms | 50 tasks, finger down in a 3 s drag |"
+    );
+    println!("| lease closed → no task in `status` | {lg50:.1} ms | {lg99:.1} ms | same runs, polled over another connection |");
     Ok(())
 }
