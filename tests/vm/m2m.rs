@@ -73,11 +73,52 @@ fn suite(planes: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The decoder that capture uses for compressed formats, driven with vicodec's FWHT: coded
+/// frames in, RGB pictures out that match what was encoded.
+fn capture_decoder(planes: &str) -> anyhow::Result<()> {
+    use tether::device::video::codec::{find_hardware_decoder, HardwareDecoder};
+    let enc_path = find_node(YU12, FWHT).context("no M2M encoder node")?;
+    let dec_path = find_hardware_decoder(FWHT).context("find_hardware_decoder found no FWHT decoder")?;
+    // 600 rows are not whole macroblocks: vicodec pads to 608, we lay the picture out in
+    // that geometry, crop to 600 on the encoder and read 600 visible rows back.
+    let (w, h) = (800u32, 600u32);
+    let rgb = super::video::sim_frame(w, h)?;
+    let mut enc = M2mCodec::encoder(&enc_path, YU12, FWHT, w, h, &[])?;
+    let layout = enc.output_format().context("encoder layout")?;
+    ensure!((layout.width, layout.height) == (800, 608), "vicodec's padded layout: {layout:?}");
+    let raw = tether::device::video::convert::pad_i420(
+        &rgb_to_i420(&rgb, w as usize, h as usize),
+        w as usize,
+        h as usize,
+        layout.bytes_per_line as usize,
+        layout.height as usize,
+    );
+    let mut dec = HardwareDecoder::new(&dec_path, FWHT, w, h)?;
+    let mut pictures = 0;
+    for _ in 0..10 {
+        let coded = enc.process(&raw)?;
+        if let Some((dw, dh, out)) = dec.decode(&coded, (w, h))? {
+            ensure!((dw, dh) == (w, h), "picture {dw}x{dh}");
+            let err = mean_abs_diff(&out, &rgb);
+            ensure!(err < 6.0, "decoded picture differs from the source: mean error {err:.2}");
+            pictures += 1;
+        }
+    }
+    ensure!(pictures >= 8, "only {pictures} of 10 frames came out as pictures");
+    log(format!(
+        "capture decoder ({planes}): {pictures}/10 FWHT frames (coded {}x{}) → RGB {w}x{h} matching the source",
+        layout.width, layout.height
+    ));
+    Ok(())
+}
+
 pub async fn run() -> anyhow::Result<()> {
     suite("single-planar")?;
+    capture_decoder("single-planar")?;
     encoder_selection().await?;
     super::reload_module("vicodec", &["multiplanar=1"])?;
-    suite("multi-planar")
+    suite("multi-planar")?;
+    capture_decoder("multi-planar")
 }
 
 /// Encoder selection against a real M2M driver that is not an H.264 encoder: `hardware`
@@ -93,6 +134,14 @@ pub async fn encoder_selection() -> anyhow::Result<()> {
     ensure!(!out.status.success(), "serve with encoder_backend=hardware started without an H.264 encoder");
     ensure!(stderr.contains("no V4L2 M2M node encodes YU12 to H.264"), "unclear refusal: {stderr}");
     log("encoder_backend=hardware without an H.264 M2M node: refused with a clear message");
+    std::fs::write(conf, "hid = \"sim\"\nvideo = \"sim\"\ndecoder_backend = \"hardware\"\n")?;
+    let out = Command::new("/tether")
+        .args(["serve", "--config", conf, "--socket", "/run/tether-m2m.sock", "--data-dir", "/run/tether-m2m"])
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(!out.status.success(), "serve with decoder_backend=hardware started without an MJPEG/H.264 decoder");
+    ensure!(stderr.contains("no V4L2 M2M node decodes MJPEG or H.264"), "unclear refusal: {stderr}");
+    log("decoder_backend=hardware without an MJPEG/H.264 M2M node: refused with a clear message");
     std::fs::write(conf, "hid = \"sim\"\nvideo = \"sim\"\nencoder_backend = \"auto\"\n")?;
     let mut child = Command::new("/tether")
         .args(["serve", "--config", conf, "--socket", "/run/tether-m2m.sock", "--data-dir", "/run/tether-m2m"])

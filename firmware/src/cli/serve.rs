@@ -105,10 +105,13 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
     tracing::info!(listen = %config.listen, "HTTPS console and MCP are not in this build yet; --listen is recorded only");
 
     if config.decoder_backend == CodecChoice::Hardware {
-        bail!(
-            "decoder_backend = \"hardware\": compressed capture (MJPEG/H.264) is decoded in software in this \
-             build; use \"auto\" or \"software\""
-        );
+        use tether::device::video::{codec::find_hardware_decoder, v4l2::FourCc};
+        if find_hardware_decoder(FourCc::MJPEG).is_none() && find_hardware_decoder(FourCc::H264).is_none() {
+            bail!(
+                "decoder_backend = \"hardware\" but no V4L2 M2M node decodes MJPEG or H.264 to YU12 here; use \
+                 \"auto\" or \"software\""
+            );
+        }
     }
     let encoder_kind = EncoderKind::select(config.encoder_backend)?;
     match &encoder_kind {
@@ -162,7 +165,7 @@ fn open_devices(config: &Config) -> anyhow::Result<(Devices, bool)> {
     };
     let video: Box<dyn FrameSource> = match config.video_backend() {
         VideoBackend::Sim => Box::new(phone.display()),
-        VideoBackend::V4l2 => v4l2_source(&config.capture)?,
+        VideoBackend::V4l2 => v4l2_source(&config.capture, config.decoder_backend)?,
         VideoBackend::None => {
             tracing::warn!("no video backend: screenshots answer NO_FRAME (V4L2 capture arrives with its issue)");
             Box::new(NoVideo)
@@ -175,7 +178,7 @@ fn open_devices(config: &Config) -> anyhow::Result<(Devices, bool)> {
 }
 
 #[cfg(target_os = "linux")]
-fn v4l2_source(c: &tether::config::CaptureConfig) -> anyhow::Result<Box<dyn FrameSource>> {
+fn v4l2_source(c: &tether::config::CaptureConfig, decoder: CodecChoice) -> anyhow::Result<Box<dyn FrameSource>> {
     use tether::device::video::v4l2::FourCc;
     let format = match c.format.as_deref() {
         None => None,
@@ -187,11 +190,16 @@ fn v4l2_source(c: &tether::config::CaptureConfig) -> anyhow::Result<Box<dyn Fram
             Some(FourCc::new(&bytes))
         }
     };
-    Ok(Box::new(tether::device::video::capture::V4l2Capture { path: c.device.clone(), input: c.input, format }))
+    Ok(Box::new(tether::device::video::capture::V4l2Capture {
+        path: c.device.clone(),
+        input: c.input,
+        format,
+        decoder,
+    }))
 }
 
 #[cfg(not(target_os = "linux"))]
-fn v4l2_source(_c: &tether::config::CaptureConfig) -> anyhow::Result<Box<dyn FrameSource>> {
+fn v4l2_source(_c: &tether::config::CaptureConfig, _decoder: CodecChoice) -> anyhow::Result<Box<dyn FrameSource>> {
     bail!("V4L2 capture needs Linux; use `--sim`")
 }
 

@@ -523,6 +523,7 @@ impl Daemon {
                 frame_id: latest.as_ref().map(|f| f.sequence),
                 frame_age_ms: latest.as_ref().map(|f| millis(f.captured_at.elapsed())),
                 encoder: self.inner.viewers.encoder(),
+                decoder: self.inner.frames.decoder(),
                 viewers: self.inner.viewers.stats(),
             },
             input: InputStatus { busy: self.inner.input_busy.load(Ordering::Relaxed) },

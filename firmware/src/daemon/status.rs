@@ -87,7 +87,9 @@ pub struct VideoStatus {
     pub frame_id: Option<u64>,
     /// Age of the latest frame.
     pub frame_age_ms: Option<u64>,
-    /// The H.264 encoder in use for viewers.
+    /// Decoder for compressed capture (`none` for raw formats, `software`, `v4l2-m2m`).
+    pub decoder: &'static str,
+    /// H.264 encoder for viewers (`software`, `v4l2-m2m`).
     pub encoder: &'static str,
     /// Viewer queues.
     pub viewers: crate::device::video::viewers::ViewerStats,

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::codec::SoftwareH264Decoder;
+use super::codec::{find_hardware_decoder, CodecChoice, DecoderError, HardwareDecoder, SoftwareH264Decoder};
 use super::convert::{nv12_to_rgb, packed422_to_rgb};
 use super::v4l2::{
     BufType, Dequeued, DvTimingsStatus, Event, FourCc, PixFormat, V4l2Device, V4l2Error, EVENT_SOURCE_CHANGE,
@@ -31,6 +31,8 @@ pub struct V4l2Capture {
     pub input: Option<u32>,
     /// Preferred pixel format; the first supported of [`RAW_FORMATS`] otherwise.
     pub format: Option<FourCc>,
+    /// Hardware or software decoding of MJPEG/H.264 capture.
+    pub decoder: CodecChoice,
 }
 
 /// Why one streaming session ended.
@@ -41,14 +43,98 @@ enum SessionEnd {
     Stop,
 }
 
-fn to_rgb(fmt: &PixFormat, data: &[u8], h264: &mut Option<SoftwareH264Decoder>) -> Option<Vec<u8>> {
-    let (w, h, stride) = (fmt.width as usize, fmt.height as usize, fmt.bytes_per_line as usize);
-    let rgb = match fmt.fourcc {
-        FourCc::H264 => {
-            if h264.is_none() {
-                *h264 = SoftwareH264Decoder::new().map_err(|e| tracing::warn!(error = %e, "no H.264 decoder")).ok();
+/// Decoders for compressed capture (MJPEG, H.264), chosen by `decoder_backend`: the
+/// board's M2M decoder when there is one (and the choice allows it), software otherwise.
+/// A hardware decoder that fails falls back to software unless hardware was demanded.
+struct Decoders<'a> {
+    choice: CodecChoice,
+    hub: &'a FrameHub,
+    hardware: Option<(FourCc, HardwareDecoder)>,
+    hardware_failed: bool,
+    h264: Option<SoftwareH264Decoder>,
+}
+
+impl<'a> Decoders<'a> {
+    fn new(choice: CodecChoice, hub: &'a FrameHub) -> Decoders<'a> {
+        Decoders { choice, hub, hardware: None, hardware_failed: false, h264: None }
+    }
+
+    /// Decodes with the hardware decoder; `None` when there is none for this format (or it
+    /// failed and software may take over), `Some(None)` for "no picture from this frame".
+    fn hardware(&mut self, fmt: &PixFormat, data: &[u8]) -> Option<Option<Vec<u8>>> {
+        if self.choice == CodecChoice::Software || self.hardware_failed {
+            return None;
+        }
+        if self.hardware.as_ref().is_none_or(|(f, _)| *f != fmt.fourcc) {
+            let node = find_hardware_decoder(fmt.fourcc)?;
+            match HardwareDecoder::new(&node, fmt.fourcc, fmt.width, fmt.height) {
+                Ok(d) => {
+                    tracing::info!(node = %node.display(), format = %fmt.fourcc, "decoding capture in hardware");
+                    self.hardware = Some((fmt.fourcc, d));
+                }
+                Err(e) => return self.hardware_failed(e),
             }
-            return match h264.as_mut()?.decode(data) {
+        }
+        let (_, decoder) = self.hardware.as_mut()?;
+        match decoder.decode(data, (fmt.width, fmt.height)) {
+            Ok(Some((w, h, rgb))) if (w, h) == (fmt.width, fmt.height) => {
+                self.hub.set_decoder("v4l2-m2m");
+                Some(Some(rgb))
+            }
+            Ok(Some((w, h, _))) => {
+                tracing::warn!(got = ?(w, h), want = ?(fmt.width, fmt.height), "decoded picture of the wrong size");
+                Some(None)
+            }
+            Ok(None) => Some(None),
+            Err(e) => self.hardware_failed(e),
+        }
+    }
+
+    fn hardware_failed(&mut self, e: DecoderError) -> Option<Option<Vec<u8>>> {
+        self.hardware = None;
+        if self.choice == CodecChoice::Hardware {
+            tracing::warn!(error = %e, "hardware decoder failed; dropping the frame (decoder_backend = \"hardware\")");
+            return Some(None);
+        }
+        tracing::warn!(error = %e, "hardware decoder failed; decoding in software from now on");
+        self.hardware_failed = true;
+        None
+    }
+
+    fn picture(&mut self, fmt: &PixFormat, data: &[u8]) -> Option<Vec<u8>> {
+        let (w, h, stride) = (fmt.width as usize, fmt.height as usize, fmt.bytes_per_line as usize);
+        let rgb = match fmt.fourcc {
+            FourCc::H264 | FourCc::MJPEG => {
+                if let Some(result) = self.hardware(fmt, data) {
+                    return result;
+                }
+                self.hub.set_decoder("software");
+                return self.software(fmt, data);
+            }
+            FourCc::YUYV => packed422_to_rgb(data, w, h, stride, false),
+            FourCc::UYVY => packed422_to_rgb(data, w, h, stride, true),
+            FourCc::NV12 => nv12_to_rgb(data, w, h, stride),
+            FourCc::RGB24 if data.len() >= w * h * 3 => {
+                let stride = stride.max(w * 3);
+                return Some(data.chunks(stride).take(h).flat_map(|row| row[..w * 3].iter().copied()).collect());
+            }
+            _ => return None,
+        };
+        match rgb {
+            Ok(rgb) => Some(rgb),
+            Err(e) => {
+                tracing::warn!(error = %e, "dropping a malformed frame");
+                None
+            }
+        }
+    }
+
+    fn software(&mut self, fmt: &PixFormat, data: &[u8]) -> Option<Vec<u8>> {
+        if fmt.fourcc == FourCc::H264 {
+            if self.h264.is_none() {
+                self.h264 = SoftwareH264Decoder::new().map_err(|e| tracing::warn!(error = %e, "no H.264 decoder")).ok();
+            }
+            return match self.h264.as_mut()?.decode(data) {
                 Ok(Some((dw, dh, rgb))) if (dw, dh) == (fmt.width, fmt.height) => Some(rgb),
                 Ok(_) => None, // waiting for an IDR, or a size the format did not announce
                 Err(e) => {
@@ -57,33 +143,16 @@ fn to_rgb(fmt: &PixFormat, data: &[u8], h264: &mut Option<SoftwareH264Decoder>) 
                 }
             };
         }
-        FourCc::YUYV => packed422_to_rgb(data, w, h, stride, false),
-        FourCc::UYVY => packed422_to_rgb(data, w, h, stride, true),
-        FourCc::NV12 => nv12_to_rgb(data, w, h, stride),
-        FourCc::MJPEG => {
-            return match super::codec::decode_mjpeg(data) {
-                Ok((dw, dh, rgb)) if (dw, dh) == (fmt.width, fmt.height) => Some(rgb),
-                Ok((dw, dh, _)) => {
-                    tracing::warn!(got = ?(dw, dh), want = ?(fmt.width, fmt.height), "MJPEG frame of the wrong size");
-                    None
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "dropping an undecodable MJPEG frame");
-                    None
-                }
-            };
-        }
-        FourCc::RGB24 if data.len() >= w * h * 3 => {
-            let stride = stride.max(w * 3);
-            return Some(data.chunks(stride).take(h).flat_map(|row| row[..w * 3].iter().copied()).collect());
-        }
-        _ => return None,
-    };
-    match rgb {
-        Ok(rgb) => Some(rgb),
-        Err(e) => {
-            tracing::warn!(error = %e, "dropping a malformed frame");
-            None
+        match super::codec::decode_mjpeg(data) {
+            Ok((dw, dh, rgb)) if (dw, dh) == (fmt.width, fmt.height) => Some(rgb),
+            Ok((dw, dh, _)) => {
+                tracing::warn!(got = ?(dw, dh), want = ?(fmt.width, fmt.height), "MJPEG frame of the wrong size");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "dropping an undecodable MJPEG frame");
+                None
+            }
         }
     }
 }
@@ -101,6 +170,7 @@ struct Session<'a> {
     dev: &'a V4l2Device,
     hub: &'a FrameHub,
     stop: &'a AtomicBool,
+    decoder: CodecChoice,
 }
 
 impl Session<'_> {
@@ -177,8 +247,11 @@ impl Session<'_> {
         tracing::info!(path = %self.dev.path().display(), format = %fmt.fourcc, width = fmt.width, height = fmt.height, planes = fmt.planes, multiplanar = kind.is_multiplanar(), generation, "capturing");
         let mut sequence = 0u64;
         let mut checked = Instant::now();
-        // A new session is a new stream: a fresh decoder waits for the next IDR.
-        let mut h264 = None;
+        // A new session is a new stream: fresh decoders (H.264 waits for the next IDR).
+        let mut decoders = Decoders::new(self.decoder, self.hub);
+        if !matches!(fmt.fourcc, FourCc::H264 | FourCc::MJPEG) {
+            self.hub.set_decoder("none");
+        }
         let end = loop {
             if self.stop.load(Ordering::Relaxed) {
                 break SessionEnd::Stop;
@@ -214,7 +287,7 @@ impl Session<'_> {
             let Dequeued::Buffer { index, payload, .. } = self.dev.dequeue(kind)? else { continue };
             let captured_at = Instant::now();
             let rgb = match buffers.get(index as usize) {
-                Some(b) => to_rgb(&fmt, &b.data(&payload), &mut h264),
+                Some(b) => decoders.picture(&fmt, &b.data(&payload)),
                 None => None,
             };
             self.dev.queue(kind, index, &[])?;
@@ -270,7 +343,7 @@ impl FrameSource for V4l2Capture {
                     if let Err(e) = dev.subscribe(EVENT_SOURCE_CHANGE, self.input.unwrap_or(0)) {
                         tracing::debug!(error = %e, "no source-change events on this node");
                     }
-                    let session = Session { dev: &dev, hub: &hub, stop: &stop_thread };
+                    let session = Session { dev: &dev, hub: &hub, stop: &stop_thread, decoder: self.decoder };
                     match session.stream(generation, self.format) {
                         Ok(SessionEnd::Stop) => break,
                         Ok(SessionEnd::Restart) => {}

@@ -85,6 +85,55 @@ pub fn nv12_to_rgb(src: &[u8], width: usize, height: usize, stride: usize) -> Re
     Ok(out)
 }
 
+/// I420 (YU12): a Y plane of `stride` bytes per line and `rows` lines (a decoder may pad
+/// the picture's `height` up to its macroblock rows), then U and V at half resolution.
+pub fn i420_to_rgb(
+    src: &[u8],
+    width: usize,
+    height: usize,
+    stride: usize,
+    rows: usize,
+) -> Result<Vec<u8>, ConvertError> {
+    let stride = stride.max(width);
+    let rows = rows.max(height);
+    let (cstride, crows) = (stride.div_ceil(2), rows.div_ceil(2));
+    let (u_start, v_start) = (stride * rows, stride * rows + cstride * crows);
+    check("I420", src, width, height, v_start + cstride * height.div_ceil(2))?;
+    let mut out = vec![0u8; width * height * 3];
+    for (y, row_out) in out.chunks_exact_mut(width * 3).enumerate() {
+        let luma = &src[y * stride..y * stride + width];
+        let u = &src[u_start + (y / 2) * cstride..];
+        let v = &src[v_start + (y / 2) * cstride..];
+        for (x, px) in row_out.chunks_exact_mut(3).enumerate() {
+            px.copy_from_slice(&yuv_to_rgb(luma[x], u[x / 2], v[x / 2]));
+        }
+    }
+    Ok(out)
+}
+
+/// Lays an I420 picture of `width`x`height` out in a padded geometry (`stride` bytes per
+/// luma line, `rows` lines), repeating the edge pixels into the padding: what an encoder
+/// that works on whole macroblocks expects.
+pub fn pad_i420(src: &[u8], width: usize, height: usize, stride: usize, rows: usize) -> Vec<u8> {
+    let (stride, rows) = (stride.max(width), rows.max(height));
+    let (cw, ch, cstride, crows) = (width / 2, height / 2, stride.div_ceil(2), rows.div_ceil(2));
+    let mut out = vec![0u8; stride * rows + 2 * cstride * crows];
+    let mut plane = |src_off: usize, dst_off: usize, w: usize, h: usize, dst_stride: usize, dst_rows: usize| {
+        for y in 0..dst_rows {
+            let sy = y.min(h.saturating_sub(1));
+            let Some(row) = src.get(src_off + sy * w..src_off + sy * w + w) else { return };
+            let dst = &mut out[dst_off + y * dst_stride..dst_off + (y + 1) * dst_stride];
+            dst[..w].copy_from_slice(row);
+            let last = row.last().copied().unwrap_or(0);
+            dst[w..].fill(last);
+        }
+    };
+    plane(0, 0, width, height, stride, rows);
+    plane(width * height, stride * rows, cw, ch, cstride, crows);
+    plane(width * height + cw * ch, stride * rows + cstride * crows, cw, ch, cstride, crows);
+    out
+}
+
 /// RGB24 → YUYV (for writing test frames to an output device, and for the encoder path).
 pub fn rgb_to_yuyv(rgb: &[u8], width: usize, height: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(width * height * 2);
@@ -133,6 +182,28 @@ pub fn rgb_to_i420(rgb: &[u8], width: usize, height: usize) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn i420_round_trips_and_honours_padded_rows() {
+        let (w, h) = (8usize, 6usize);
+        let rgb: Vec<u8> = [40u8, 200, 90].iter().copied().cycle().take(w * h * 3).collect();
+        let i420 = rgb_to_i420(&rgb, w, h);
+        let back = i420_to_rgb(&i420, w, h, w, h).unwrap();
+        assert!(back.iter().zip(&rgb).all(|(a, b)| a.abs_diff(*b) <= 4), "{back:?}");
+        // The same picture in a decoder's buffer padded to 8 rows.
+        let mut padded = vec![0u8; w * 8 + 2 * (w / 2) * 4];
+        padded[..w * h].copy_from_slice(&i420[..w * h]);
+        let (c, cw) = (w * h, (w / 2) * (h / 2));
+        padded[w * 8..w * 8 + cw].copy_from_slice(&i420[c..c + cw]);
+        padded[w * 8 + (w / 2) * 4..w * 8 + (w / 2) * 4 + cw].copy_from_slice(&i420[c + cw..]);
+        assert_eq!(i420_to_rgb(&padded, w, h, w, 8).unwrap(), back);
+        assert!(matches!(i420_to_rgb(&i420[..10], w, h, w, h), Err(ConvertError::Short { .. })));
+        // pad_i420 makes that layout (edge rows repeated) and i420_to_rgb reads it back.
+        let made = pad_i420(&i420, w, h, w + 4, 8);
+        assert_eq!(made.len(), (w + 4) * 8 + 2 * ((w + 4) / 2) * 4);
+        assert_eq!(i420_to_rgb(&made, w, h, w + 4, 8).unwrap(), back);
+        assert_eq!(&made[(w + 4) * 7..(w + 4) * 7 + w], &i420[w * 5..w * 6], "last row repeated");
+    }
 
     #[test]
     fn primaries_survive_the_round_trip() {

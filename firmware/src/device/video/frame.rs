@@ -119,6 +119,7 @@ pub enum VideoError {
 pub struct FrameHub {
     latest: watch::Sender<Option<Arc<Frame>>>,
     state: watch::Sender<VideoState>,
+    decoder: Arc<std::sync::Mutex<&'static str>>,
 }
 
 /// The reading side of the hub; cheap to clone.
@@ -126,6 +127,7 @@ pub struct FrameHub {
 pub struct FrameReader {
     latest: watch::Receiver<Option<Arc<Frame>>>,
     state: watch::Receiver<VideoState>,
+    decoder: Arc<std::sync::Mutex<&'static str>>,
 }
 
 impl FrameHub {
@@ -133,7 +135,17 @@ impl FrameHub {
     pub fn new() -> (FrameHub, FrameReader) {
         let (latest_tx, latest_rx) = watch::channel(None);
         let (state_tx, state_rx) = watch::channel(VideoState::default());
-        (FrameHub { latest: latest_tx, state: state_tx }, FrameReader { latest: latest_rx, state: state_rx })
+        let decoder = Arc::new(std::sync::Mutex::new("none"));
+        (
+            FrameHub { latest: latest_tx, state: state_tx, decoder: decoder.clone() },
+            FrameReader { latest: latest_rx, state: state_rx, decoder },
+        )
+    }
+
+    /// Records which decoder turns the capture into pictures (`none` for raw formats,
+    /// `software`, `v4l2-m2m`).
+    pub fn set_decoder(&self, name: &'static str) {
+        *self.decoder.lock().unwrap_or_else(|p| p.into_inner()) = name;
     }
 
     /// Publishes a new latest frame. Never waits on readers.
@@ -159,6 +171,11 @@ impl FrameReader {
     /// The source state.
     pub fn state(&self) -> VideoState {
         *self.state.borrow()
+    }
+
+    /// The decoder in use for compressed capture (`none` for raw formats).
+    pub fn decoder(&self) -> &'static str {
+        *self.decoder.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Waits for the next published frame (or state change that drops it).

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::v4l2::{
-    BufType, BufferPlanes, Dequeued, Event, FourCc, PixFormat, V4l2Device, V4l2Error, CAP_VIDEO_M2M,
-    CAP_VIDEO_M2M_MPLANE, EVENT_SOURCE_CHANGE,
+    BufType, BufferPlanes, Dequeued, Event, FourCc, PixFormat, Rect, V4l2Device, V4l2Error, CAP_VIDEO_M2M,
+    CAP_VIDEO_M2M_MPLANE, EVENT_SOURCE_CHANGE, SEL_TGT_COMPOSE, SEL_TGT_CROP,
 };
 
 const BUFFERS: u32 = 2;
@@ -89,6 +89,8 @@ impl Queue {
 #[derive(Debug)]
 pub struct M2mCodec {
     dev: V4l2Device,
+    /// Encoders: the raw format the OUTPUT queue takes (possibly padded).
+    output_format: Option<PixFormat>,
     capture_kind: BufType,
     output: Queue,
     capture: Option<Queue>,
@@ -117,15 +119,27 @@ impl M2mCodec {
         }
         let (out_kind, cap_kind) = queue_types(&dev).ok_or_else(|| not_m2m(path))?;
         let got = dev.set_format(out_kind, &PixFormat::new(width, height, raw))?;
-        // Drivers adjust what they cannot do (vicodec clamps to at least 640x360): refuse
-        // rather than encode a different picture than the caller's.
-        if (got.width, got.height, got.fourcc) != (width, height, raw) {
+        // Drivers pad to whole macroblocks (1080 → 1088): fine, the caller lays the picture
+        // out in the padded geometry and the crop below keeps the visible size. Anything
+        // else (vicodec clamps to at least 640x360) is a different picture: refused.
+        let padded = got.width >= width && got.height >= height && got.width - width < 32 && got.height - height < 32;
+        if got.fourcc != raw || !padded {
             return Err(M2mError::Unsupported { want: PixFormat::new(width, height, raw), got });
+        }
+        if (got.width, got.height) != (width, height) {
+            let visible = Rect { left: 0, top: 0, width, height };
+            match dev.set_selection(out_kind, SEL_TGT_CROP, visible) {
+                Ok(r) if r == visible => {}
+                other => {
+                    tracing::warn!(?other, "the encoder did not take the visible size; the stream carries the padding")
+                }
+            }
         }
         let cap = dev.set_format(cap_kind, &PixFormat::new(width, height, coded))?;
         let output = Queue::allocate(&dev, out_kind)?;
         let mut codec = M2mCodec {
             dev,
+            output_format: Some(got),
             capture_kind: cap_kind,
             output,
             capture: None,
@@ -149,6 +163,7 @@ impl M2mCodec {
         dev.stream(out_kind, true)?;
         Ok(M2mCodec {
             dev,
+            output_format: None,
             capture_kind: cap_kind,
             output,
             capture: None,
@@ -156,6 +171,18 @@ impl M2mCodec {
             want_raw: Some(raw),
             timeout: Duration::from_secs(5),
         })
+    }
+
+    /// Encoders: the raw layout each input must have (width, height padded to what the
+    /// driver needs, bytes per line).
+    pub fn output_format(&self) -> Option<PixFormat> {
+        self.output_format
+    }
+
+    /// Decoders: the visible part of the decoded pictures (`None` if the driver cannot say).
+    pub fn visible(&self) -> Option<Rect> {
+        let kind = self.capture_kind;
+        self.dev.selection(kind, SEL_TGT_COMPOSE).ok().filter(|r| r.width > 0 && r.height > 0)
     }
 
     /// The CAPTURE format in use (decoders: known after the first source change).
@@ -236,11 +263,17 @@ impl M2mCodec {
     /// Waits for the next non-empty result (some encoders return stream headers in a buffer
     /// of their own: call again for the picture).
     pub fn receive(&mut self) -> Result<Vec<u8>, M2mError> {
-        let deadline = Instant::now() + self.timeout;
+        self.try_receive(self.timeout)?.ok_or(M2mError::Timeout(self.timeout))
+    }
+
+    /// Like [`M2mCodec::receive`], but `None` after `wait` (decoders may hold a picture
+    /// back until more input arrives).
+    pub fn try_receive(&mut self, wait: Duration) -> Result<Option<Vec<u8>>, M2mError> {
+        let deadline = Instant::now() + wait;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
-                return Err(M2mError::Timeout(self.timeout));
+                return Ok(None);
             }
             let (_, event) = self.dev.wait(i32::try_from(remaining.as_millis().min(100)).unwrap_or(100))?;
             if event {
@@ -258,7 +291,7 @@ impl M2mCodec {
                 let data = cap.buffers.get(index as usize).map(|b| b.data(&payload).into_owned()).unwrap_or_default();
                 self.dev.queue(cap.kind, index, &[])?;
                 if !data.is_empty() {
-                    return Ok(data);
+                    return Ok(Some(data));
                 }
             }
         }

@@ -10,6 +10,9 @@ pub enum DecoderError {
     /// openh264 rejected the stream or failed to start.
     #[error("openh264: {0}")]
     OpenH264(String),
+    /// The hardware (V4L2 M2M) decoder failed.
+    #[error("hardware decoder: {0}")]
+    Hardware(String),
 }
 
 /// A stateful decoder for one H.264 stream (Annex B access units in order).

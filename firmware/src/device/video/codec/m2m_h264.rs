@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::h264::{AccessUnit, EncoderError, EncoderSettings};
-use crate::device::video::convert::rgb_to_i420;
+use crate::device::video::convert::{pad_i420, rgb_to_i420};
 use crate::device::video::m2m::{find_node, M2mCodec};
 use crate::device::video::v4l2::FourCc;
 use crate::device::video::{Frame, PixelFormat};
@@ -101,7 +101,13 @@ impl HardwareH264 {
         if frame.data.len() != w as usize * h as usize * 3 {
             return Err(EncoderError::Frame { width: w, height: h, why: "data length does not match the size" });
         }
-        let i420 = rgb_to_i420(&frame.data, w as usize, h as usize);
+        let mut i420 = rgb_to_i420(&frame.data, w as usize, h as usize);
+        if let Some(layout) =
+            self.codec.output_format().filter(|f| (f.width, f.height) != (w, h) || f.bytes_per_line != w)
+        {
+            let stride = layout.bytes_per_line.max(layout.width) as usize;
+            i420 = pad_i420(&i420, w as usize, h as usize, stride, layout.height as usize);
+        }
         let hw = |e: crate::device::video::m2m::M2mError| EncoderError::Hardware(e.to_string());
         self.codec.send(&i420).map_err(hw)?;
         let mut data = self.codec.receive().map_err(hw)?;

@@ -6,9 +6,11 @@
 
 mod h264;
 mod h264_decode;
+mod m2m_decode;
 mod m2m_h264;
 mod mjpeg;
 
+pub use m2m_decode::{find_hardware_decoder, HardwareDecoder};
 pub use m2m_h264::{find_hardware_h264, nal_types, HardwareH264};
 
 /// Hardware or software codec (config `encoder_backend` / `decoder_backend`).

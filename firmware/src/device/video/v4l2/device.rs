@@ -183,6 +183,24 @@ pub struct FormatDesc {
     pub description: String,
 }
 
+/// A rectangle of a picture (selection API).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Rect {
+    /// Left edge.
+    pub left: u32,
+    /// Top edge.
+    pub top: u32,
+    /// Width.
+    pub width: u32,
+    /// Height.
+    pub height: u32,
+}
+
+/// `V4L2_SEL_TGT_CROP`.
+pub const SEL_TGT_CROP: u32 = 0x0000;
+/// `V4L2_SEL_TGT_COMPOSE`.
+pub const SEL_TGT_COMPOSE: u32 = 0x0100;
+
 /// A picture format, single- or multi-planar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PixFormat {
@@ -575,6 +593,50 @@ impl V4l2Device {
         };
         r.map_err(ioctl_err(name))?;
         Ok(())
+    }
+
+    /// `VIDIOC_S_SELECTION`: sets `target` (e.g. [`SEL_TGT_CROP`] on an encoder's OUTPUT
+    /// queue: the visible part of a padded picture) and returns the rectangle the driver took.
+    pub fn set_selection(&self, buf: BufType, target: u32, rect: Rect) -> Result<Rect, V4l2Error> {
+        // Selections name the single-planar type even for multi-planar queues (videodev2.h).
+        let type_ = match buf {
+            BufType::VideoCaptureMplane => BufType::VideoCapture,
+            BufType::VideoOutputMplane => BufType::VideoOutput,
+            other => other,
+        } as u32;
+        let r = v4l2_rect {
+            left: i32::try_from(rect.left).unwrap_or(0),
+            top: i32::try_from(rect.top).unwrap_or(0),
+            width: rect.width,
+            height: rect.height,
+        };
+        let mut sel = v4l2_selection { type_, target, flags: 0, r, reserved: [0; 9] };
+        // SAFETY: `sel` is a valid, owned v4l2_selection; the kernel writes within its size.
+        unsafe { ioctl::s_selection(self.raw(), &mut sel) }.map_err(ioctl_err("S_SELECTION"))?;
+        Ok(Rect {
+            left: u32::try_from(sel.r.left).unwrap_or(0),
+            top: u32::try_from(sel.r.top).unwrap_or(0),
+            width: sel.r.width,
+            height: sel.r.height,
+        })
+    }
+
+    /// `VIDIOC_G_SELECTION`.
+    pub fn selection(&self, buf: BufType, target: u32) -> Result<Rect, V4l2Error> {
+        let type_ = match buf {
+            BufType::VideoCaptureMplane => BufType::VideoCapture,
+            BufType::VideoOutputMplane => BufType::VideoOutput,
+            other => other,
+        } as u32;
+        let mut sel = v4l2_selection { type_, target, ..Default::default() };
+        // SAFETY: as for S_SELECTION.
+        unsafe { ioctl::g_selection(self.raw(), &mut sel) }.map_err(ioctl_err("G_SELECTION"))?;
+        Ok(Rect {
+            left: u32::try_from(sel.r.left).unwrap_or(0),
+            top: u32::try_from(sel.r.top).unwrap_or(0),
+            width: sel.r.width,
+            height: sel.r.height,
+        })
     }
 
     /// `VIDIOC_S_INPUT`.

@@ -27,6 +27,8 @@ nix::ioctl_readwrite!(s_dv_timings, b'V', 87, v4l2_dv_timings);
 nix::ioctl_readwrite!(g_dv_timings, b'V', 88, v4l2_dv_timings);
 nix::ioctl_read!(dqevent, b'V', 89, v4l2_event);
 nix::ioctl_write_ptr!(subscribe_event, b'V', 90, v4l2_event_subscription);
+nix::ioctl_readwrite!(g_selection, b'V', 94, v4l2_selection);
+nix::ioctl_readwrite!(s_selection, b'V', 95, v4l2_selection);
 nix::ioctl_readwrite!(enum_dv_timings, b'V', 98, v4l2_enum_dv_timings);
 nix::ioctl_read!(query_dv_timings, b'V', 99, v4l2_dv_timings);
 nix::ioctl_readwrite!(dv_timings_cap, b'V', 100, v4l2_dv_timings_cap);
@@ -53,6 +55,7 @@ mod tests {
         assert_eq!(w!(b'V', 90, size_of::<v4l2_event_subscription>()), 0x4020_565A); // SUBSCRIBE_EVENT
         assert_eq!(r!(b'V', 99, size_of::<v4l2_dv_timings>()), 0x8084_5663); // QUERY_DV_TIMINGS
         assert_eq!(rw!(b'V', 100, size_of::<v4l2_dv_timings_cap>()), 0xC090_5664);
-        // DV_TIMINGS_CAP
+        assert_eq!(rw!(b'V', 95, size_of::<v4l2_selection>()), 0xC040_565F); // S_SELECTION
+                                                                             // DV_TIMINGS_CAP
     }
 }

@@ -10,6 +10,7 @@ pub mod raw;
 
 pub use device::{
     BufType, BufferPlanes, Capability, Dequeued, DvTimings, DvTimingsStatus, Event, FormatDesc, FourCc, MappedBuffer,
-    Payload, PixFormat, V4l2Device, V4l2Error, CAP_VIDEO_CAPTURE, CAP_VIDEO_CAPTURE_MPLANE, CAP_VIDEO_M2M,
-    CAP_VIDEO_M2M_MPLANE, CAP_VIDEO_OUTPUT, CAP_VIDEO_OUTPUT_MPLANE, EVENT_EOS, EVENT_SOURCE_CHANGE,
+    Payload, PixFormat, Rect, V4l2Device, V4l2Error, CAP_VIDEO_CAPTURE, CAP_VIDEO_CAPTURE_MPLANE, CAP_VIDEO_M2M,
+    CAP_VIDEO_M2M_MPLANE, CAP_VIDEO_OUTPUT, CAP_VIDEO_OUTPUT_MPLANE, EVENT_EOS, EVENT_SOURCE_CHANGE, SEL_TGT_COMPOSE,
+    SEL_TGT_CROP,
 };

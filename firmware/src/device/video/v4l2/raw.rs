@@ -415,6 +415,25 @@ pub struct v4l2_control {
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_rect {
+    pub left: i32,
+    pub top: i32,
+    pub width: u32,
+    pub height: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_selection {
+    pub type_: u32,
+    pub target: u32,
+    pub flags: u32,
+    pub r: v4l2_rect,
+    pub reserved: [u32; 9],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct v4l2_input {
     pub index: u32,
     pub name: [u8; 32],
@@ -535,6 +554,15 @@ pub fn layout_table() -> Vec<(&'static str, usize, Vec<(&'static str, usize)>)> 
             size_of::<v4l2_input>(),
             vec![("std", offset_of!(v4l2_input, std)), ("status", offset_of!(v4l2_input, status))],
         ),
+        (
+            "v4l2_selection",
+            size_of::<v4l2_selection>(),
+            vec![
+                ("target", offset_of!(v4l2_selection, target)),
+                ("r", offset_of!(v4l2_selection, r)),
+                ("reserved", offset_of!(v4l2_selection, reserved)),
+            ],
+        ),
     ]
 }
 
@@ -566,6 +594,7 @@ const _: () = {
     assert!(size_of::<v4l2_control>() == 8);
     assert!(size_of::<v4l2_input>() == 80);
     assert!(size_of::<v4l2_queryctrl>() == 68);
+    assert!(size_of::<v4l2_selection>() == 64);
 };
 
 #[cfg(test)]
