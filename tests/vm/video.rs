@@ -333,6 +333,40 @@ pub async fn run() -> anyhow::Result<()> {
         "NV12 → UYVY mid-session: generation {}, screenshot equals the UYVY frame",
         back["video"]["generation"]
     ));
+
+    // A different device (here: another picture size) interrupts the task bound to the
+    // first one, without waiting for its next action.
+    id += 1;
+    let opened = c.ok(id, "task_open", json!({"title": "bound to 640x480"})).await?;
+    let (task, token) = (opened["id"].clone(), opened["token"].as_str().unwrap_or_default().to_string());
+    cap.set_control(signal_mode, 1)?;
+    let lost = wait_video(&mut c, &mut id, "no_signal", back["video"]["generation"].as_u64().unwrap_or(0)).await?;
+    let hd = (0..200)
+        .map_while(|i| cap.enum_dv_timings(i).ok().flatten())
+        .find(|t| (t.width, t.height) == (1280, 720))
+        .context("no 1280x720 preset")?;
+    let start = Instant::now();
+    while let Err(e) = cap.set_dv_timings(&hd) {
+        ensure!(start.elapsed() < Duration::from_secs(10), "set 1280x720 timings: {e}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    cap.set_control(signal_mode, 0)?;
+    let hd_status = wait_video(&mut c, &mut id, "locked", lost["video"]["generation"].as_u64().unwrap_or(0)).await?;
+    ensure!(hd_status["video"]["source_size"]["width"] == 1280, "{}", hd_status["video"]);
+    let start = Instant::now();
+    loop {
+        id += 1;
+        let list = c.ok(id, "task_list", json!({"limit": 1})).await?;
+        if list["tasks"][0]["state"] == "interrupted" {
+            break;
+        }
+        ensure!(start.elapsed() < Duration::from_secs(5), "task not interrupted by the device change: {list}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    id += 1;
+    let refused = c.call(id, "screenshot", json!({"task_token": token})).await?;
+    ensure!(refused["error"]["code"] == "TASK_ENDED", "{refused}");
+    log(format!("640x480 → 1280x720 while task {task} ran: interrupted, its token refused"));
     daemon.kill()?;
     daemon.wait()?;
     feeder.stop()?;

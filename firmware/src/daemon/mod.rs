@@ -340,7 +340,7 @@ impl Daemon {
             let counts = if counts.0 > 0.0 && counts.1 > 0.0 { counts } else { DEFAULT_RELATIVE_COUNTS };
             std::sync::Mutex::new(RelativePlanner::new(counts))
         });
-        Ok(Daemon {
+        let daemon = Daemon {
             inner: Arc::new(Inner {
                 options,
                 started: Instant::now(),
@@ -369,7 +369,28 @@ impl Daemon {
                 journal: Mutex::new(()),
                 _video: guard,
             }),
-        })
+        };
+        daemon.watch_device();
+        Ok(daemon)
+    }
+
+    /// Interrupts the active task as soon as the capture shows another device (a different
+    /// picture size), not only at its next action. Needs a runtime; without one (plain unit
+    /// tests) admission still checks at every input.
+    fn watch_device(&self) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let weak = Arc::downgrade(&self.inner);
+        let mut frames = self.inner.frames.clone();
+        rt.spawn(async move {
+            while frames.state_changed().await {
+                let Some(inner) = weak.upgrade() else { break };
+                let daemon = Daemon { inner };
+                if let Some(change) = daemon.inner.tasks.check_device(&daemon.device_identity()) {
+                    tracing::warn!(task = change.task, "the device changed: task interrupted");
+                    daemon.persist(change).await;
+                }
+            }
+        });
     }
 
     /// Opens a session for an authenticated caller.

@@ -505,6 +505,24 @@ impl Tasks {
         self.withdraw(id, qid)
     }
 
+    /// The device is now `now`: a task bound to another device is interrupted.
+    pub fn check_device(&self, now: &DeviceIdentity) -> Option<Change> {
+        let change = {
+            let mut active = self.lock();
+            let t = active.as_mut().filter(|t| !t.state.is_terminal())?;
+            if t.device.source_size.is_none() {
+                t.device.source_size = now.source_size;
+            }
+            if !t.device.changed(now) {
+                return None;
+            }
+            let detail = serde_json::json!({"reason": "the device changed", "was": t.device, "now": now});
+            Self::set_state(t, TaskState::Interrupted, detail)
+        };
+        self.notify();
+        Some(change)
+    }
+
     /// Whether `name` is inside task `id`'s app scope (no scope: everything is).
     pub fn app_allowed(&self, id: i64, name: &str) -> bool {
         let key = name.trim().to_lowercase();
@@ -760,6 +778,13 @@ mod tests {
         assert_eq!(change.unwrap().state, S::Interrupted);
         // No picture (signal lost) is not a different phone.
         assert!(!device(Some((1, 1))).changed(&device(None)));
+        // The watcher's check: same device, nothing; another size, interrupted once.
+        let tasks = Tasks::default();
+        open(&tasks, TaskScope::default());
+        assert!(tasks.check_device(&device(None)).is_none());
+        assert!(tasks.check_device(&device(Some((1920, 1080)))).is_none());
+        assert_eq!(tasks.check_device(&device(Some((1170, 2532)))).unwrap().state, S::Interrupted);
+        assert!(tasks.check_device(&device(Some((1, 1)))).is_none());
     }
 
     #[test]

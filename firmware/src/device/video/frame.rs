@@ -178,6 +178,12 @@ impl FrameReader {
         *self.decoder.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Waits for the next state change (signal, size, generation); `false` when the source
+    /// is gone.
+    pub async fn state_changed(&mut self) -> bool {
+        self.state.changed().await.is_ok()
+    }
+
     /// Waits for the next published frame (or state change that drops it).
     pub async fn changed(&mut self) -> bool {
         self.latest.changed().await.is_ok()
