@@ -77,7 +77,8 @@ enum TaskCommand {
         /// Stop the task after this many seconds.
         #[arg(long, value_name = "SECONDS")]
         max_duration: Option<u64>,
-        /// The user CMD runs as when this runs as root (default: tether-agent).
+        /// The user CMD runs as when this runs as root (default: the config's `agent_user`,
+        /// else tether-agent).
         #[arg(long, value_name = "NAME|UID")]
         agent_user: Option<String>,
         /// The command and its arguments.

@@ -61,7 +61,13 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
     };
     let socket = super::client_socket(opts.socket.clone());
     let agent = if nix::unistd::geteuid().is_root() {
-        let name = opts.agent_user.clone().unwrap_or_else(|| DEFAULT_AGENT_USER.to_string());
+        // The flag, else the daemon's config (so both agree on who the agent is).
+        let configured = || {
+            let profile = tether::config::Profile::detect();
+            let file = tether::config::default_config_file(profile)?;
+            tether::config::Config::load(profile, &file).ok()?.agent_user
+        };
+        let name = opts.agent_user.clone().or_else(configured).unwrap_or_else(|| DEFAULT_AGENT_USER.to_string());
         let user = match name.parse::<u32>() {
             Ok(uid) => User::from_uid(uid.into())?,
             Err(_) => User::from_name(&name)?,
