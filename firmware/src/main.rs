@@ -58,7 +58,8 @@ enum TaskCommand {
     /// Open a task and run CMD as its agent; CMD's exit code becomes the task's result.
     ///
     /// CMD runs in its own session and process group with TETHER_TASK_TOKEN, TETHER_TASK_ID
-    /// and TETHER_SOCKET set; as root it runs under the agent user. Ctrl-C or SIGTERM stop the
+    /// and TETHER_SOCKET set; as root it runs under the agent user with a clean environment
+    /// (pass what it needs with --env, e.g. an API key). Ctrl-C or SIGTERM stop the
     /// task; a stop from elsewhere ends CMD's whole process group. This command holds the
     /// task's lease: if it dies, the task is abandoned.
     Run {
@@ -81,6 +82,11 @@ enum TaskCommand {
         /// else tether-agent).
         #[arg(long, value_name = "NAME|UID")]
         agent_user: Option<String>,
+        /// A variable for CMD when it runs as the agent user, whose environment otherwise
+        /// holds only PATH, LANG, LC_ALL, TERM, TZ, HOME, USER and the TETHER_* ones
+        /// (repeatable; `NAME` copies it from here).
+        #[arg(long = "env", value_name = "NAME[=VALUE]")]
+        env: Vec<String>,
         /// The command and its arguments.
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
@@ -293,7 +299,7 @@ fn run_task_command(cmd: TaskCommand) -> anyhow::Result<ExitCode> {
     use cli::task;
     let control = |a: ControlArgs, action: &str, end: bool| task::run_control(a.socket, a.id, action, a.reason, end);
     match cmd {
-        TaskCommand::Run { socket, title, apps, max_steps, max_duration, agent_user, command } => {
+        TaskCommand::Run { socket, title, apps, max_steps, max_duration, agent_user, env, command } => {
             task::run_task(task::RunOptions {
                 socket,
                 title,
@@ -301,6 +307,7 @@ fn run_task_command(cmd: TaskCommand) -> anyhow::Result<ExitCode> {
                 max_steps,
                 max_duration_s: max_duration,
                 agent_user,
+                env,
                 command,
             })
         }

@@ -233,6 +233,22 @@ class TaskRunTest(unittest.TestCase):
         self.assertEqual(task["state"], "completed")
         c.close()
 
+    @unittest.skipUnless(os.geteuid() == 0, "a clean environment applies under the agent uid (root only)")
+    def test_the_agent_gets_a_clean_environment(self):
+        script = ('[ -z "$ROOT_SECRET" ] && [ "$PASSED" = yes ] && [ "$API_KEY" = k1 ] && [ -n "$TETHER_TASK_TOKEN" ] '
+                  '&& [ "$USER" = nobody ] && exit 4; env >&2; exit 1')
+        env = dict(os.environ, ROOT_SECRET="s3cr3t", PASSED="yes")
+        r = self.tether("task", "run", "--socket", self.daemon.socket, *self.extra, "--env", "PASSED",
+                        "--env", "API_KEY=k1", "--", "sh", "-c", script, env=env)
+        self.assertEqual(r.returncode, 4, r.stderr)
+        # A variable named but not set is refused before any task opens.
+        before = ok(Client(self.daemon.socket), 1, "task_list", limit=1)["tasks"][0]["id"]
+        r = self.tether("task", "run", "--socket", self.daemon.socket, *self.extra, "--env", "NOT_SET_ANYWHERE",
+                        "--", "true")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("NOT_SET_ANYWHERE", r.stderr)
+        self.assertEqual(ok(Client(self.daemon.socket), 1, "task_list", limit=1)["tasks"][0]["id"], before)
+
     def start_sleeper(self):
         runner = subprocess.Popen(
             [TETHER, "task", "run", "--socket", self.daemon.socket, "--title", "sleeper", *self.extra, "--",

@@ -34,6 +34,8 @@ pub struct RunOptions {
     pub max_duration_s: Option<u64>,
     /// The agent user (when run as root).
     pub agent_user: Option<String>,
+    /// Variables passed to CMD when it runs as the agent user (`NAME` or `NAME=VALUE`).
+    pub env: Vec<String>,
     /// The command and its arguments.
     pub command: Vec<String>,
 }
@@ -86,6 +88,20 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
         );
         None
     };
+    // Checked before the task opens: a typo must not leave an abandoned task behind.
+    let mut passed = Vec::new();
+    for spec in &opts.env {
+        match spec.split_once('=') {
+            Some((name, value)) => passed.push((name.to_string(), std::ffi::OsString::from(value))),
+            None => match std::env::var_os(spec) {
+                Some(value) => passed.push((spec.clone(), value)),
+                None => bail!("--env {spec}: not set in this environment (use --env {spec}=VALUE)"),
+            },
+        }
+    }
+    if agent.is_none() && !passed.is_empty() {
+        eprintln!("tether: --env only matters under the agent user; the command inherits your environment");
+    }
     let title = opts.title.clone().unwrap_or_else(|| opts.command.join(" "));
     let mut scope = serde_json::Map::new();
     if !opts.apps.is_empty() {
@@ -108,6 +124,16 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
         let mut cmd = std::process::Command::new(program);
         cmd.args(args).env(ENV_TOKEN, &token).env(ENV_ID, id.to_string()).env(ENV_SOCKET, &socket);
         if let Some(user) = &agent {
+            // Another uid is a boundary: root's environment (credentials, tokens) stays
+            // behind; only the basics and what --env names go along.
+            cmd.env_clear();
+            for keep in ["PATH", "LANG", "LC_ALL", "TERM", "TZ"] {
+                if let Ok(v) = std::env::var(keep) {
+                    cmd.env(keep, v);
+                }
+            }
+            cmd.envs(passed.iter().map(|(k, v)| (k, v)));
+            cmd.env(ENV_TOKEN, &token).env(ENV_ID, id.to_string()).env(ENV_SOCKET, &socket);
             cmd.uid(user.uid.as_raw()).gid(user.gid.as_raw()).env("HOME", &user.dir).env("USER", &user.name);
         }
         // SAFETY: the closure runs in the forked child before exec and only calls setsid(2),
