@@ -64,6 +64,10 @@ impl ControlClient {
 
     /// Like [`ControlClient::call`], handing every event that arrives before the reply to
     /// `on_event` (e.g. `task_events` with `follow`).
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe: a line half read when the future is dropped is lost, so drop the
+    /// client with it (as `tether task run` does with its follower connection).
     pub async fn call_streaming(
         &mut self,
         method: &str,

@@ -608,6 +608,10 @@ impl Tasks {
     /// Admission of an input request: returns at once when refused or free, waits while the
     /// task's own input must wait (paused, taken over, question pending), and gives up when
     /// `cancel` fires. Ending changes (limits, device change) come back to be persisted.
+    ///
+    /// # Cancel safety
+    /// Safe until it returns: a step is reserved only in the call that returns the
+    /// admission, and the caller gives it back (`unreserve`) if it does not run.
     pub async fn admit_input(
         &self,
         asker: &Asker<'_>,
