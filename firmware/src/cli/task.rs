@@ -251,7 +251,22 @@ fn print_event(task: &Value, seq: &Value, kind: &str, data: &Value, as_json: boo
             if let Some(r) = data["detail"]["reason"].as_str() {
                 s += &format!(" ({r})");
             }
+            if let Some(uid) = data["detail"]["by"]["identity"]["uid"].as_u64() {
+                s += &format!(" by uid {uid}");
+            }
             s
+        }
+        "device" => {
+            let d = &data["device"];
+            let size = match (&d["source_size"][0], &d["source_size"][1]) {
+                (Value::Number(w), Value::Number(h)) => format!("{w}x{h}"),
+                _ => "no picture yet".into(),
+            };
+            format!(
+                "bound to hid={} video={} {size}",
+                d["hid"].as_str().unwrap_or("?"),
+                d["video"].as_str().unwrap_or("?")
+            )
         }
         "step" => format!(
             "{} {} → {}",
