@@ -249,6 +249,19 @@ class TaskRunTest(unittest.TestCase):
         self.assertIn("NOT_SET_ANYWHERE", r.stderr)
         self.assertEqual(ok(Client(self.daemon.socket), 1, "task_list", limit=1)["tasks"][0]["id"], before)
 
+    def test_inherited_descriptors_do_not_reach_the_command(self):
+        # The runner inherits fd N (no close-on-exec); the command must not see it.
+        r_fd, w_fd = os.pipe()
+        os.set_inheritable(r_fd, True)
+        try:
+            script = f'[ -e /proc/$$/fd/{r_fd} ] && exit 1; [ -e /proc/$$/fd/2 ] && exit 6; exit 1'
+            r = self.tether("task", "run", "--socket", self.daemon.socket, *self.extra, "--", "sh", "-c", script,
+                            pass_fds=(r_fd,))
+            self.assertEqual(r.returncode, 6, r.stderr)
+        finally:
+            os.close(r_fd)
+            os.close(w_fd)
+
     def start_sleeper(self):
         runner = subprocess.Popen(
             [TETHER, "task", "run", "--socket", self.daemon.socket, "--title", "sleeper", *self.extra, "--",

@@ -136,10 +136,19 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
             cmd.env(ENV_TOKEN, &token).env(ENV_ID, id.to_string()).env(ENV_SOCKET, &socket);
             cmd.uid(user.uid.as_raw()).gid(user.gid.as_raw()).env("HOME", &user.dir).env("USER", &user.name);
         }
-        // SAFETY: the closure runs in the forked child before exec and only calls setsid(2),
-        // which is async-signal-safe; it touches no memory shared with the parent.
+        // SAFETY: the closure runs in the forked child before exec and makes two raw system
+        // calls, setsid(2) and close_range(2), both async-signal-safe; it allocates nothing and
+        // touches no memory shared with the parent.
         unsafe {
-            cmd.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(std::io::Error::from));
+            cmd.pre_exec(|| {
+                nix::unistd::setsid().map_err(std::io::Error::from)?;
+                // Whatever this process inherited without close-on-exec (fds of the shell or
+                // service that started it) must not reach the agent: mark every fd above
+                // stderr close-on-exec. std's own error pipe already is, so spawn errors still
+                // come back. Kernels before 5.11 lack the flag; the agent then inherits them.
+                libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
+                Ok(())
+            });
         }
         let mut child = match tokio::process::Command::from(cmd).kill_on_drop(false).spawn() {
             Ok(c) => c,
