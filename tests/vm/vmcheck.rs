@@ -251,7 +251,8 @@ async fn run() -> anyhow::Result<()> {
     let shot = s.ok("screenshot", json!({})).await?;
     let m = &shot["metadata"];
     let obs = m["observation_id"].as_str().context("observation")?.to_string();
-    let (iw, ih) = (m["image_size"]["width"].as_f64().unwrap(), m["image_size"]["height"].as_f64().unwrap());
+    let iw = m["image_size"]["width"].as_f64().context("image width")?;
+    let ih = m["image_size"]["height"].as_f64().context("image height")?;
     let (ix, iy) = ((iw * 0.3).floor(), (ih * 0.6).floor());
     let hx = (((ix + 0.5) / iw) * 32768.0).floor() as u16;
     let hy = (((iy + 0.5) / ih) * 32768.0).floor() as u16;

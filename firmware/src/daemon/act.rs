@@ -190,15 +190,23 @@ impl Daemon {
             e => DaemonError::ActionFailed(action_error(&e)),
         });
         self.record_step(session, token, task, "action", &args, &result, started.elapsed()).await;
-        match &result {
-            // A refusal is not an outcome: the same operation may be retried once allowed.
-            Err(DaemonError::Task(_)) => self.lock_operations().forget(&p.operation_id),
+        self.finish_operation(&p.operation_id, &result);
+        result
+    }
+
+    /// Caches an operation's result; a task refusal is not an outcome (nothing was sent),
+    /// so it is forgotten and the same id may run once allowed.
+    fn finish_operation(&self, id: &str, result: &Result<Value, DaemonError>) {
+        match result {
+            Err(DaemonError::Task(_)) => self.lock_operations().forget(id),
             _ => {
-                let cached = result.as_ref().map(Value::clone).map_err(ErrorBody::from);
-                self.lock_operations().finish(&p.operation_id, cached);
+                let cached = match result {
+                    Ok(v) => Ok(v.clone()),
+                    Err(e) => Err(ErrorBody::from(e)),
+                };
+                self.lock_operations().finish(id, cached);
             }
         }
-        result
     }
 
     /// `batch`: the sub-steps one by one, each admitted on its own, so a pause or takeover
@@ -240,12 +248,9 @@ impl Daemon {
                 }
             }
         }
-        if let (Some(DaemonError::Task(e)), 0) = (&failure, done) {
-            // Refused before anything ran: not an outcome, the same id may run later.
-            self.lock_operations().forget(&p.operation_id);
-            return Err(DaemonError::Task(e.clone()));
-        }
         let result = match failure {
+            // Refused before anything ran: the refusal itself, as for a single action.
+            Some(e @ DaemonError::Task(_)) if done == 0 => Err(e),
             None => Ok(json!({
                 "status": "submitted",
                 "operation_id": p.operation_id,
@@ -266,8 +271,7 @@ impl Daemon {
                 Err(DaemonError::ActionFailed(body))
             }
         };
-        let cached = result.as_ref().map(Value::clone).map_err(ErrorBody::from);
-        self.lock_operations().finish(&p.operation_id, cached);
+        self.finish_operation(&p.operation_id, &result);
         result
     }
 

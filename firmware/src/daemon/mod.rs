@@ -643,19 +643,22 @@ impl Daemon {
                     return Err(e.into());
                 }
             }
-            // Stop on the caller's cancellation or the task's end, whichever comes first.
+            // Stop on the caller's cancellation or, for a task's input, the task's end,
+            // whichever comes first (a token has one parent: a small watcher joins the two).
             let run_cancel = cancel.child_token();
-            let watcher = {
+            let watcher = matches!(admission, Admission::Task { .. }).then(|| {
                 let (run_cancel, task_cancel) = (run_cancel.clone(), task_cancel.clone());
                 tokio::spawn(async move {
                     task_cancel.cancelled().await;
                     run_cancel.cancel();
                 })
-            };
+            });
             self.inner.input_busy.store(true, Ordering::Relaxed);
             let result = lane.run(steps, &run_cancel).await;
             self.inner.input_busy.store(false, Ordering::Relaxed);
-            watcher.abort();
+            if let Some(w) = watcher {
+                w.abort();
+            }
             return Ok((result?, admission));
         }
     }

@@ -151,6 +151,18 @@ impl Daemon {
         Ok(json!({"id": id, "token": token, "state": "running", "lease": session.id}))
     }
 
+    /// Why `action` cannot apply to `task`, which is not the active task: it has finished
+    /// (say in which state) or it does not exist.
+    async fn not_active(&self, task: i64, action: &'static str) -> DaemonError {
+        match self.inner.store.task(task).await {
+            Ok(t) => {
+                let state = TaskState::from_name(&t.state).map_or("unknown", TaskState::as_str);
+                TaskError::Transition { task, action, state }.into()
+            }
+            Err(_) => TaskError::NoSuch(task).into(),
+        }
+    }
+
     pub(super) async fn task_list(&self, p: &TaskListParams) -> Result<Value, DaemonError> {
         let limit = p.limit.unwrap_or(20).clamp(1, 200);
         let tasks = self.inner.store.list(limit).await?;
@@ -282,18 +294,9 @@ impl Daemon {
         let journal = self.inner.journal.lock().await;
         let change = match self.inner.tasks.control(p.task, p.action, p.end_task, detail) {
             Ok(c) => c,
-            Err(e @ TaskError::NoSuch(_)) => {
+            Err(TaskError::NoSuch(_)) => {
                 drop(journal);
-                // Not the active task: either finished (say so) or unknown.
-                return match self.inner.store.task(p.task).await {
-                    Ok(t) => Err(TaskError::Transition {
-                        task: p.task,
-                        action: p.action.as_str(),
-                        state: state_name(&t.state),
-                    }
-                    .into()),
-                    Err(_) => Err(e.into()),
-                };
+                return Err(self.not_active(p.task, p.action.as_str()).await);
             }
             Err(e) => return Err(e.into()),
         };
@@ -446,10 +449,7 @@ impl Daemon {
         let journal = self.inner.journal.lock().await;
         let Some(change) = self.inner.tasks.end(id, state, detail) else {
             drop(journal);
-            return match self.inner.store.task(id).await {
-                Ok(t) => Err(TaskError::Transition { task: id, action: "finish", state: state_name(&t.state) }.into()),
-                Err(_) => Err(TaskError::NoSuch(id).into()),
-            };
+            return Err(self.not_active(id, "finish").await);
         };
         persist_change(&self.inner.store, &change, self.inner.tasks_kept).await;
         drop(journal);
@@ -457,23 +457,4 @@ impl Daemon {
         tracing::info!(task = id, state = state.as_str(), "task finished");
         Ok(json!({"id": id, "state": state}))
     }
-}
-
-/// A stored state name as a static string (for error messages).
-fn state_name(s: &str) -> &'static str {
-    [
-        TaskState::Running,
-        TaskState::Paused,
-        TaskState::TakenOver,
-        TaskState::Waiting,
-        TaskState::Completed,
-        TaskState::Failed,
-        TaskState::Cancelled,
-        TaskState::Rejected,
-        TaskState::Abandoned,
-        TaskState::Interrupted,
-    ]
-    .into_iter()
-    .find(|t| t.as_str() == s)
-    .map_or("unknown", TaskState::as_str)
 }

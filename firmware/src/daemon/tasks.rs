@@ -48,6 +48,25 @@ impl TaskState {
         !matches!(self, TaskState::Running | TaskState::Paused | TaskState::TakenOver | TaskState::Waiting)
     }
 
+    /// Every state.
+    pub const ALL: [TaskState; 10] = [
+        TaskState::Running,
+        TaskState::Paused,
+        TaskState::TakenOver,
+        TaskState::Waiting,
+        TaskState::Completed,
+        TaskState::Failed,
+        TaskState::Cancelled,
+        TaskState::Rejected,
+        TaskState::Abandoned,
+        TaskState::Interrupted,
+    ];
+
+    /// The state a wire/store name stands for.
+    pub fn from_name(name: &str) -> Option<TaskState> {
+        TaskState::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
     /// The wire and store name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -711,6 +730,10 @@ mod tests {
         for (s, a) in bad {
             assert!(matches!(transition(7, s, a, false), Err(TaskError::Transition { task: 7, .. })), "{s:?} {a:?}");
         }
+        // The store's list of terminal states is the state machine's.
+        let terminal: Vec<&str> = TaskState::ALL.iter().filter(|s| s.is_terminal()).map(|s| s.as_str()).collect();
+        assert_eq!(terminal, crate::daemon::store::TERMINAL_STATES);
+        assert!(TaskState::ALL.iter().all(|s| TaskState::from_name(s.as_str()) == Some(*s)));
         for s in [S::Completed, S::Failed, S::Cancelled, S::Rejected, S::Abandoned, S::Interrupted] {
             assert!(s.is_terminal());
             for a in [A::Pause, A::Resume, A::Takeover, A::Handback, A::Stop, A::Approve, A::Reject] {

@@ -45,37 +45,43 @@ enum SessionEnd {
 
 /// Decoders for compressed capture (MJPEG, H.264), chosen by `decoder_backend`: the
 /// board's M2M decoder when there is one (and the choice allows it), software otherwise.
-/// A hardware decoder that fails falls back to software unless hardware was demanded.
+/// A hardware decoder that fails falls back to software unless hardware was demanded. One
+/// `Decoders` serves one streaming session, whose format does not change.
 struct Decoders<'a> {
     choice: CodecChoice,
     hub: &'a FrameHub,
-    hardware: Option<(FourCc, HardwareDecoder)>,
-    hardware_failed: bool,
+    hardware: Option<HardwareDecoder>,
+    /// No hardware decoder for this session (none on the board, or it failed): decided once,
+    /// so frames never rescan /dev.
+    software_only: bool,
     h264: Option<SoftwareH264Decoder>,
 }
 
 impl<'a> Decoders<'a> {
     fn new(choice: CodecChoice, hub: &'a FrameHub) -> Decoders<'a> {
-        Decoders { choice, hub, hardware: None, hardware_failed: false, h264: None }
+        Decoders { choice, hub, hardware: None, software_only: choice == CodecChoice::Software, h264: None }
     }
 
     /// Decodes with the hardware decoder; `None` when there is none for this format (or it
     /// failed and software may take over), `Some(None)` for "no picture from this frame".
     fn hardware(&mut self, fmt: &PixFormat, data: &[u8]) -> Option<Option<Vec<u8>>> {
-        if self.choice == CodecChoice::Software || self.hardware_failed {
+        if self.software_only {
             return None;
         }
-        if self.hardware.as_ref().is_none_or(|(f, _)| *f != fmt.fourcc) {
-            let node = find_hardware_decoder(fmt.fourcc)?;
+        if self.hardware.is_none() {
+            let Some(node) = find_hardware_decoder(fmt.fourcc) else {
+                self.software_only = true;
+                return None;
+            };
             match HardwareDecoder::new(&node, fmt.fourcc, fmt.width, fmt.height) {
                 Ok(d) => {
                     tracing::info!(node = %node.display(), format = %fmt.fourcc, "decoding capture in hardware");
-                    self.hardware = Some((fmt.fourcc, d));
+                    self.hardware = Some(d);
                 }
                 Err(e) => return self.hardware_failed(e),
             }
         }
-        let (_, decoder) = self.hardware.as_mut()?;
+        let decoder = self.hardware.as_mut()?;
         match decoder.decode(data, (fmt.width, fmt.height)) {
             Ok(Some((w, h, rgb))) if (w, h) == (fmt.width, fmt.height) => {
                 self.hub.set_decoder("v4l2-m2m");
@@ -97,7 +103,7 @@ impl<'a> Decoders<'a> {
             return Some(None);
         }
         tracing::warn!(error = %e, "hardware decoder failed; decoding in software from now on");
-        self.hardware_failed = true;
+        self.software_only = true;
         None
     }
 

@@ -60,6 +60,14 @@ impl Session {
         }
     }
 
+    /// What `status` calls it (the same names as [`EncoderKind::name`]).
+    fn name(&self) -> &'static str {
+        match self {
+            Session::Software(_) => EncoderKind::Software.name(),
+            Session::Hardware(_) => "v4l2-m2m",
+        }
+    }
+
     fn size(&self) -> (u32, u32) {
         match self {
             Session::Software(e) => e.size(),
@@ -125,10 +133,7 @@ pub fn start_encoder(
                     });
                     encoder = match session {
                         Ok(e) => {
-                            hub.set_encoder(match e {
-                                Session::Software(_) => "software",
-                                Session::Hardware(_) => "v4l2-m2m",
-                            });
+                            hub.set_encoder(e.name());
                             Some((frame.generation, e))
                         }
                         Err(e) => {

@@ -91,6 +91,8 @@ pub struct M2mCodec {
     dev: V4l2Device,
     /// Encoders: the raw format the OUTPUT queue takes (possibly padded).
     output_format: Option<PixFormat>,
+    /// Decoders: the visible rectangle of the current stream.
+    visible: Option<Rect>,
     capture_kind: BufType,
     output: Queue,
     capture: Option<Queue>,
@@ -140,6 +142,7 @@ impl M2mCodec {
         let mut codec = M2mCodec {
             dev,
             output_format: Some(got),
+            visible: None,
             capture_kind: cap_kind,
             output,
             capture: None,
@@ -164,6 +167,7 @@ impl M2mCodec {
         Ok(M2mCodec {
             dev,
             output_format: None,
+            visible: None,
             capture_kind: cap_kind,
             output,
             capture: None,
@@ -179,10 +183,10 @@ impl M2mCodec {
         self.output_format
     }
 
-    /// Decoders: the visible part of the decoded pictures (`None` if the driver cannot say).
+    /// Decoders: the visible part of the decoded pictures (`None` if the driver cannot say),
+    /// read once per source change.
     pub fn visible(&self) -> Option<Rect> {
-        let kind = self.capture_kind;
-        self.dev.selection(kind, SEL_TGT_COMPOSE).ok().filter(|r| r.width > 0 && r.height > 0)
+        self.visible
     }
 
     /// The CAPTURE format in use (decoders: known after the first source change).
@@ -215,6 +219,8 @@ impl M2mCodec {
         };
         tracing::info!(width = fmt.width, height = fmt.height, format = %fmt.fourcc, "M2M decoder: source change");
         self.capture_format = Some(fmt);
+        self.visible =
+            self.dev.selection(self.capture_kind, SEL_TGT_COMPOSE).ok().filter(|r| r.width > 0 && r.height > 0);
         self.start_capture()
     }
 

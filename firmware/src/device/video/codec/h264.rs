@@ -65,6 +65,19 @@ pub enum EncoderError {
     },
 }
 
+/// Checks that `frame` is an RGB24 picture of the encoder's `size`; returns the size.
+pub(super) fn check_frame(frame: &Frame, size: (u32, u32)) -> Result<(u32, u32), EncoderError> {
+    let (w, h) = (frame.width, frame.height);
+    if (w, h) != size {
+        return Err(EncoderError::Frame { width: w, height: h, why: "size differs from the encoder's" });
+    }
+    let PixelFormat::Rgb24 = frame.format;
+    if frame.data.len() != w as usize * h as usize * 3 {
+        return Err(EncoderError::Frame { width: w, height: h, why: "data length does not match the size" });
+    }
+    Ok((w, h))
+}
+
 /// The software encoder, bound to one frame size (a new size needs a new encoder).
 pub struct SoftwareH264 {
     encoder: Encoder,
@@ -113,14 +126,7 @@ impl SoftwareH264 {
 
     /// Encodes one frame; `None` when the encoder produced nothing for it.
     pub fn encode(&mut self, frame: &Frame) -> Result<Option<AccessUnit>, EncoderError> {
-        let (w, h) = (frame.width, frame.height);
-        if (w, h) != (self.width, self.height) {
-            return Err(EncoderError::Frame { width: w, height: h, why: "size differs from the encoder's" });
-        }
-        let PixelFormat::Rgb24 = frame.format;
-        if frame.data.len() != w as usize * h as usize * 3 {
-            return Err(EncoderError::Frame { width: w, height: h, why: "data length does not match the size" });
-        }
+        let (w, h) = check_frame(frame, (self.width, self.height))?;
         // Sizes were checked even and the length matches, so the slice wrapper's
         // assertions hold.
         let yuv = YUVBuffer::from_rgb_source(RgbSliceU8::new(&frame.data, (w as usize, h as usize)));

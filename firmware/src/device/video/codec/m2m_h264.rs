@@ -6,11 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::h264::{AccessUnit, EncoderError, EncoderSettings};
+use super::h264::{check_frame, AccessUnit, EncoderError, EncoderSettings};
 use crate::device::video::convert::{pad_i420, rgb_to_i420};
 use crate::device::video::m2m::{find_node, M2mCodec};
 use crate::device::video::v4l2::FourCc;
-use crate::device::video::{Frame, PixelFormat};
+use crate::device::video::Frame;
 
 /// `V4L2_PIX_FMT_YUV420` (I420).
 const YU12: FourCc = FourCc::new(b"YU12");
@@ -93,14 +93,7 @@ impl HardwareH264 {
 
     /// Encodes one frame.
     pub fn encode(&mut self, frame: &Frame) -> Result<Option<AccessUnit>, EncoderError> {
-        let (w, h) = (frame.width, frame.height);
-        if (w, h) != (self.width, self.height) {
-            return Err(EncoderError::Frame { width: w, height: h, why: "size differs from the encoder's" });
-        }
-        let PixelFormat::Rgb24 = frame.format;
-        if frame.data.len() != w as usize * h as usize * 3 {
-            return Err(EncoderError::Frame { width: w, height: h, why: "data length does not match the size" });
-        }
+        let (w, h) = check_frame(frame, (self.width, self.height))?;
         let mut i420 = rgb_to_i420(&frame.data, w as usize, h as usize);
         if let Some(layout) =
             self.codec.output_format().filter(|f| (f.width, f.height) != (w, h) || f.bytes_per_line != w)

@@ -196,6 +196,22 @@ pub struct Rect {
     pub height: u32,
 }
 
+impl From<v4l2_rect> for Rect {
+    fn from(r: v4l2_rect) -> Rect {
+        let non_negative = |v: i32| u32::try_from(v).unwrap_or(0);
+        Rect { left: non_negative(r.left), top: non_negative(r.top), width: r.width, height: r.height }
+    }
+}
+
+/// Selections name the single-planar type even for multi-planar queues (videodev2.h).
+fn selection_type(buf: BufType) -> u32 {
+    match buf {
+        BufType::VideoCaptureMplane => BufType::VideoCapture as u32,
+        BufType::VideoOutputMplane => BufType::VideoOutput as u32,
+        other => other as u32,
+    }
+}
+
 /// `V4L2_SEL_TGT_CROP`.
 pub const SEL_TGT_CROP: u32 = 0x0000;
 /// `V4L2_SEL_TGT_COMPOSE`.
@@ -598,45 +614,24 @@ impl V4l2Device {
     /// `VIDIOC_S_SELECTION`: sets `target` (e.g. [`SEL_TGT_CROP`] on an encoder's OUTPUT
     /// queue: the visible part of a padded picture) and returns the rectangle the driver took.
     pub fn set_selection(&self, buf: BufType, target: u32, rect: Rect) -> Result<Rect, V4l2Error> {
-        // Selections name the single-planar type even for multi-planar queues (videodev2.h).
-        let type_ = match buf {
-            BufType::VideoCaptureMplane => BufType::VideoCapture,
-            BufType::VideoOutputMplane => BufType::VideoOutput,
-            other => other,
-        } as u32;
         let r = v4l2_rect {
             left: i32::try_from(rect.left).unwrap_or(0),
             top: i32::try_from(rect.top).unwrap_or(0),
             width: rect.width,
             height: rect.height,
         };
-        let mut sel = v4l2_selection { type_, target, flags: 0, r, reserved: [0; 9] };
+        let mut sel = v4l2_selection { type_: selection_type(buf), target, flags: 0, r, reserved: [0; 9] };
         // SAFETY: `sel` is a valid, owned v4l2_selection; the kernel writes within its size.
         unsafe { ioctl::s_selection(self.raw(), &mut sel) }.map_err(ioctl_err("S_SELECTION"))?;
-        Ok(Rect {
-            left: u32::try_from(sel.r.left).unwrap_or(0),
-            top: u32::try_from(sel.r.top).unwrap_or(0),
-            width: sel.r.width,
-            height: sel.r.height,
-        })
+        Ok(Rect::from(sel.r))
     }
 
     /// `VIDIOC_G_SELECTION`.
     pub fn selection(&self, buf: BufType, target: u32) -> Result<Rect, V4l2Error> {
-        let type_ = match buf {
-            BufType::VideoCaptureMplane => BufType::VideoCapture,
-            BufType::VideoOutputMplane => BufType::VideoOutput,
-            other => other,
-        } as u32;
-        let mut sel = v4l2_selection { type_, target, ..Default::default() };
+        let mut sel = v4l2_selection { type_: selection_type(buf), target, ..Default::default() };
         // SAFETY: as for S_SELECTION.
         unsafe { ioctl::g_selection(self.raw(), &mut sel) }.map_err(ioctl_err("G_SELECTION"))?;
-        Ok(Rect {
-            left: u32::try_from(sel.r.left).unwrap_or(0),
-            top: u32::try_from(sel.r.top).unwrap_or(0),
-            width: sel.r.width,
-            height: sel.r.height,
-        })
+        Ok(Rect::from(sel.r))
     }
 
     /// `VIDIOC_S_INPUT`.
