@@ -79,14 +79,13 @@ impl Daemon {
         let source = match p.region {
             None => active,
             Some(r) => {
-                let rect = PixelRect { x: active.x + r.x, y: active.y + r.y, width: r.width, height: r.height };
-                if !active.contains_rect(&rect) {
-                    return Err(DaemonError::InvalidArgument(format!(
+                let relative = PixelRect { x: r.x, y: r.y, width: r.width, height: r.height };
+                active.sub_rect(&relative).ok_or_else(|| {
+                    DaemonError::InvalidArgument(format!(
                         "region {}x{}+{}+{} is outside the phone's {}x{} picture",
                         r.width, r.height, r.x, r.y, active.width, active.height
-                    )));
-                }
-                rect
+                    ))
+                })?
             }
         };
         let max_edge = p.max_edge.unwrap_or(DEFAULT_MAX_EDGE);

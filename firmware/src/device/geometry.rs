@@ -24,12 +24,25 @@ pub struct PixelRect {
 }
 
 impl PixelRect {
-    /// Whether `inner` lies entirely within this rectangle.
+    /// Whether `inner` lies entirely within this rectangle. Computed in `u64`: the fields
+    /// come from callers and config, and `u32` sums could wrap and pass the check.
     pub fn contains_rect(&self, inner: &PixelRect) -> bool {
         inner.x >= self.x
             && inner.y >= self.y
-            && inner.x + inner.width <= self.x + self.width
-            && inner.y + inner.height <= self.y + self.height
+            && u64::from(inner.x) + u64::from(inner.width) <= u64::from(self.x) + u64::from(self.width)
+            && u64::from(inner.y) + u64::from(inner.height) <= u64::from(self.y) + u64::from(self.height)
+    }
+
+    /// `inner`, given relative to this rectangle's top-left, in this rectangle's coordinate
+    /// space — `None` unless it is non-empty and lies entirely inside.
+    pub fn sub_rect(&self, inner: &PixelRect) -> Option<PixelRect> {
+        let rect = PixelRect {
+            x: self.x.checked_add(inner.x)?,
+            y: self.y.checked_add(inner.y)?,
+            width: inner.width,
+            height: inner.height,
+        };
+        (inner.width > 0 && inner.height > 0 && self.contains_rect(&rect)).then_some(rect)
     }
 }
 
@@ -154,6 +167,23 @@ mod tests {
         assert_eq!(detect_active_rect(&frame_with_box(640, 800, letter)), letter);
         let black = frame_with_box(64, 64, PixelRect { x: 0, y: 0, width: 0, height: 0 });
         assert_eq!(detect_active_rect(&black), PixelRect { x: 0, y: 0, width: 64, height: 64 });
+    }
+
+    #[test]
+    fn containment_does_not_wrap_on_huge_sizes() {
+        let active = PixelRect { x: 711, y: 0, width: 498, height: 1080 };
+        let wraps = PixelRect { x: 721, y: 0, width: 4_294_967_290, height: 10 };
+        assert!(!active.contains_rect(&wraps));
+        let at_max = PixelRect { x: u32::MAX, y: 0, width: 1, height: 1 };
+        assert!(!active.contains_rect(&at_max));
+        assert_eq!(active.sub_rect(&PixelRect { x: 10, y: 0, width: 4_294_967_290, height: 10 }), None);
+        assert_eq!(active.sub_rect(&PixelRect { x: u32::MAX, y: 0, width: 1, height: 1 }), None);
+        assert_eq!(active.sub_rect(&PixelRect { x: 0, y: 0, width: 0, height: 1 }), None);
+        assert_eq!(
+            active.sub_rect(&PixelRect { x: 10, y: 20, width: 488, height: 1060 }),
+            Some(PixelRect { x: 721, y: 20, width: 488, height: 1060 })
+        );
+        assert!(active.sub_rect(&PixelRect { x: 10, y: 20, width: 489, height: 1060 }).is_none());
     }
 
     #[test]
