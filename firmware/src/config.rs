@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::daemon::DEFAULT_RELATIVE_COUNTS;
+use crate::daemon::{DaemonLimits, DEFAULT_QUEUE_TIMEOUT, DEFAULT_RELATIVE_COUNTS};
 use crate::device::geometry::PixelRect;
 use crate::device::hid::descriptor::PointerProfile;
 use crate::device::hid::Layout;
@@ -149,6 +149,66 @@ pub struct Config {
     pub encoder_backend: CodecChoice,
     /// Which decoder for compressed capture: `auto` or `software`.
     pub decoder_backend: CodecChoice,
+    /// Global limits (`[limits]`).
+    pub limits: LimitsConfig,
+}
+
+/// `[limits]`: what keeps the daemon responsive and its memory bounded whatever clients do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// An action waiting longer than this for the device (behind other input) is refused
+    /// with `BUSY` instead of running late.
+    pub queue_timeout_ms: u64,
+    /// Connections at once.
+    pub max_connections: usize,
+    /// Screenshots produced at once.
+    pub max_screenshots_in_flight: usize,
+    /// Screenshots waiting for those; more are refused with `BUSY`.
+    pub max_screenshots_waiting: usize,
+    /// Output bytes queued for all clients together.
+    pub max_queued_output_bytes: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let d = DaemonLimits::default();
+        LimitsConfig {
+            queue_timeout_ms: u64::try_from(DEFAULT_QUEUE_TIMEOUT.as_millis()).unwrap_or(10_000),
+            max_connections: d.max_sessions,
+            max_screenshots_in_flight: d.max_screenshots_in_flight,
+            max_screenshots_waiting: d.max_screenshots_waiting,
+            max_queued_output_bytes: d.max_queued_output_bytes,
+        }
+    }
+}
+
+impl LimitsConfig {
+    /// The daemon's limits.
+    pub fn daemon_limits(&self) -> DaemonLimits {
+        DaemonLimits {
+            max_sessions: self.max_connections,
+            max_screenshots_in_flight: self.max_screenshots_in_flight,
+            max_screenshots_waiting: self.max_screenshots_waiting,
+            max_queued_output_bytes: self.max_queued_output_bytes,
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let ranges: [(&str, u64, u64, u64); 5] = [
+            ("queue_timeout_ms", self.queue_timeout_ms, 100, 600_000),
+            ("max_connections", self.max_connections as u64, 1, 4096),
+            ("max_screenshots_in_flight", self.max_screenshots_in_flight as u64, 1, 16),
+            ("max_screenshots_waiting", self.max_screenshots_waiting as u64, 0, 1024),
+            ("max_queued_output_bytes", self.max_queued_output_bytes as u64, 1 << 20, 1 << 30),
+        ];
+        for (name, value, min, max) in ranges {
+            if !(min..=max).contains(&value) {
+                return Err(format!("limits.{name} = {value} is outside {min}..={max}"));
+            }
+        }
+        Ok(())
+    }
 }
 
 pub use crate::device::video::codec::CodecChoice;
@@ -177,6 +237,7 @@ struct ConfigFile {
     encoder: Option<EncoderSettings>,
     encoder_backend: Option<CodecChoice>,
     decoder_backend: Option<CodecChoice>,
+    limits: Option<LimitsConfig>,
 }
 
 /// Errors loading the configuration.
@@ -279,6 +340,7 @@ impl Config {
             encoder: EncoderSettings::default(),
             encoder_backend: CodecChoice::Auto,
             decoder_backend: CodecChoice::Auto,
+            limits: LimitsConfig::default(),
         }
     }
 
@@ -313,6 +375,7 @@ impl Config {
             encoder,
             encoder_backend,
             decoder_backend,
+            limits,
         } = file;
         c.sim = sim.unwrap_or(c.sim);
         c.data_dir = data_dir.unwrap_or(c.data_dir);
@@ -334,7 +397,43 @@ impl Config {
         c.encoder = encoder.unwrap_or(c.encoder);
         c.encoder_backend = encoder_backend.unwrap_or(c.encoder_backend);
         c.decoder_backend = decoder_backend.unwrap_or(c.decoder_backend);
+        c.limits = limits.unwrap_or(c.limits);
+        c.validate()?;
         Ok(c)
+    }
+
+    /// Checks every number that planning, rendering or allocation takes from the config, so
+    /// a bad file is refused at start with the field named instead of failing later.
+    pub fn validate(&self) -> Result<(), String> {
+        self.input.validate()?;
+        self.limits.validate()?;
+        let s = &self.sim_phone;
+        if !(64..=7680).contains(&s.capture_width) || !(64..=4320).contains(&s.capture_height) {
+            return Err(format!(
+                "sim_phone capture {}x{} is outside 64x64..=7680x4320",
+                s.capture_width, s.capture_height
+            ));
+        }
+        if !(100..=4000).contains(&s.phone_width) || !(100..=4000).contains(&s.phone_height) || s.glide_ms > 5000 {
+            return Err("sim_phone: phone_width/phone_height must be 100..=4000 and glide_ms at most 5000".into());
+        }
+        if !(1..=240).contains(&s.fps) {
+            return Err(format!("sim_phone.fps = {} is outside 1..=240", s.fps));
+        }
+        let (w, h) = self.relative_counts_per_screen;
+        if !(w.is_finite() && h.is_finite() && w > 0.0 && h > 0.0 && w <= 100_000.0 && h <= 100_000.0) {
+            return Err("relative_counts_per_screen must be two positive numbers up to 100000".into());
+        }
+        if let Some(r) = self.active_rect {
+            if r.width == 0
+                || r.height == 0
+                || r.x.checked_add(r.width).is_none()
+                || r.y.checked_add(r.height).is_none()
+            {
+                return Err("active_rect must be a non-empty rectangle".into());
+            }
+        }
+        Ok(())
     }
 }
 
@@ -359,6 +458,24 @@ mod tests {
         assert!(Config::from_toml(Profile::Laptop, "listen = \"nope\"").is_err());
         let c = Config::from_toml(Profile::Laptop, "active_rect = { x = 1, y = 2, width = 3, height = 4 }").unwrap();
         assert_eq!(c.active_rect, Some(PixelRect { x: 1, y: 2, width: 3, height: 4 }));
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_refused_with_the_field_named() {
+        for (toml, field) in [
+            ("[input]\nrelease_repeats = 4294967295", "release_repeats"),
+            ("[input]\nreport_interval_ms = 0", "report_interval_ms"),
+            ("[limits]\nmax_connections = 0", "max_connections"),
+            ("[sim_phone]\ncapture_width = 4294967295", "capture"),
+            ("relative_counts_per_screen = [0.0, 1.0]", "relative_counts"),
+            ("active_rect = { x = 4294967295, y = 0, width = 2, height = 2 }", "active_rect"),
+        ] {
+            let err = Config::from_toml(Profile::Laptop, toml).unwrap_err();
+            assert!(err.contains(field), "{toml}: {err}");
+        }
+        let c = Config::from_toml(Profile::Laptop, "[limits]\nqueue_timeout_ms = 2000").unwrap();
+        assert_eq!(c.limits.queue_timeout_ms, 2000);
+        assert_eq!(c.limits.max_connections, 64, "unset limits keep defaults");
     }
 
     #[test]

@@ -134,6 +134,8 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
                 encoder: config.encoder,
                 encoder_kind,
                 tasks_kept: config.tasks_kept,
+                queue_timeout: Some(std::time::Duration::from_millis(config.limits.queue_timeout_ms)),
+                limits: config.limits.daemon_limits(),
             },
         )
         .context("start daemon")?;

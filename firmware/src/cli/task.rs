@@ -116,7 +116,9 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async move {
         let mut lease = ControlClient::connect(&socket).await?;
-        let opened = lease.call("task_open", json!({"title": title, "scope": scope})).await.map_err(remote)?;
+        // The lease connection does not read events while the command runs: opt out of them.
+        let opened =
+            lease.call("task_open", json!({"title": title, "scope": scope, "events": false})).await.map_err(remote)?;
         let id = opened["id"].as_i64().context("task_open returned no id")?;
         let token = opened["token"].as_str().context("task_open returned no token")?.to_string();
         eprintln!("tether: task {id} opened: {title}");

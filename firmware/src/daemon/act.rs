@@ -7,8 +7,10 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+use super::limits;
+use super::observations::FrameRef;
 use super::operations::{Begin, OperationState};
-use super::{Daemon, DaemonError, InputStep, Session};
+use super::{Daemon, DaemonError, Identity, InputStep, Observation, Session};
 use crate::device::geometry::{detect_active_rect, ObservationMapping, PixelRect};
 use crate::device::hid::{named_key, KeyStroke, UntypeableText};
 use crate::device::input::{self, plan, Gesture, HidPoint};
@@ -18,36 +20,61 @@ use crate::protocol::params::{
     ActionParams, ActionSpec, Direction, PreviewParams, ScreenshotParams, DEFAULT_MAX_EDGE, DEFAULT_PREVIEW_EDGE,
 };
 use crate::protocol::task_params::BatchParams;
-use crate::protocol::{ErrorBody, RequestId};
+use crate::protocol::ErrorBody;
 
 /// Largest PNG returned by `screenshot`.
 pub const MAX_SCREENSHOT_BYTES: usize = 1 << 20;
 /// Largest PNG returned by `preview`.
 pub const MAX_PREVIEW_BYTES: usize = 256 << 10;
+/// A screenshot's answer on the wire: base64 of the PNG plus metadata.
+const SCREENSHOT_ANSWER_BYTES: usize = MAX_SCREENSHOT_BYTES / 3 * 4 + 4096;
+/// A preview's answer on the wire.
+const PREVIEW_ANSWER_BYTES: usize = MAX_PREVIEW_BYTES / 3 * 4 + 4096;
+/// A screenshot never shows a frame older than this: a frozen capture is not the phone.
+pub const MAX_FRAME_AGE: Duration = Duration::from_secs(2);
 
 impl Daemon {
-    /// The newest frame, waiting up to `timeout` for one newer than `after`.
-    pub(super) async fn frame_after(&self, after: Option<u64>, timeout: Duration) -> Result<Arc<Frame>, DaemonError> {
+    /// The newest frame no older than [`MAX_FRAME_AGE`], newer than `after` when given;
+    /// waits up to `timeout` for one. Ends early on `cancel`.
+    pub(super) async fn frame_after(
+        &self,
+        after: Option<u64>,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> Result<Arc<Frame>, DaemonError> {
         let mut reader = self.inner.frames.clone();
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             if let Some(f) = reader.latest() {
-                if after.is_none_or(|a| f.sequence > a) {
+                if after.is_none_or(|a| f.sequence > a) && f.captured_at.elapsed() <= MAX_FRAME_AGE {
                     return Ok(f);
                 }
             }
-            match tokio::time::timeout_at(deadline, reader.changed()).await {
-                Ok(true) => {}
-                _ => {
-                    return match (reader.latest(), after) {
-                        (Some(_), Some(a)) => Err(DaemonError::InvalidArgument(format!(
-                            "no frame newer than {a} arrived within the timeout"
-                        ))),
-                        _ => Err(DaemonError::NoFrame),
+            tokio::select! {
+                changed = tokio::time::timeout_at(deadline, reader.changed()) => {
+                    if matches!(changed, Ok(true)) {
+                        continue;
                     }
+                    let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+                    return match reader.latest() {
+                        Some(f) => Err(DaemonError::FrameTimeout { after: after.unwrap_or(f.sequence), timeout_ms }),
+                        None => Err(DaemonError::NoFrame),
+                    };
                 }
+                () = cancel.cancelled() => return Err(DaemonError::Cancelled),
             }
         }
+    }
+
+    /// The geometry epoch: observations taken under another one are stale.
+    pub(super) fn geometry_epoch(&self) -> u64 {
+        self.inner.geometry_epoch.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The mapping from pictures to the phone changed: every observation is stale.
+    pub(super) fn geometry_changed(&self, why: &'static str) {
+        let epoch = self.inner.geometry_epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
+        tracing::info!(epoch, why, "geometry changed: observations are stale");
     }
 
     /// The phone's picture in `frame`, detected once per generation.
@@ -71,36 +98,61 @@ impl Daemon {
         }
     }
 
-    pub(super) async fn screenshot(&self, p: &ScreenshotParams) -> Result<Value, DaemonError> {
+    /// A slot of screenshot work, or `BUSY` when too many are running and waiting or the
+    /// output budget could not take the answer.
+    async fn screenshot_slot(&self, answer_bytes: usize) -> Result<limits::WorkSlot, DaemonError> {
+        if !self.inner.output.has_room(answer_bytes) {
+            self.count_busy();
+            return Err(DaemonError::Busy("too much output is queued for clients that are not reading"));
+        }
+        match self.inner.screenshots.enter().await {
+            Some(slot) => Ok(slot),
+            None => {
+                self.count_busy();
+                Err(DaemonError::Busy("too many screenshots are in flight"))
+            }
+        }
+    }
+
+    /// `screenshot`: a PNG of the phone and the observation actions may refer to. `task`
+    /// is the task whose agent asks (its observations go stale when a human acts).
+    pub(super) async fn screenshot(
+        &self,
+        p: &ScreenshotParams,
+        task: Option<i64>,
+        cancel: &CancellationToken,
+    ) -> Result<Value, DaemonError> {
         let timeout =
             Duration::from_millis(p.timeout_ms.unwrap_or(if p.after_frame_id.is_some() { 1000 } else { 2000 }));
-        let frame = self.frame_after(p.after_frame_id, timeout).await?;
+        let _slot = tokio::select! {
+            slot = self.screenshot_slot(SCREENSHOT_ANSWER_BYTES) => slot?,
+            () = cancel.cancelled() => return Err(DaemonError::Cancelled),
+        };
+        let frame = self.frame_after(p.after_frame_id, timeout, cancel).await?;
         let active = self.active_rect(&frame);
         let source = match p.region {
             None => active,
             Some(r) => {
-                let relative = PixelRect { x: r.x, y: r.y, width: r.width, height: r.height };
-                active.sub_rect(&relative).ok_or_else(|| {
-                    DaemonError::InvalidArgument(format!(
-                        "region {}x{}+{}+{} is outside the phone's {}x{} picture",
-                        r.width, r.height, r.x, r.y, active.width, active.height
-                    ))
-                })?
+                let region = PixelRect { x: r.x, y: r.y, width: r.width, height: r.height };
+                active.sub_rect(&region).ok_or(DaemonError::RegionOutside { region, active })?
             }
         };
         let max_edge = p.max_edge.unwrap_or(DEFAULT_MAX_EDGE);
         let f = frame.clone();
         let image = tokio::task::spawn_blocking(move || observe(&f, source, max_edge, MAX_SCREENSHOT_BYTES))
             .await
-            .map_err(|_| DaemonError::InvalidArgument("screenshot worker failed".into()))??;
+            .map_err(|_| DaemonError::Worker("screenshot"))??;
         let mapping = ObservationMapping { active, source, image: (image.width, image.height) };
-        let obs = self.lock_observations().insert(frame.generation, frame.sequence, mapping, Instant::now());
+        let epoch = self.geometry_epoch();
+        let at = FrameRef { generation: frame.generation, frame_id: frame.sequence, geometry_epoch: epoch };
+        let obs = self.lock_observations().insert(at, mapping, task, Instant::now());
         Ok(json!({
             "mime_type": "image/png",
             "data": base64::engine::general_purpose::STANDARD.encode(&image.png),
             "metadata": {
                 "observation_id": obs.id,
                 "generation": frame.generation,
+                "geometry_epoch": epoch,
                 "frame_id": frame.sequence,
                 "source_rect": source,
                 "active_rect": active,
@@ -111,12 +163,16 @@ impl Daemon {
         }))
     }
 
-    pub(super) async fn preview(&self, p: &PreviewParams) -> Result<Value, DaemonError> {
+    pub(super) async fn preview(&self, p: &PreviewParams, cancel: &CancellationToken) -> Result<Value, DaemonError> {
         // With no frame yet (just started, or signal back), wait briefly for the first one.
         let timeout = Duration::from_millis(p.timeout_ms.unwrap_or(if p.after_frame_id.is_some() { 0 } else { 2000 }));
-        let frame = match self.frame_after(p.after_frame_id, timeout).await {
+        let _slot = tokio::select! {
+            slot = self.screenshot_slot(PREVIEW_ANSWER_BYTES) => slot?,
+            () = cancel.cancelled() => return Err(DaemonError::Cancelled),
+        };
+        let frame = match self.frame_after(p.after_frame_id, timeout, cancel).await {
             Ok(f) => f,
-            Err(DaemonError::InvalidArgument(_)) => {
+            Err(DaemonError::FrameTimeout { .. }) if p.after_frame_id.is_some() => {
                 // Nothing newer: say so instead of re-sending the same picture.
                 let latest = self.inner.frames.latest().ok_or(DaemonError::NoFrame)?;
                 return Ok(json!({
@@ -133,7 +189,7 @@ impl Daemon {
         let f = frame.clone();
         let image = tokio::task::spawn_blocking(move || observe(&f, active, max_edge, MAX_PREVIEW_BYTES))
             .await
-            .map_err(|_| DaemonError::InvalidArgument("preview worker failed".into()))??;
+            .map_err(|_| DaemonError::Worker("preview"))??;
         Ok(json!({
             "mime_type": "image/png",
             "data": base64::engine::general_purpose::STANDARD.encode(&image.png),
@@ -147,32 +203,64 @@ impl Daemon {
         }))
     }
 
+    /// The cache key of an operation id: scoped to the caller's identity, role and the
+    /// task it acts for, so nobody receives another caller's cached result.
+    fn operation_key(&self, session: &Session, token: Option<&str>, operation_id: &str) -> String {
+        let task = token.and_then(|t| self.inner.tasks.by_token(t).ok());
+        let who = match session.caller.identity {
+            Identity::Unix(c) => format!("uid:{}", c.uid),
+            // In-process callers carry no identity of their own yet: one scope per session.
+            Identity::InProcess => format!("session:{}", session.id.0),
+        };
+        let task = task.map_or_else(|| "-".to_string(), |t| t.to_string());
+        format!("{who}/{:?}/task:{task}/{operation_id}", session.caller.role)
+    }
+
     /// Registers an operation; `Some` is the answer when it is already known (cached
     /// result, still in progress, or the id reused with other arguments).
-    fn begin_operation(&self, id: &str, args: &Value) -> Option<Result<Value, DaemonError>> {
-        match self.lock_operations().begin(id, args, Instant::now()) {
-            Begin::Conflict => Some(Err(DaemonError::OperationConflict { operation_id: id.to_string() })),
-            Begin::Known(OperationState::InProgress) => Some(Ok(json!({"status": "in_progress", "operation_id": id}))),
+    fn begin_operation(&self, key: &str, operation_id: &str, args: &Value) -> Option<Result<Value, DaemonError>> {
+        match self.lock_operations().begin(key, args, Instant::now()) {
+            Begin::Conflict => Some(Err(DaemonError::OperationConflict { operation_id: operation_id.to_string() })),
+            Begin::Known(OperationState::InProgress) => {
+                Some(Ok(json!({"status": "in_progress", "operation_id": operation_id})))
+            }
             Begin::Known(OperationState::Done(result)) => Some(result.map_err(DaemonError::ActionFailed)),
             Begin::Run => None,
+        }
+    }
+
+    /// Caches an operation's outcome. Only outcomes: a success, or a failure after input
+    /// may have reached the phone. A refusal or a failure before anything was sent is
+    /// forgotten, so the same id may run once the caller is allowed or the phone is ready.
+    fn finish_operation(&self, key: &str, result: &Result<Value, DaemonError>) {
+        let outcome = match result {
+            Ok(v) => Some(Ok(v.clone())),
+            Err(e) => {
+                let body = ErrorBody::from(e);
+                body.side_effect_possible.then_some(Err(body))
+            }
+        };
+        match outcome {
+            Some(cached) => self.lock_operations().finish(key, cached),
+            None => self.lock_operations().forget(key),
         }
     }
 
     pub(super) async fn action(
         &self,
         session: &Session,
-        request: RequestId,
         token: Option<&str>,
         p: &ActionParams,
+        cancel: &CancellationToken,
     ) -> Result<Value, DaemonError> {
         let args = json!({"observation_id": p.observation_id, "action": p.action});
-        if let Some(known) = self.begin_operation(&p.operation_id, &args) {
-            return known;
+        let key = self.operation_key(session, token, &p.operation_id);
+        if let Some(known) = self.begin_operation(&key, &p.operation_id, &args) {
+            return known.map_err(|e| with_operation(e, &p.operation_id));
         }
         let started = Instant::now();
-        let outcome = self.run_action(session, request, token, &p.observation_id, &p.action).await;
-        let task = outcome.as_ref().ok().and_then(|(_, a)| *a);
-        let result = outcome.map(|(reports, _)| {
+        let (outcome, task) = self.run_action(session, token, p.observation_id.as_deref(), &p.action, cancel).await;
+        let result = outcome.map(|reports| {
             let latest = self.inner.frames.latest();
             json!({
                 "status": "submitted",
@@ -183,43 +271,26 @@ impl Daemon {
                 "after_frame_id": latest.as_ref().map(|f| f.sequence),
             })
         });
-        let result = result.map_err(|e| match e {
-            // Task refusals keep their own codes (nothing was sent).
-            DaemonError::Task(e) => DaemonError::Task(e),
-            e => DaemonError::ActionFailed(action_error(&e)),
-        });
+        let result = result.map_err(|e| DaemonError::ActionFailed(action_error(&e, &p.operation_id)));
         self.record_step(session, token, task, "action", &args, &result, started.elapsed()).await;
-        self.finish_operation(&p.operation_id, &result);
+        self.finish_operation(&key, &result);
         result
     }
 
-    /// Caches an operation's result; a task refusal is not an outcome (nothing was sent),
-    /// so it is forgotten and the same id may run once allowed.
-    fn finish_operation(&self, id: &str, result: &Result<Value, DaemonError>) {
-        match result {
-            Err(DaemonError::Task(_)) => self.lock_operations().forget(id),
-            _ => {
-                let cached = match result {
-                    Ok(v) => Ok(v.clone()),
-                    Err(e) => Err(ErrorBody::from(e)),
-                };
-                self.lock_operations().finish(id, cached);
-            }
-        }
-    }
-
     /// `batch`: the sub-steps one by one, each admitted on its own, so a pause or takeover
-    /// takes effect between them. Stops at the first failure and says how far it got.
+    /// takes effect between them (and interrupts the one running). Stops at the first
+    /// failure and says how far it got.
     pub(super) async fn batch(
         &self,
         session: &Session,
-        request: RequestId,
         token: Option<&str>,
         p: &BatchParams,
+        cancel: &CancellationToken,
     ) -> Result<Value, DaemonError> {
         let args = json!({"observation_id": p.observation_id, "actions": p.actions});
-        if let Some(known) = self.begin_operation(&p.operation_id, &args) {
-            return known;
+        let key = self.operation_key(session, token, &p.operation_id);
+        if let Some(known) = self.begin_operation(&key, &p.operation_id, &args) {
+            return known.map_err(|e| with_operation(e, &p.operation_id));
         }
         let started = Instant::now();
         let mut done = 0usize;
@@ -227,17 +298,15 @@ impl Daemon {
         let mut failure = None;
         for (i, action) in p.actions.iter().enumerate() {
             let step_started = Instant::now();
-            let outcome = self.run_action(session, request, token, &p.observation_id, action).await;
-            let task = outcome.as_ref().ok().and_then(|(_, a)| *a);
+            let (outcome, task) = self.run_action(session, token, p.observation_id.as_deref(), action, cancel).await;
             let sub_args = json!({"observation_id": p.observation_id, "action": action, "index": i});
-            let sub = outcome.as_ref().map(|(n, _)| json!({"status": "submitted", "reports": n}));
-            let sub = match sub {
-                Ok(v) => Ok(v),
+            let sub = match &outcome {
+                Ok(n) => Ok(json!({"status": "submitted", "reports": n})),
                 Err(e) => Err(DaemonError::ActionFailed(ErrorBody::from(e))),
             };
             self.record_step(session, token, task, "batch", &sub_args, &sub, step_started.elapsed()).await;
             match outcome {
-                Ok((n, _)) => {
+                Ok(n) => {
                     done += 1;
                     reports += n;
                 }
@@ -248,8 +317,6 @@ impl Daemon {
             }
         }
         let result = match failure {
-            // Refused before anything ran: the refusal itself, as for a single action.
-            Some(e @ DaemonError::Task(_)) if done == 0 => Err(e),
             None => Ok(json!({
                 "status": "submitted",
                 "operation_id": p.operation_id,
@@ -258,10 +325,7 @@ impl Daemon {
                 "duration_ms": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             })),
             Some(e) => {
-                let mut body = match &e {
-                    DaemonError::Task(_) => ErrorBody::from(&e),
-                    _ => action_error(&e),
-                };
+                let mut body = action_error(&e, &p.operation_id);
                 if done > 0 {
                     body.side_effect_possible = true;
                     body.status = Some("outcome_unknown");
@@ -270,54 +334,68 @@ impl Daemon {
                 Err(DaemonError::ActionFailed(body))
             }
         };
-        self.finish_operation(&p.operation_id, &result);
+        self.finish_operation(&key, &result);
         result
     }
 
-    /// Plans and runs one action; returns the reports sent and the task it counted for.
+    /// Plans and runs one action; returns the reports sent, and the task it counted for
+    /// whenever it was admitted (also when it then failed).
     async fn run_action(
         &self,
         session: &Session,
-        request: RequestId,
         token: Option<&str>,
-        observation_id: &Option<String>,
+        observation_id: Option<&str>,
         action: &ActionSpec,
-    ) -> Result<(usize, Option<i64>), DaemonError> {
-        let p = ActionParams {
-            operation_id: String::new(),
-            observation_id: observation_id.clone(),
-            action: action.clone(),
+        cancel: &CancellationToken,
+    ) -> (Result<usize, DaemonError>, Option<i64>) {
+        let steps = match self.plan_action(observation_id, action) {
+            Ok(steps) => steps,
+            Err(e) => return (Err(e), None),
         };
-        let steps = self.plan_action(&p)?;
         if let (ActionSpec::OpenApp { name }, Some(t)) = (action, token) {
-            self.check_app_scope(session, t, name).await?;
+            if let Err(e) = self.check_app_scope(session, t, name, cancel).await {
+                return (Err(e), None);
+            }
         }
-        let cancel = session.cancel.child_token();
-        session.in_flight().insert(request.0, cancel.clone());
-        let result = self.run_input_with(session, token, &steps, &cancel).await;
-        session.in_flight().remove(&request.0);
+        let mut turn = match self.acquire_device(session, token, observation_id, cancel).await {
+            Ok(turn) => turn,
+            Err(e) => return (Err(e), None),
+        };
+        let task = turn.task();
+        let result = turn.run(&steps).await;
+        if let (true, Some(task)) = (turn.is_human_in_task(), task) {
+            // A human drove during the task: what its agent saw before is no longer true.
+            self.lock_observations().invalidate_task(task, "a human used the phone during the task");
+        }
+        drop(turn);
         if let (Err(_), Some(relative)) = (&result, &self.inner.relative) {
             // The pointer may have stopped anywhere: find it again by homing next time.
             relative.lock().unwrap_or_else(|p| p.into_inner()).forget();
         }
-        result.map(|(n, admission)| (n, admission.task()))
+        (result, task)
     }
 
-    fn plan_action(&self, p: &ActionParams) -> Result<Vec<InputStep>, DaemonError> {
+    /// The observation `id`, if it may still authorize an action now.
+    pub(super) fn check_observation(&self, id: &str) -> Result<Observation, DaemonError> {
+        let generation = self.inner.frames.state().generation;
+        let epoch = self.geometry_epoch();
+        Ok(self.lock_observations().get(id, generation, epoch, Instant::now())?)
+    }
+
+    /// The report steps of one action. A given observation is checked whatever the
+    /// action (a key press on an expired screenshot is refused like a tap).
+    fn plan_action(&self, observation_id: Option<&str>, action: &ActionSpec) -> Result<Vec<InputStep>, DaemonError> {
         let t = &self.inner.timings;
-        let mapping = match (&p.observation_id, p.action.needs_observation()) {
-            (Some(id), true) => {
-                let generation = self.inner.frames.state().generation;
-                Some(self.lock_observations().get(id, generation, Instant::now())?.mapping)
-            }
-            _ => None,
+        let mapping = match observation_id {
+            Some(id) => Some(self.check_observation(id)?.mapping),
+            None => None,
         };
         let point = |x: f64, y: f64| -> Result<HidPoint, DaemonError> {
-            let m = mapping.ok_or_else(|| DaemonError::InvalidArgument("observation_id is required".into()))?;
+            let m = mapping.ok_or(DaemonError::MissingObservation)?;
             let (hx, hy) = self.calibrated_hid(m.to_normalized(x, y)?, &m.active);
             Ok(HidPoint::new(hx, hy))
         };
-        let gesture = match &p.action {
+        let gesture = match action {
             ActionSpec::Move { x, y } => Gesture::Move(point(*x, *y)?),
             ActionSpec::Tap { x, y } => Gesture::Tap(point(*x, *y)?),
             ActionSpec::DoubleTap { x, y } => Gesture::DoubleTap(point(*x, *y)?),
@@ -351,18 +429,17 @@ impl Daemon {
                     match named_key(k) {
                         Some((0, m)) => modifiers |= m,
                         _ if main.is_none() => main = Some(self.key_stroke(k)?),
-                        _ => return Err(DaemonError::InvalidArgument("hotkey takes modifiers plus one key".into())),
+                        _ => return Err(DaemonError::BadHotkey),
                     }
                 }
-                let main =
-                    main.ok_or_else(|| DaemonError::InvalidArgument("hotkey needs one non-modifier key".into()))?;
+                let main = main.ok_or(DaemonError::BadHotkey)?;
                 Gesture::Key(KeyStroke { usage: main.usage, modifiers: modifiers | main.modifiers })
             }
             ActionSpec::TypeText { text } => Gesture::Type(self.inner.keymap.strokes(text)?),
-            ActionSpec::Home => Gesture::Key(input::HOME),
-            ActionSpec::Spotlight => Gesture::Key(input::SPOTLIGHT),
-            ActionSpec::Back => Gesture::Key(input::BACK),
-            ActionSpec::AppSwitcher => Gesture::Drag {
+            ActionSpec::Home {} => Gesture::Key(input::HOME),
+            ActionSpec::Spotlight {} => Gesture::Key(input::SPOTLIGHT),
+            ActionSpec::Back {} => Gesture::Key(input::BACK),
+            ActionSpec::AppSwitcher {} => Gesture::Drag {
                 path: vec![HidPoint::new(16384, 32700), HidPoint::new(16384, 19000)],
                 duration: Duration::from_millis(800),
             },
@@ -379,7 +456,7 @@ impl Daemon {
         if let Some(relative) = &self.inner.relative {
             return Ok(relative.lock().unwrap_or_else(|p| p.into_inner()).plan(&gesture, t));
         }
-        if matches!(p.action, ActionSpec::AppSwitcher) {
+        if matches!(action, ActionSpec::AppSwitcher {}) {
             return Ok(input::app_switcher(t));
         }
         Ok(plan(&gesture, t))
@@ -397,31 +474,20 @@ impl Daemon {
                 .keymap
                 .stroke(c)
                 .ok_or_else(|| UntypeableText { layout: self.inner.keymap.layout(), chars: vec![c] }.into()),
-            _ => Err(DaemonError::InvalidArgument(format!(
-                "unknown key {key:?}: use a single character or a name like enter, tab, escape, backspace, \
-                 delete, up, down, left, right, home, end, pageup, pagedown, f1-f12, cmd, shift, ctrl, alt"
-            ))),
-        }
-    }
-
-    /// Cancels request `id` of this session; returns whether it was running.
-    pub(super) fn cancel(&self, session: &Session, id: u64) -> bool {
-        match session.in_flight().get(&id) {
-            Some(token) => {
-                token.cancel();
-                true
-            }
-            None => false,
+            _ => Err(DaemonError::UnknownKey(key.chars().take(64).collect())),
         }
     }
 }
 
-/// The cached form of an action error, with its status.
-fn action_error(e: &DaemonError) -> ErrorBody {
+/// The wire form of an action's failure: its status and its operation id.
+fn action_error(e: &DaemonError, operation_id: &str) -> ErrorBody {
     let mut body = ErrorBody::from(e);
     body.status = Some(if body.side_effect_possible { "outcome_unknown" } else { "failed_before_submit" });
+    body.operation_id = Some(operation_id.to_string());
     body
 }
 
-/// Token map type of a session's cancellable requests.
-pub(super) type InFlight = std::collections::HashMap<u64, CancellationToken>;
+/// `e` as an action failure carrying `operation_id` (conflicts and cached failures).
+fn with_operation(e: DaemonError, operation_id: &str) -> DaemonError {
+    DaemonError::ActionFailed(action_error(&e, operation_id))
+}

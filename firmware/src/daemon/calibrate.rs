@@ -6,7 +6,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::{Daemon, DaemonError, InputError, InputStep, Role, Session};
+use tokio_util::sync::CancellationToken;
+
+use super::{Daemon, DaemonError, InputStep, Role, Session};
 use crate::device::calibration::{locate_pointer, Affine, CalibrationPoint};
 use crate::device::geometry::PixelRect;
 use crate::device::hid::{HidReport, PointerReport, POINTER_MAX};
@@ -108,37 +110,45 @@ impl Daemon {
         }
     }
 
-    pub(super) async fn calibrate(&self, session: &Session, p: &CalibrateParams) -> Result<Value, DaemonError> {
+    /// `calibrate` (and `calibrate reset`): admitted like any input, so during someone
+    /// else's task it is refused, and a pause or takeover interrupts it.
+    pub(super) async fn calibrate(
+        &self,
+        session: &Session,
+        token: Option<&str>,
+        p: &CalibrateParams,
+        cancel: &CancellationToken,
+    ) -> Result<Value, DaemonError> {
         let role = session.caller.role;
-        if !role.includes(Role::Operate) {
+        if token.is_none() && !role.includes(Role::Operate) {
             return Err(DaemonError::PermissionDenied { method: "calibrate", needed: Role::Operate, have: role });
         }
-        let frame = self.frame_after(None, Duration::from_secs(2)).await?;
+        let mut turn = self.acquire_device(session, token, None, cancel).await?;
+        let frame = self.frame_after(None, Duration::from_secs(2), cancel).await?;
         let active = self.active_rect(&frame);
         let orientation = Orientation::of(&active);
         if p.reset.unwrap_or(false) {
             self.lock_calibrations().set(orientation, None);
+            self.geometry_changed("the calibration was reset");
+            drop(turn);
             self.persist_calibrations().await;
             return Ok(json!({"orientation": orientation, "reset": true}));
         }
         let grid = p.grid.unwrap_or(DEFAULT_GRID);
         let targets: Vec<(u16, u16)> = grid_points(grid);
         let frames = {
-            let mut lane = tokio::select! {
-                lane = self.inner.lane.lock() => lane,
-                () = session.cancel.cancelled() => return Err(InputError::Cancelled { reports_sent: 0 }.into()),
-            };
             let mut frames = Vec::with_capacity(targets.len());
             // Twice the settle time: the pointer must have fully arrived before the frame.
-            let settle = Duration::from_millis(self.inner.timings.settle_ms.max(50) * 2);
+            let settle = Duration::from_millis(self.inner.timings.settle_ms.max(50).saturating_mul(2));
             for &(x, y) in &targets {
                 let step = InputStep::Report(HidReport::Pointer(PointerReport::new(0, x, y, 0)));
-                lane.run(&[step, InputStep::Wait(settle)], &session.cancel).await?;
+                turn.run(&[step, InputStep::Wait(settle)]).await?;
                 let seen = self.inner.frames.latest().map(|f| f.sequence);
-                frames.push(self.frame_after(seen, Duration::from_secs(2)).await?);
+                frames.push(self.frame_after(seen, Duration::from_secs(2), cancel).await?);
             }
             frames
         };
+        drop(turn);
         let count = frames.len();
         let mut points = Vec::with_capacity(count);
         for (k, &(hx, hy)) in targets.iter().enumerate() {
@@ -161,6 +171,7 @@ impl Daemon {
         })?;
         let residual = Residual::of(&affine, &points, &active, self.inner.sim.as_ref().map(|s| s.config()));
         self.lock_calibrations().set(orientation, Some(affine));
+        self.geometry_changed("the calibration changed");
         self.persist_calibrations().await;
         tracing::info!(?orientation, max_px = residual.picture_max, "calibrated");
         Ok(json!({

@@ -8,14 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::device::hid::{HidError, HidInterface, HidReport, HidSink, HostState};
 
-/// One step of an input sequence.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InputStep {
-    /// Write a report.
-    Report(HidReport),
-    /// Wait before the next step.
-    Wait(Duration),
-}
+pub use crate::device::input::InputStep;
 
 /// How a sequence ended badly.
 #[derive(Debug, thiserror::Error)]

@@ -8,13 +8,17 @@
 mod act;
 mod calibrate;
 mod caller;
+mod error;
 mod input;
+mod limits;
 mod observations;
 mod operations;
+mod session;
 mod status;
 pub mod store;
 mod task_methods;
 pub mod tasks;
+mod turn;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -26,114 +30,30 @@ use tokio_util::sync::CancellationToken;
 
 pub use calibrate::{calibration_file, Calibrations, Orientation};
 pub use caller::{Caller, Identity, PeerCredentials, Role, RolePolicy};
+pub use error::DaemonError;
 pub use input::{InputError, InputLane, InputStep};
+pub use limits::{DaemonLimits, LimitsStatus, OutputBudget};
 pub use observations::{Observation, ObservationError, ObservationStore, OBSERVATIONS_KEPT, OBSERVATION_TTL};
 pub use operations::{OperationCache, OPERATIONS_KEPT, OPERATION_TTL};
+pub use session::{RequestSlot, Session, SessionId, SessionMessage};
 pub use status::{
     Capabilities, DaemonInfo, HelloResult, HidStatus, InputStatus, StatusResult, TaskStatus, VideoStatus,
 };
 pub use tasks::{TaskError, TaskState};
+pub use turn::DEFAULT_QUEUE_TIMEOUT;
 
-use crate::device::geometry::{OutOfBounds, PixelRect};
+use crate::device::geometry::PixelRect;
 use crate::device::hid::descriptor::PointerProfile;
-use crate::device::hid::{HidSink, Keymap, Layout, UntypeableText};
+use crate::device::hid::{HidSink, Keymap, Layout};
 use crate::device::input::{InputTimings, RelativePlanner};
 use crate::device::sim::SimPhone;
 use crate::device::video::codec::EncoderSettings;
 use crate::device::video::encode::{start_encoder, EncoderKind};
-use crate::device::video::image::ImageError;
 use crate::device::video::viewers::{ViewerHub, ViewerId};
 use crate::device::video::{FrameHub, FrameReader, FrameSource, SourceGuard, VideoError};
-use crate::protocol::{Call, ErrorBody, Event, HelloParams, Limits, Method, Request, RequestId, PROTOCOL_NAME};
+use crate::protocol::{Call, HelloParams, Limits, Method, Request, RequestId, PROTOCOL_NAME};
 use store::{Store, StoreError};
-use tasks::{Admission, Asker, DeviceIdentity, Still, Tasks};
-
-/// Errors the daemon returns to callers. Mapped to wire codes in exactly one place:
-/// `impl From<&DaemonError> for protocol::ErrorBody`.
-#[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
-    /// The caller's role does not allow the method.
-    #[error("{method} needs the {needed:?} role; this caller is {have:?}")]
-    PermissionDenied {
-        /// The method refused.
-        method: &'static str,
-        /// The role it needs.
-        needed: Role,
-        /// The caller's role.
-        have: Role,
-    },
-    /// `hello` asked for another protocol.
-    #[error("protocol {requested:?} is not supported; this daemon speaks {PROTOCOL_NAME}")]
-    UnsupportedProtocol {
-        /// What the client asked for.
-        requested: String,
-    },
-    /// An input sequence failed.
-    #[error(transparent)]
-    Input(#[from] InputError),
-    /// The daemon is shutting down.
-    #[error("the daemon is shutting down")]
-    ShuttingDown,
-    /// A sim-only method on hardware.
-    #[error("this method exists only with the virtual iPhone (`tether serve --sim`)")]
-    NotSim,
-    /// No frame to observe.
-    #[error("no video frame is available: check the HDMI signal (`tether status`)")]
-    NoFrame,
-    /// An observation cannot be used.
-    #[error(transparent)]
-    Observation(#[from] ObservationError),
-    /// Coordinates outside the observation.
-    #[error(transparent)]
-    OutOfBounds(#[from] OutOfBounds),
-    /// An operation id reused with other arguments.
-    #[error("operation_id {operation_id:?} was already used with different arguments; use a new id")]
-    OperationConflict {
-        /// The id.
-        operation_id: String,
-    },
-    /// Text the layout cannot type.
-    #[error(transparent)]
-    Untypeable(#[from] UntypeableText),
-    /// An argument is valid JSON but makes no sense here.
-    #[error("{0}")]
-    InvalidArgument(String),
-    /// Calibration failed; the pointer moved (side effect), the old calibration stays.
-    #[error("{0}")]
-    Calibration(String),
-    /// Producing an image failed.
-    #[error("could not produce the image")]
-    Image(#[from] ImageError),
-    /// An action's failure, already mapped to its wire error with its status
-    /// (`failed_before_submit` / `outcome_unknown`); also how cached failures come back.
-    #[error("{}", .0.message)]
-    ActionFailed(ErrorBody),
-    /// Task admission or control refused the request.
-    #[error(transparent)]
-    Task(#[from] TaskError),
-    /// The task store failed; the daemon keeps running.
-    #[error("the task store failed: {0}")]
-    Store(#[from] StoreError),
-}
-
-impl DaemonError {
-    /// A message safe to send to a remote caller: no paths, errno details or secrets.
-    pub fn public_message(&self) -> String {
-        match self {
-            DaemonError::Input(InputError::Hid { reports_sent, .. }) => format!(
-                "the HID device failed after {reports_sent} reports; held input was released. \
-                 Check `tether status` for the USB host state and retry"
-            ),
-            DaemonError::Input(InputError::HostNotConnected) => {
-                "no phone has enumerated the USB gadget; nothing was sent. Check the cable/hub and \
-                 that the phone is unlocked, then retry"
-                    .to_string()
-            }
-            DaemonError::Store(_) => "the task store failed; the request was not recorded. See the daemon's log".into(),
-            other => other.to_string(),
-        }
-    }
-}
+use tasks::{DeviceIdentity, Tasks};
 
 /// Errors starting the daemon.
 #[derive(Debug, thiserror::Error)]
@@ -184,94 +104,14 @@ pub struct DaemonOptions {
     pub encoder_kind: EncoderKind,
     /// Finished tasks kept in the store (0: the default, 200).
     pub tasks_kept: u32,
+    /// Longest wait for the device behind other input (`None`: 10 s).
+    pub queue_timeout: Option<std::time::Duration>,
+    /// Global limits.
+    pub limits: DaemonLimits,
 }
 
 /// Finished tasks kept by default.
 pub const DEFAULT_TASKS_KEPT: u32 = 200;
-/// Events a session's stream may hold before the producer waits.
-const SESSION_EVENTS: usize = 64;
-
-/// What a session's transport forwards besides responses.
-#[derive(Debug)]
-pub enum SessionMessage {
-    /// An event to write.
-    Event(Event),
-    /// Answer once every earlier event is queued for writing (a response that must come
-    /// after them waits for this).
-    Flush(tokio::sync::oneshot::Sender<()>),
-}
-
-/// Identifies one session (one connection) for the daemon's lifetime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(transparent)]
-pub struct SessionId(pub u64);
-
-/// One caller's connection to the daemon. Dropping it releases held input it caused and
-/// (once tasks exist) ends its lease.
-#[derive(Debug)]
-pub struct Session {
-    id: SessionId,
-    caller: Caller,
-    cancel: CancellationToken,
-    in_flight: std::sync::Mutex<act::InFlight>,
-    events: tokio::sync::mpsc::Sender<SessionMessage>,
-    events_rx: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<SessionMessage>>>,
-    inner: Arc<Inner>,
-}
-
-impl Session {
-    fn in_flight(&self) -> std::sync::MutexGuard<'_, act::InFlight> {
-        // Plain data; a panic elsewhere cannot leave it inconsistent.
-        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Releases what this session holds now (its peer closed), without waiting for drop.
-    pub fn close(&self) {
-        self.cancel.cancel();
-    }
-
-    /// The session's id.
-    pub fn id(&self) -> SessionId {
-        self.id
-    }
-
-    /// The caller.
-    pub fn caller(&self) -> &Caller {
-        &self.caller
-    }
-
-    /// The session's event stream (task events it follows), for its transport to forward.
-    /// Once: later calls get `None`.
-    pub fn take_events(&self) -> Option<tokio::sync::mpsc::Receiver<SessionMessage>> {
-        self.events_rx.lock().unwrap_or_else(|p| p.into_inner()).take()
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        self.cancel.cancel();
-        self.inner.sessions.fetch_sub(1, Ordering::Relaxed);
-        // The lease: a task opened on this connection is abandoned now (its input was
-        // cancelled with the task), and the transition is persisted in the background.
-        let withdrawn = self.inner.tasks.withdraw_asked_by(self.id);
-        let abandoned = self.inner.tasks.lease_lost(self.id);
-        if let Some(change) = &abandoned {
-            tracing::info!(task = change.task, session = self.id.0, "lease lost: task abandoned");
-        }
-        let changes: Vec<_> = withdrawn.into_iter().chain(abandoned).collect();
-        if !changes.is_empty() {
-            let store = self.inner.store.clone();
-            let keep = self.inner.tasks_kept;
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move {
-                    for change in changes {
-                        task_methods::persist_change(&store, &change, keep).await;
-                    }
-                });
-            }
-        }
-    }
-}
 
 #[derive(Debug)]
 struct Inner {
@@ -302,6 +142,15 @@ struct Inner {
     /// Orders a task change's in-memory update with its store write.
     journal: Mutex<()>,
     _video: SourceGuard,
+    queue_timeout: std::time::Duration,
+    limits: DaemonLimits,
+    screenshots: limits::WorkLimiter,
+    output: OutputBudget,
+    refused_busy: AtomicU64,
+    /// Bumped when the mapping from pictures to the phone changes within one video
+    /// generation (calibration, active rectangle): older observations are stale.
+    geometry_epoch: AtomicU64,
+    refusals: std::sync::Mutex<task_methods::RefusalWindows>,
 }
 
 /// Handle to the daemon; clones share it.
@@ -335,6 +184,8 @@ impl Daemon {
         let calibrations =
             options.data_dir.as_deref().map(|d| Calibrations::load(&calibration_file(d))).unwrap_or_default();
         let (timings, keymap, data_dir) = (options.timings, Keymap::new(options.layout), options.data_dir.clone());
+        let queue_timeout = options.queue_timeout.unwrap_or(turn::DEFAULT_QUEUE_TIMEOUT);
+        let limits = options.limits;
         let relative = (options.pointer_profile == PointerProfile::Relative).then(|| {
             let counts = options.relative_counts_per_screen;
             let counts = if counts.0 > 0.0 && counts.1 > 0.0 { counts } else { DEFAULT_RELATIVE_COUNTS };
@@ -368,10 +219,26 @@ impl Daemon {
                 tasks_kept,
                 journal: Mutex::new(()),
                 _video: guard,
+                queue_timeout,
+                limits,
+                screenshots: limits::WorkLimiter::new(limits.max_screenshots_in_flight, limits.max_screenshots_waiting),
+                output: OutputBudget::new(limits.max_queued_output_bytes),
+                refused_busy: AtomicU64::new(0),
+                geometry_epoch: AtomicU64::new(1),
+                refusals: std::sync::Mutex::default(),
             }),
         };
         daemon.watch_device();
         Ok(daemon)
+    }
+
+    /// The device identity tasks are bound to.
+    fn device_identity(&self) -> DeviceIdentity {
+        DeviceIdentity {
+            hid: self.inner.hid_backend,
+            video: self.inner.video_backend,
+            source_size: self.inner.frames.state().source_size,
+        }
     }
 
     /// Interrupts the active task as soon as the capture shows another device (a different
@@ -393,19 +260,46 @@ impl Daemon {
         });
     }
 
-    /// Opens a session for an authenticated caller.
+    /// Opens a session for an authenticated in-process caller (not counted against the
+    /// session limit: the daemon's own transports are few).
     pub fn open_session(&self, caller: Caller) -> Session {
         let id = SessionId(self.inner.next_session.fetch_add(1, Ordering::Relaxed));
         self.inner.sessions.fetch_add(1, Ordering::Relaxed);
-        let (events, events_rx) = tokio::sync::mpsc::channel(SESSION_EVENTS);
-        Session {
-            id,
-            caller,
-            cancel: self.inner.shutdown.child_token(),
-            in_flight: std::sync::Mutex::default(),
-            events,
-            events_rx: std::sync::Mutex::new(Some(events_rx)),
-            inner: self.inner.clone(),
+        Session::new(id, caller, self.inner.clone())
+    }
+
+    /// Opens a session for a connection, unless `max_sessions` are open (`BUSY`).
+    pub fn try_open_session(&self, caller: Caller) -> Result<Session, DaemonError> {
+        let max = self.inner.limits.max_sessions;
+        let admitted = self
+            .inner
+            .sessions
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+            .is_ok();
+        if !admitted {
+            self.count_busy();
+            return Err(DaemonError::Busy("too many connections are open"));
+        }
+        let id = SessionId(self.inner.next_session.fetch_add(1, Ordering::Relaxed));
+        Ok(Session::new(id, caller, self.inner.clone()))
+    }
+
+    /// The output budget shared by every connection's queue.
+    pub fn output_budget(&self) -> &OutputBudget {
+        &self.inner.output
+    }
+
+    /// How close the daemon is to its global limits.
+    pub fn limits_status(&self) -> LimitsStatus {
+        let l = &self.inner.limits;
+        LimitsStatus {
+            connections: self.inner.sessions.load(Ordering::Relaxed),
+            max_connections: l.max_sessions,
+            screenshots_in_flight: self.inner.screenshots.in_flight(l.max_screenshots_in_flight),
+            max_screenshots_in_flight: l.max_screenshots_in_flight + l.max_screenshots_waiting,
+            queued_output_bytes: self.inner.output.queued(),
+            max_queued_output_bytes: self.inner.output.max(),
+            refused_busy: self.inner.refused_busy.load(Ordering::Relaxed),
         }
     }
 
@@ -436,22 +330,30 @@ impl Daemon {
         self.inner.operations.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Handles request `id` of `session`, made without a task token.
+    /// Handles request `id` of `session`, made without a task token (in-process callers).
     pub async fn handle(&self, session: &Session, id: RequestId, call: &Call) -> Result<Value, DaemonError> {
-        self.handle_with(session, id, None, call).await
+        let slot = session.begin_request(id)?;
+        self.handle_with(session, None, call, slot.cancel_token()).await
     }
 
-    /// Handles a parsed request of `session`, with its task token.
-    pub async fn handle_request(&self, session: &Session, request: &Request) -> Result<Value, DaemonError> {
-        self.handle_with(session, request.id, request.task_token.as_deref(), &request.call).await
+    /// Handles a parsed request of `session`, with its task token. `slot` is the request's
+    /// registration ([`Session::begin_request`], taken by the transport before it spawned
+    /// the request so a duplicate id is refused in arrival order).
+    pub async fn handle_request(
+        &self,
+        session: &Session,
+        request: &Request,
+        slot: &RequestSlot,
+    ) -> Result<Value, DaemonError> {
+        self.handle_with(session, request.task_token.as_deref(), &request.call, slot.cancel_token()).await
     }
 
     async fn handle_with(
         &self,
         session: &Session,
-        id: RequestId,
         token: Option<&str>,
         call: &Call,
+        cancel: &CancellationToken,
     ) -> Result<Value, DaemonError> {
         if self.inner.shutdown.is_cancelled() {
             return Err(DaemonError::ShuttingDown);
@@ -466,23 +368,24 @@ impl Daemon {
             Call::Hello(params) => to_value(&self.hello(session, params)?),
             Call::Status(_) => to_value(&self.status().await),
             Call::Screenshot(p) => {
-                let shot = self.screenshot(p).await?;
-                if let Some(task) = token.and_then(|t| self.inner.tasks.by_token(t).ok()) {
+                let task = token.and_then(|t| self.inner.tasks.by_token(t).ok());
+                let shot = self.screenshot(p, task, cancel).await?;
+                if let Some(task) = task {
                     self.inner.tasks.observed(task);
                 }
                 shot
             }
-            Call::Preview(p) => self.preview(p).await?,
-            Call::Action(p) => self.action(session, id, token, p).await?,
-            Call::Batch(p) => self.batch(session, id, token, p).await?,
-            Call::Cancel(p) => serde_json::json!({"cancelled": self.cancel(session, p.request_id)}),
+            Call::Preview(p) => self.preview(p, cancel).await?,
+            Call::Action(p) => self.action(session, token, p, cancel).await?,
+            Call::Batch(p) => self.batch(session, token, p, cancel).await?,
+            Call::Cancel(p) => serde_json::json!({"cancelled": session.cancel_request(p.request_id)}),
             Call::SimState(_) => to_value(&self.inner.sim.as_ref().ok_or(DaemonError::NotSim)?.state()),
-            Call::Calibrate(p) => self.calibrate(session, p).await?,
+            Call::Calibrate(p) => self.calibrate(session, token, p, cancel).await?,
             Call::TaskOpen(p) => self.task_open(session, token, p).await?,
             Call::TaskList(p) => self.task_list(p).await?,
-            Call::TaskEvents(p) => self.task_events(session, p).await?,
+            Call::TaskEvents(p) => self.task_events(session, p, cancel).await?,
             Call::TaskControl(p) => self.task_control(session, token, p).await?,
-            Call::TaskConfirm(p) => self.task_confirm(session, token, p).await?,
+            Call::TaskConfirm(p) => self.task_confirm(session, token, p, cancel).await?,
             Call::TaskNote(p) => self.task_note(session, token, p).await?,
             Call::TaskFinish(p) => self.task_finish(session, token, p).await?,
         };
@@ -548,6 +451,7 @@ impl Daemon {
                 viewers: self.inner.viewers.stats(),
             },
             input: InputStatus { busy: self.inner.input_busy.load(Ordering::Relaxed) },
+            limits: self.limits_status(),
             task: self.inner.tasks.with_active(|t| {
                 t.filter(|t| !t.state.is_terminal()).map(|t| TaskStatus {
                     id: t.id,
@@ -563,103 +467,6 @@ impl Daemon {
                     }),
                 })
             }),
-        }
-    }
-
-    /// Runs one input sequence for `session`, after every sequence queued before it. The
-    /// session's cancellation (disconnect, shutdown) stops it and releases held input.
-    pub async fn run_input(&self, session: &Session, steps: &[InputStep]) -> Result<usize, DaemonError> {
-        self.run_input_with(session, None, steps, &session.cancel).await.map(|(n, _)| n)
-    }
-
-    /// The device identity tasks are bound to.
-    fn device_identity(&self) -> DeviceIdentity {
-        DeviceIdentity {
-            hid: self.inner.hid_backend,
-            video: self.inner.video_backend,
-            source_size: self.inner.frames.state().source_size,
-        }
-    }
-
-    /// Admission, the device lock, the re-check, then the sequence. Returns the reports
-    /// sent and how the input was admitted (which task it counts for).
-    async fn run_input_with(
-        &self,
-        session: &Session,
-        token: Option<&str>,
-        steps: &[InputStep],
-        cancel: &CancellationToken,
-    ) -> Result<(usize, Admission), DaemonError> {
-        let role = session.caller.role;
-        if token.is_none() && !role.includes(Role::Operate) && role != Role::Agent {
-            return Err(DaemonError::PermissionDenied { method: "input", needed: Role::Operate, have: role });
-        }
-        let asker = Asker { session: session.id, role, token };
-        loop {
-            let admission = match self.inner.tasks.admit_input(&asker, || self.device_identity(), cancel).await {
-                Ok(a) => a,
-                Err((e, change)) => {
-                    if let Some(change) = change {
-                        self.persist(change).await;
-                    }
-                    if cancel.is_cancelled() {
-                        return Err(InputError::Cancelled { reports_sent: 0 }.into());
-                    }
-                    self.record_refusal(session, token, "input", &e).await;
-                    return Err(e.into());
-                }
-            };
-            if matches!(admission, Admission::Free) && !role.includes(Role::Operate) {
-                return Err(DaemonError::PermissionDenied { method: "input", needed: Role::Operate, have: role });
-            }
-            let task_cancel = match &admission {
-                Admission::Task { cancel, .. } => cancel.clone(),
-                _ => CancellationToken::new(),
-            };
-            let mut lane = tokio::select! {
-                lane = self.inner.lane.lock() => lane,
-                () = cancel.cancelled() => {
-                    self.inner.tasks.unreserve(&admission);
-                    return Err(InputError::Cancelled { reports_sent: 0 }.into());
-                }
-                () = task_cancel.cancelled() => {
-                    self.inner.tasks.unreserve(&admission);
-                    return Err(TaskError::Ended.into());
-                }
-            };
-            // The task may have been paused, taken over or handed back while this request
-            // queued for the device.
-            match self.inner.tasks.still(&admission) {
-                Still::Go => {}
-                Still::Wait => {
-                    self.inner.tasks.unreserve(&admission);
-                    drop(lane);
-                    continue;
-                }
-                Still::Refuse(e) => {
-                    self.inner.tasks.unreserve(&admission);
-                    drop(lane);
-                    self.record_refusal(session, token, "input", &e).await;
-                    return Err(e.into());
-                }
-            }
-            // Stop on the caller's cancellation or, for a task's input, the task's end,
-            // whichever comes first (a token has one parent: a small watcher joins the two).
-            let run_cancel = cancel.child_token();
-            let watcher = matches!(admission, Admission::Task { .. }).then(|| {
-                let (run_cancel, task_cancel) = (run_cancel.clone(), task_cancel.clone());
-                tokio::spawn(async move {
-                    task_cancel.cancelled().await;
-                    run_cancel.cancel();
-                })
-            });
-            self.inner.input_busy.store(true, Ordering::Relaxed);
-            let result = lane.run(steps, &run_cancel).await;
-            self.inner.input_busy.store(false, Ordering::Relaxed);
-            if let Some(w) = watcher {
-                w.abort();
-            }
-            return Ok((result?, admission));
         }
     }
 }

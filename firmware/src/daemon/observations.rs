@@ -19,6 +19,12 @@ pub struct Observation {
     pub generation: u32,
     /// Frame sequence number.
     pub frame_id: u64,
+    /// The daemon's geometry epoch when it was taken (calibration, active rectangle).
+    pub geometry_epoch: u64,
+    /// The task whose agent took it (with the task token), if any.
+    pub task: Option<i64>,
+    /// Why it may no longer be used, once invalidated.
+    stale: Option<&'static str>,
     /// How image pixels map onto the phone.
     pub mapping: ObservationMapping,
     /// When it was taken.
@@ -44,6 +50,17 @@ pub enum ObservationError {
     },
 }
 
+/// Which frame an observation shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameRef {
+    /// Video generation.
+    pub generation: u32,
+    /// Frame sequence.
+    pub frame_id: u64,
+    /// Geometry epoch at the time.
+    pub geometry_epoch: u64,
+}
+
 /// The bounded set of live observations.
 #[derive(Debug, Default)]
 pub struct ObservationStore {
@@ -53,10 +70,24 @@ pub struct ObservationStore {
 
 impl ObservationStore {
     /// Records a new observation and returns it.
-    pub fn insert(&mut self, generation: u32, frame_id: u64, mapping: ObservationMapping, now: Instant) -> Observation {
+    pub fn insert(
+        &mut self,
+        frame: FrameRef,
+        mapping: ObservationMapping,
+        task: Option<i64>,
+        now: Instant,
+    ) -> Observation {
         self.next += 1;
-        let obs =
-            Observation { id: format!("obs_{generation}_{}", self.next), generation, frame_id, mapping, taken: now };
+        let obs = Observation {
+            id: format!("obs_{}_{}", frame.generation, self.next),
+            generation: frame.generation,
+            frame_id: frame.frame_id,
+            geometry_epoch: frame.geometry_epoch,
+            task,
+            stale: None,
+            mapping,
+            taken: now,
+        };
         self.items.push_back(obs.clone());
         while self.items.len() > OBSERVATIONS_KEPT {
             self.items.pop_front();
@@ -64,17 +95,38 @@ impl ObservationStore {
         obs
     }
 
-    /// Looks an observation up for an action at `now` with the video at `generation`.
-    pub fn get(&self, id: &str, generation: u32, now: Instant) -> Result<Observation, ObservationError> {
-        let expired = || ObservationError::Expired { id: id.to_string() };
+    /// Looks an observation up for an action at `now`, with the video at `generation`
+    /// and the geometry at `geometry_epoch`.
+    pub fn get(
+        &self,
+        id: &str,
+        generation: u32,
+        geometry_epoch: u64,
+        now: Instant,
+    ) -> Result<Observation, ObservationError> {
+        let expired = || ObservationError::Expired { id: id.chars().take(64).collect() };
         let obs = self.items.iter().find(|o| o.id == id).ok_or_else(expired)?;
         if now.saturating_duration_since(obs.taken) > OBSERVATION_TTL {
             return Err(expired());
         }
+        let stale = |why| ObservationError::Stale { id: obs.id.clone(), why };
         if obs.generation != generation {
-            return Err(ObservationError::Stale { id: id.to_string(), why: "the video generation changed" });
+            return Err(stale("the video generation changed"));
+        }
+        if obs.geometry_epoch != geometry_epoch {
+            return Err(stale("the geometry changed (calibration or the phone's picture)"));
+        }
+        if let Some(why) = obs.stale {
+            return Err(stale(why));
         }
         Ok(obs.clone())
+    }
+
+    /// Invalidates every observation taken for task `task` (someone else used the phone).
+    pub fn invalidate_task(&mut self, task: i64, why: &'static str) {
+        for o in self.items.iter_mut().filter(|o| o.task == Some(task)) {
+            o.stale.get_or_insert(why);
+        }
     }
 }
 
@@ -88,18 +140,40 @@ mod tests {
         ObservationMapping { active: r, source: r, image: (10, 10) }
     }
 
+    fn frame(generation: u32, frame_id: u64) -> FrameRef {
+        FrameRef { generation, frame_id, geometry_epoch: 1 }
+    }
+
     #[test]
     fn expiry_capacity_and_generation() {
         let mut store = ObservationStore::default();
         let t0 = Instant::now();
-        let first = store.insert(1, 1, mapping(), t0);
-        assert!(store.get(&first.id, 1, t0 + Duration::from_secs(29)).is_ok());
-        assert!(matches!(store.get(&first.id, 1, t0 + Duration::from_secs(31)), Err(ObservationError::Expired { .. })));
-        assert!(matches!(store.get(&first.id, 2, t0), Err(ObservationError::Stale { .. })));
+        let first = store.insert(frame(1, 1), mapping(), None, t0);
+        assert!(store.get(&first.id, 1, 1, t0 + Duration::from_secs(29)).is_ok());
+        assert!(matches!(
+            store.get(&first.id, 1, 1, t0 + Duration::from_secs(31)),
+            Err(ObservationError::Expired { .. })
+        ));
+        assert!(matches!(store.get(&first.id, 2, 1, t0), Err(ObservationError::Stale { .. })));
+        assert!(matches!(store.get(&first.id, 1, 2, t0), Err(ObservationError::Stale { .. })), "geometry epoch");
         for i in 0..OBSERVATIONS_KEPT {
-            store.insert(1, 2 + i as u64, mapping(), t0);
+            store.insert(frame(1, 2 + i as u64), mapping(), None, t0);
         }
-        assert!(matches!(store.get(&first.id, 1, t0), Err(ObservationError::Expired { .. })), "33rd evicts the first");
-        assert!(matches!(store.get("obs_x", 1, t0), Err(ObservationError::Expired { .. })));
+        assert!(
+            matches!(store.get(&first.id, 1, 1, t0), Err(ObservationError::Expired { .. })),
+            "33rd evicts the first"
+        );
+        assert!(matches!(store.get("obs_x", 1, 1, t0), Err(ObservationError::Expired { .. })));
+    }
+
+    #[test]
+    fn a_tasks_observations_go_stale_when_someone_else_acts() {
+        let mut store = ObservationStore::default();
+        let t0 = Instant::now();
+        let agents = store.insert(frame(1, 1), mapping(), Some(7), t0);
+        let humans = store.insert(frame(1, 1), mapping(), None, t0);
+        store.invalidate_task(7, "a human used the phone during the task");
+        assert!(matches!(store.get(&agents.id, 1, 1, t0), Err(ObservationError::Stale { .. })));
+        assert!(store.get(&humans.id, 1, 1, t0).is_ok());
     }
 }

@@ -113,6 +113,8 @@ pub struct StatusResult {
     pub video: VideoStatus,
     /// Input.
     pub input: InputStatus,
+    /// Global limits and how close the daemon is to them.
+    pub limits: super::LimitsStatus,
     /// The active (unfinished) task.
     pub task: Option<TaskStatus>,
 }

@@ -296,6 +296,14 @@ impl Store {
         .await
     }
 
+    /// The last event seq written for a task (0: none yet).
+    pub async fn last_seq(&self, task_id: i64) -> Result<i64, StoreError> {
+        self.run(move |conn| {
+            Ok(conn.query_row("SELECT COALESCE(MAX(seq), 0) FROM events WHERE task_id = ?1", [task_id], |r| r.get(0))?)
+        })
+        .await
+    }
+
     /// Records a step: its event and its row in `steps` (same seq), in one transaction.
     pub async fn append_step(&self, task_id: i64, step: StepRecord) -> Result<i64, StoreError> {
         self.run(move |conn| {

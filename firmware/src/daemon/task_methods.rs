@@ -6,7 +6,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::store::{StepRecord, Store};
-use super::tasks::{Change, TaskError, TaskState};
+use tokio_util::sync::CancellationToken;
+
+use super::tasks::{Change, NewTask, TaskError, TaskState};
 use super::{Daemon, DaemonError, Role, Session, SessionMessage};
 use crate::protocol::task_params::{
     ControlAction, TaskConfirmParams, TaskControlParams, TaskEventsParams, TaskFinishParams, TaskListParams,
@@ -16,6 +18,51 @@ use crate::protocol::{ErrorBody, Event};
 
 /// Events read from the store per round while streaming.
 const EVENTS_PER_READ: u32 = 256;
+/// Repeated refusals of one connection within this window share one journal event.
+pub const REFUSAL_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A refusal's identity for coalescing: task, connection, what was tried, code.
+type RefusalKey = (i64, super::SessionId, String, &'static str);
+
+/// Repeated refusals being counted, per [`RefusalKey`]: when the window opened and how
+/// many were counted since the last journal write.
+#[derive(Debug, Default)]
+pub(super) struct RefusalWindows {
+    open: std::collections::HashMap<RefusalKey, (std::time::Instant, u64)>,
+}
+
+impl RefusalWindows {
+    /// Notes one refusal at `now`. `Some(count)`: write an event standing for `count`
+    /// refusals (this one and those counted since the last write); `None`: counted.
+    fn note(&mut self, key: RefusalKey, now: std::time::Instant) -> Option<u64> {
+        // Bounded: windows of other tasks (ended ones are flushed) and long-quiet keys go.
+        if self.open.len() > 256 {
+            self.open.retain(|_, (at, n)| *n > 0 || now.saturating_duration_since(*at) < REFUSAL_WINDOW);
+        }
+        match self.open.get_mut(&key) {
+            Some((at, counted)) if now.saturating_duration_since(*at) < REFUSAL_WINDOW => {
+                *counted += 1;
+                None
+            }
+            Some((at, counted)) => {
+                let count = *counted + 1;
+                *at = now;
+                *counted = 0;
+                Some(count)
+            }
+            None => {
+                self.open.insert(key, (now, 0));
+                Some(1)
+            }
+        }
+    }
+
+    /// Removes `task`'s windows; returns those with refusals not yet written.
+    fn take_task(&mut self, task: i64) -> Vec<(RefusalKey, u64)> {
+        let keys: Vec<RefusalKey> = self.open.keys().filter(|k| k.0 == task).cloned().collect();
+        keys.into_iter().filter_map(|k| self.open.remove(&k).map(|(_, n)| (k, n))).filter(|(_, n)| *n > 0).collect()
+    }
+}
 
 /// Writes a state change to the store; a task that ended also triggers retention.
 pub(super) async fn persist_change(store: &Store, change: &Change, keep: u32) {
@@ -34,9 +81,10 @@ pub(super) async fn persist_change(store: &Store, change: &Change, keep: u32) {
 fn new_token() -> Result<String, DaemonError> {
     use std::io::Read;
     let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|e| DaemonError::InvalidArgument(format!("no randomness for a task token: {e}")))?;
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).map_err(|e| {
+        tracing::error!(error = %e, "no randomness for a task token");
+        DaemonError::NoRandomness
+    })?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
@@ -54,6 +102,9 @@ impl Daemon {
     /// Persists one change under the journal lock (store order = change order) and wakes
     /// followers.
     pub(super) async fn persist(&self, change: Change) {
+        if change.state.is_terminal() {
+            self.flush_refusals(change.task).await;
+        }
         let _journal = self.inner.journal.lock().await;
         persist_change(&self.inner.store, &change, self.inner.tasks_kept).await;
         self.inner.tasks.notify();
@@ -66,13 +117,34 @@ impl Daemon {
         self.inner.tasks.notify();
     }
 
-    /// Records a refusal in the active task's journal (who tried what, and why).
+    /// Records a refusal in the active task's journal (who tried what, and why). Repeats
+    /// of the same refusal by the same connection within [`REFUSAL_WINDOW`] are counted,
+    /// not written one by one: each `refused` event carries the `count` of refusals it
+    /// stands for, and what is still counted is written when the task ends.
     pub(super) async fn record_refusal(&self, session: &Session, token: Option<&str>, what: &str, e: &TaskError) {
         if matches!(e, TaskError::Ended) {
             return; // no task to record it in
         }
-        if let Some((task, _)) = self.inner.tasks.active() {
-            let body = json!({"what": what, "code": e.code(), "message": e.to_string(), "by": by(session, token)});
+        let Some((task, _)) = self.inner.tasks.active() else { return };
+        let key = (task, session.id, what.to_string(), e.code().as_str());
+        let count = {
+            let mut windows = self.inner.refusals.lock().unwrap_or_else(|p| p.into_inner());
+            windows.note(key, std::time::Instant::now())
+        };
+        if let Some(count) = count {
+            let body = json!({"what": what, "code": e.code(), "message": e.to_string(), "by": by(session, token), "count": count});
+            self.append(task, "refused", body).await;
+        }
+    }
+
+    /// Writes the refusals still counted for `task` (it ended).
+    async fn flush_refusals(&self, task: i64) {
+        let pending = {
+            let mut windows = self.inner.refusals.lock().unwrap_or_else(|p| p.into_inner());
+            windows.take_task(task)
+        };
+        for ((_, session, what, code), count) in pending {
+            let body = json!({"what": what, "code": code, "session": session, "count": count, "coalesced": true});
             self.append(task, "refused", body).await;
         }
     }
@@ -132,23 +204,38 @@ impl Daemon {
         let _journal = self.inner.journal.lock().await;
         let id = self.inner.store.create_task(p.title.clone(), owner.clone(), scope).await?;
         let device = self.device_identity();
-        if let Err(e) = self.inner.tasks.install(
+        let new = NewTask {
             id,
-            p.title.clone(),
-            owner.clone(),
-            token.clone(),
-            session.id,
-            p.scope.clone(),
+            title: p.title.clone(),
+            owner: owner.clone(),
+            token: token.clone(),
+            lease: session.id,
+            scope: p.scope.clone(),
             device,
-        ) {
+            opener: session.caller.identity,
+        };
+        if let Err(e) = self.inner.tasks.install(new) {
             // Another task won the race between the check and the store write.
             let _ = self.inner.store.set_state(id, "cancelled".into(), json!({"reason": e.to_string()})).await;
             return Err(e.into());
         }
         let _ = self.inner.store.append(id, "device".into(), json!({"device": device, "lease": session.id})).await;
+        drop(_journal);
         self.inner.tasks.notify();
         tracing::info!(task = id, title = %p.title, owner = %owner, session = session.id.0, "task opened");
-        Ok(json!({"id": id, "token": token, "state": "running", "lease": session.id}))
+        if p.events.unwrap_or(true) {
+            // The lease hears its task: events stream to the opening connection until the
+            // task ends or the connection closes, as if it had followed `task_events`.
+            let (daemon, events, cancel) = (self.clone(), session.events.clone(), session.cancel.clone());
+            tokio::spawn(async move {
+                if let Err(e) = daemon.stream_events(id, 0, &events, &cancel).await {
+                    tracing::debug!(task = id, error = %e, "the lease's event stream ended");
+                }
+            });
+        }
+        Ok(
+            json!({"id": id, "token": token, "state": "running", "lease": session.id, "events": p.events.unwrap_or(true)}),
+        )
     }
 
     /// Why `action` cannot apply to `task`, which is not the active task: it has finished
@@ -182,10 +269,21 @@ impl Daemon {
     }
 
     /// `task_events`: replay after `after_seq`; with `follow`, stream new events as they are
-    /// written, until the task has ended and everything was sent.
-    pub(super) async fn task_events(&self, session: &Session, p: &TaskEventsParams) -> Result<Value, DaemonError> {
-        let mut last = p.after_seq.unwrap_or(0).max(0);
+    /// written, until the task has ended and everything was sent. An `after_seq` the task
+    /// never reached is refused (a client resuming from a seq of another daemon or task
+    /// would otherwise wait in silence).
+    pub(super) async fn task_events(
+        &self,
+        session: &Session,
+        p: &TaskEventsParams,
+        cancel: &CancellationToken,
+    ) -> Result<Value, DaemonError> {
+        let last = p.after_seq.unwrap_or(0).max(0);
         let task = self.inner.store.task(p.task).await.map_err(|_| TaskError::NoSuch(p.task))?;
+        let last_seq = self.inner.store.last_seq(p.task).await?;
+        if last > last_seq {
+            return Err(DaemonError::AfterEnd { task: p.task, after_seq: last, last_seq });
+        }
         if !p.follow {
             let events = self.inner.store.events_after(p.task, last, 10_000).await?;
             let list: Vec<Value> = events
@@ -206,21 +304,41 @@ impl Daemon {
                 "approvals": approvals,
             }));
         }
+        let (last, state) = self.stream_events(p.task, last, &session.events, cancel).await?;
+        // The response must not overtake the events still in the session's queue.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let forwarded = session.events_rx.lock().unwrap_or_else(|p| p.into_inner()).is_none();
+        if forwarded && session.events.send(SessionMessage::Flush(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+        Ok(json!({"id": p.task, "state": state, "last_seq": last}))
+    }
+
+    /// Streams task `task`'s events after `after` into `events` until the task has ended
+    /// and everything was sent; returns the last seq sent and the final state.
+    pub(super) async fn stream_events(
+        &self,
+        task: i64,
+        after: i64,
+        events: &tokio::sync::mpsc::Sender<SessionMessage>,
+        cancel: &CancellationToken,
+    ) -> Result<(i64, String), DaemonError> {
+        let mut last = after;
         let mut changes = self.inner.tasks.subscribe();
         loop {
             changes.borrow_and_update();
-            let events = self.inner.store.events_after(p.task, last, EVENTS_PER_READ).await?;
-            let got = events.len();
-            for e in events {
+            let batch = self.inner.store.events_after(task, last, EVENTS_PER_READ).await?;
+            let got = batch.len();
+            for e in batch {
                 let mut body = serde_json::Map::new();
-                body.insert("task".into(), json!(p.task));
+                body.insert("task".into(), json!(task));
                 body.insert("kind".into(), json!(e.kind));
                 body.insert("at_ms".into(), json!(e.at_ms));
                 body.insert("data".into(), e.body);
                 let event = Event { event: "task".into(), seq: u64::try_from(e.seq).unwrap_or(0), body };
                 tokio::select! {
-                    r = session.events.send(SessionMessage::Event(event)) => if r.is_err() { return Err(DaemonError::ShuttingDown) },
-                    () = session.cancel.cancelled() => return Err(DaemonError::ShuttingDown),
+                    r = events.send(SessionMessage::Event(event)) => if r.is_err() { return Err(DaemonError::Cancelled) },
+                    () = cancel.cancelled() => return Err(DaemonError::Cancelled),
                 }
                 last = e.seq;
             }
@@ -228,29 +346,23 @@ impl Daemon {
                 continue;
             }
             let ended = match self.inner.tasks.active() {
-                Some((id, s)) if id == p.task => s.is_terminal(),
+                Some((id, s)) if id == task => s.is_terminal(),
                 _ => true,
             };
             if ended {
                 // The final transition may still be queued for the store: read once more
                 // after it (the journal lock orders it), then finish.
                 drop(self.inner.journal.lock().await);
-                let rest = self.inner.store.events_after(p.task, last, EVENTS_PER_READ).await?;
+                let rest = self.inner.store.events_after(task, last, EVENTS_PER_READ).await?;
                 if !rest.is_empty() {
                     continue;
                 }
-                let state = self.inner.store.task(p.task).await?.state;
-                // The response must not overtake the events still in the session's queue.
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                let forwarded = session.events_rx.lock().unwrap_or_else(|p| p.into_inner()).is_none();
-                if forwarded && session.events.send(SessionMessage::Flush(tx)).await.is_ok() {
-                    let _ = rx.await;
-                }
-                return Ok(json!({"id": p.task, "state": state, "last_seq": last}));
+                let state = self.inner.store.task(task).await?.state;
+                return Ok((last, state));
             }
             tokio::select! {
                 r = changes.changed() => if r.is_err() { return Err(DaemonError::ShuttingDown) },
-                () = session.cancel.cancelled() => return Err(DaemonError::ShuttingDown),
+                () = cancel.cancelled() => return Err(DaemonError::Cancelled),
                 // Belt and braces: a missed wake-up costs at most a second.
                 () = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
@@ -300,8 +412,15 @@ impl Daemon {
             }
             Err(e) => return Err(e.into()),
         };
+        if change.state.is_terminal() {
+            self.flush_refusals(p.task).await;
+        }
         persist_change(&self.inner.store, &change, self.inner.tasks_kept).await;
         drop(journal);
+        if p.action == ControlAction::Takeover {
+            // What the agent saw before a human took over must not authorize its actions.
+            self.lock_observations().invalidate_task(p.task, "a human took over the task");
+        }
         self.inner.tasks.notify();
         tracing::info!(task = p.task, action = p.action.as_str(), state = change.state.as_str(), "task control");
         Ok(json!({"id": p.task, "state": change.state}))
@@ -315,6 +434,7 @@ impl Daemon {
         id: i64,
         text: String,
         kind: &'static str,
+        cancel: &CancellationToken,
     ) -> Result<bool, DaemonError> {
         let mut changes = self.inner.tasks.subscribe();
         let (qid, answer) = loop {
@@ -326,7 +446,9 @@ impl Daemon {
                         persist_change(&self.inner.store, &change, self.inner.tasks_kept).await;
                         Some((qid, rx))
                     }
-                    Err(TaskError::Transition { .. }) => None,
+                    // Not running (paused, taken over) or another question waits: ask once
+                    // the task runs and the other question is answered.
+                    Err(TaskError::Transition { .. } | TaskError::QuestionPending(_)) => None,
                     Err(e) => return Err(e.into()),
                 }
             };
@@ -336,7 +458,7 @@ impl Daemon {
             }
             tokio::select! {
                 r = changes.changed() => if r.is_err() { return Err(DaemonError::ShuttingDown) },
-                () = session.cancel.cancelled() => return Err(DaemonError::ShuttingDown),
+                () = cancel.cancelled() => return Err(DaemonError::Cancelled),
             }
         };
         let approval = match self.inner.store.approval_asked(id, text.clone()).await {
@@ -354,11 +476,11 @@ impl Daemon {
                 Ok((None, why)) => (Err(TaskError::Ended.into()), "withdrawn", why),
                 Err(_) => (Err(TaskError::Ended.into()), "withdrawn", String::new()),
             },
-            () = session.cancel.cancelled() => {
+            () = cancel.cancelled() => {
                 if let Some(change) = self.inner.tasks.withdraw(id, qid) {
                     self.persist(change).await;
                 }
-                (Err(DaemonError::ShuttingDown), "withdrawn", "the asker disconnected".into())
+                (Err(DaemonError::Cancelled), "withdrawn", "the asker cancelled or disconnected".into())
             }
         };
         if let Some(a) = approval {
@@ -374,6 +496,7 @@ impl Daemon {
         session: &Session,
         token: Option<&str>,
         p: &TaskConfirmParams,
+        cancel: &CancellationToken,
     ) -> Result<Value, DaemonError> {
         let Some(token) = token else {
             return Err(
@@ -381,20 +504,26 @@ impl Daemon {
             );
         };
         let id = self.inner.tasks.by_token(token)?;
-        let approved = self.ask_human(session, id, p.question.clone(), "confirm").await?;
+        let approved = self.ask_human(session, id, p.question.clone(), "confirm", cancel).await?;
         // A `reject` with end_task ends the task: the agent learns it here.
         let state = self.inner.tasks.active().map(|(_, s)| s).unwrap_or(TaskState::Cancelled);
         Ok(json!({"approved": approved, "state": state}))
     }
 
     /// `open_app` inside a task with an app scope: a name outside it asks a human first.
-    pub(super) async fn check_app_scope(&self, session: &Session, token: &str, name: &str) -> Result<(), DaemonError> {
+    pub(super) async fn check_app_scope(
+        &self,
+        session: &Session,
+        token: &str,
+        name: &str,
+        cancel: &CancellationToken,
+    ) -> Result<(), DaemonError> {
         let id = self.inner.tasks.by_token(token)?;
         if self.inner.tasks.app_allowed(id, name) {
             return Ok(());
         }
         let question = format!("The task wants to open {name:?}, which is outside its app scope. Allow it?");
-        if self.ask_human(session, id, question, "open_app").await? {
+        if self.ask_human(session, id, question, "open_app", cancel).await? {
             self.inner.tasks.allow_app(id, name);
             Ok(())
         } else {
@@ -404,8 +533,16 @@ impl Daemon {
         }
     }
 
-    /// The task a note or finish is for: the token's, or the id a human gave.
-    fn target(&self, session: &Session, token: Option<&str>, id: Option<i64>, what: &str) -> Result<i64, DaemonError> {
+    /// The task a note or finish is for: the token's (its agent), or the id given by the
+    /// caller that opened it or an admin. Only an unfinished task: the journal of a
+    /// finished one is closed.
+    async fn target(
+        &self,
+        session: &Session,
+        token: Option<&str>,
+        id: Option<i64>,
+        what: &'static str,
+    ) -> Result<i64, DaemonError> {
         match (token, id) {
             (Some(t), given) => {
                 let own = self.inner.tasks.by_token(t)?;
@@ -414,13 +551,21 @@ impl Daemon {
                 }
                 Ok(own)
             }
-            (None, Some(id)) if session.caller.role.includes(Role::Operate) => Ok(id),
-            (None, Some(_)) => {
-                Err(TaskError::NotAllowed(format!("{what} needs the operate role or the task's token")).into())
+            (None, Some(id)) => {
+                let Some(opener) = self.inner.tasks.opener(id) else {
+                    return Err(self.not_active(id, what).await);
+                };
+                let role = session.caller.role;
+                if role == Role::Admin || (role.includes(Role::Operate) && opener == session.caller.identity) {
+                    Ok(id)
+                } else {
+                    Err(TaskError::NotAllowed(format!(
+                        "only the task's agent (with its token), the caller that opened it, or an admin may {what} it"
+                    ))
+                    .into())
+                }
             }
-            (None, None) => {
-                Err(DaemonError::InvalidArgument(format!("{what}: give the task id (or send its task_token)")))
-            }
+            (None, None) => Err(DaemonError::MissingTask(what)),
         }
     }
 
@@ -430,8 +575,7 @@ impl Daemon {
         token: Option<&str>,
         p: &TaskNoteParams,
     ) -> Result<Value, DaemonError> {
-        let id = self.target(session, token, p.task, "note")?;
-        self.inner.store.task(id).await.map_err(|_| TaskError::NoSuch(id))?;
+        let id = self.target(session, token, p.task, "note").await?;
         let seq = self.inner.store.append(id, "note".into(), json!({"text": p.text, "by": by(session, token)})).await?;
         self.inner.tasks.notify();
         Ok(json!({"id": id, "seq": seq}))
@@ -443,7 +587,7 @@ impl Daemon {
         token: Option<&str>,
         p: &TaskFinishParams,
     ) -> Result<Value, DaemonError> {
-        let id = self.target(session, token, p.task, "finish")?;
+        let id = self.target(session, token, p.task, "finish").await?;
         let state = if p.ok { TaskState::Completed } else { TaskState::Failed };
         let detail = json!({"summary": p.summary, "exit_code": p.exit_code, "ok": p.ok, "by": by(session, token)});
         let journal = self.inner.journal.lock().await;
@@ -451,6 +595,7 @@ impl Daemon {
             drop(journal);
             return Err(self.not_active(id, "finish").await);
         };
+        self.flush_refusals(id).await;
         persist_change(&self.inner.store, &change, self.inner.tasks_kept).await;
         drop(journal);
         self.inner.tasks.notify();

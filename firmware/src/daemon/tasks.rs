@@ -12,7 +12,7 @@ use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::{Role, SessionId};
+use super::{Identity, Role, SessionId};
 use crate::protocol::task_params::{ControlAction, TaskScope};
 use crate::protocol::ErrorCode;
 
@@ -233,9 +233,13 @@ pub struct ActiveTask {
     pub needs_observation: bool,
     /// The pending question.
     pub question: Option<Question>,
-    /// Cancelled when the task ends: stops its in-flight input.
-    cancel: CancellationToken,
+    /// The input gate: cancelled (and replaced) at every state change, so input admitted
+    /// under one state (the agent's while running, a human's during takeover) stops at its
+    /// next report boundary when a pause, takeover, handback, question or the end comes.
+    gate: CancellationToken,
     device: DeviceIdentity,
+    /// Who opened it (may note and finish it, like its agent and admins).
+    pub opener: Identity,
 }
 
 /// How an input request was admitted.
@@ -243,17 +247,20 @@ pub struct ActiveTask {
 pub enum Admission {
     /// No task is active: the caller's role decides.
     Free,
-    /// The task's own input; `cancel` fires when the task ends (stop, lease lost, limits).
+    /// The task's own input; `gate` fires at the task's next state change (pause,
+    /// takeover, question, stop, lease lost, limits).
     Task {
         /// The task.
         id: i64,
         /// Stops its in-flight input.
-        cancel: CancellationToken,
+        gate: CancellationToken,
     },
-    /// A human during takeover.
+    /// A human during takeover; `gate` fires at the handback (or any other change).
     Human {
         /// The task.
         id: i64,
+        /// Stops the human's in-flight input.
+        gate: CancellationToken,
     },
 }
 
@@ -262,7 +269,15 @@ impl Admission {
     pub fn task(&self) -> Option<i64> {
         match self {
             Admission::Free => None,
-            Admission::Task { id, .. } | Admission::Human { id } => Some(*id),
+            Admission::Task { id, .. } | Admission::Human { id, .. } => Some(*id),
+        }
+    }
+
+    /// The gate that interrupts this input, if it runs under a task's rules.
+    pub fn gate(&self) -> Option<&CancellationToken> {
+        match self {
+            Admission::Free => None,
+            Admission::Task { gate, .. } | Admission::Human { gate, .. } => Some(gate),
         }
     }
 }
@@ -287,6 +302,27 @@ pub struct Change {
     pub state: TaskState,
     /// Why / by whom.
     pub detail: serde_json::Value,
+}
+
+/// What `Tasks::install` needs to know about a new task.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    /// Store id.
+    pub id: i64,
+    /// Title.
+    pub title: String,
+    /// Owner, for people.
+    pub owner: String,
+    /// The agent's secret.
+    pub token: String,
+    /// The opening session: its connection is the lease.
+    pub lease: SessionId,
+    /// Limits.
+    pub scope: TaskScope,
+    /// The device it is bound to.
+    pub device: DeviceIdentity,
+    /// Who opened it.
+    pub opener: Identity,
 }
 
 /// Who asks, as admission sees it.
@@ -350,37 +386,28 @@ impl Tasks {
     }
 
     /// Installs a new task (the caller created it in the store). Fails if one is active.
-    #[allow(clippy::too_many_arguments)]
-    pub fn install(
-        &self,
-        id: i64,
-        title: String,
-        owner: String,
-        token: String,
-        lease: SessionId,
-        scope: TaskScope,
-        device: DeviceIdentity,
-    ) -> Result<(), TaskError> {
+    pub fn install(&self, new: NewTask) -> Result<(), TaskError> {
         let mut active = self.lock();
         if let Some(t) = active.as_ref().filter(|t| !t.state.is_terminal()) {
             return Err(TaskError::Active(t.id));
         }
-        let allowed_apps = scope.apps.as_ref().map(|a| a.iter().map(|s| s.trim().to_lowercase()).collect());
+        let allowed_apps = new.scope.apps.as_ref().map(|a| a.iter().map(|s| s.trim().to_lowercase()).collect());
         *active = Some(ActiveTask {
-            id,
-            title,
-            owner,
-            token,
-            lease,
+            id: new.id,
+            title: new.title,
+            owner: new.owner,
+            token: new.token,
+            lease: new.lease,
             state: TaskState::Running,
-            scope,
+            scope: new.scope,
             allowed_apps,
             steps: 0,
             opened: Instant::now(),
             needs_observation: false,
             question: None,
-            cancel: CancellationToken::new(),
-            device,
+            gate: CancellationToken::new(),
+            device: new.device,
+            opener: new.opener,
         });
         drop(active);
         self.notify();
@@ -403,18 +430,31 @@ impl Tasks {
 
     fn set_state(t: &mut ActiveTask, state: TaskState, detail: serde_json::Value) -> Change {
         t.state = state;
+        // Control takes effect where input executes: whatever runs under the old state
+        // stops at its next report boundary and the lane releases held buttons and keys.
+        t.gate.cancel();
+        t.gate = CancellationToken::new();
         if state.is_terminal() {
-            t.cancel.cancel();
             if let Some(mut q) = t.question.take() {
                 if let Some(tx) = q.answer.take() {
                     let _ = tx.send((None, "the task ended".into()));
                 }
             }
         }
-        // Pausing or taking over lets a gesture in flight finish (they last well under a
-        // second, and a half-done drag would leave the phone mid-gesture); the next step
-        // waits. Ending the task cancels it: the lane releases held input.
         Change { task: t.id, state, detail }
+    }
+
+    /// Why input admitted for task `id` was interrupted, for the caller: its state now.
+    pub fn interruption(&self, id: i64) -> String {
+        match self.lock().as_ref().filter(|t| t.id == id) {
+            Some(t) => format!("task {} is now {}", t.id, t.state.as_str()),
+            None => format!("task {id} has ended"),
+        }
+    }
+
+    /// Who opened the active task `id`, while it is unfinished.
+    pub fn opener(&self, id: i64) -> Option<Identity> {
+        self.lock().as_ref().filter(|t| t.id == id && !t.state.is_terminal()).map(|t| t.opener)
     }
 
     /// Ends the active task if `id` is it and it is unfinished.
@@ -608,7 +648,7 @@ impl Tasks {
                         }
                     }
                     t.steps += 1;
-                    Ok(Some(Admission::Task { id: t.id, cancel: t.cancel.clone() }))
+                    Ok(Some(Admission::Task { id: t.id, gate: t.gate.clone() }))
                 }
                 // Paused, taken over, or a question pending: the task's input waits.
                 _ => Ok(None),
@@ -618,7 +658,7 @@ impl Tasks {
                 Err((TaskError::NotAllowed("agents act only for their task: send its task_token".into()), None))
             }
             None if t.state == TaskState::TakenOver && asker.role.includes(Role::Operate) => {
-                Ok(Some(Admission::Human { id: t.id }))
+                Ok(Some(Admission::Human { id: t.id, gate: t.gate.clone() }))
             }
             None => Err((TaskError::Running { task: t.id, title: t.title.clone(), state: t.state.as_str() }, None)),
         }
@@ -672,8 +712,8 @@ impl Tasks {
                 s if s.is_terminal() => Still::Refuse(TaskError::Ended),
                 _ => Still::Wait,
             },
-            (Admission::Human { id }, Some(t)) if t.id == *id && t.state == TaskState::TakenOver => Still::Go,
-            (Admission::Human { id }, Some(t)) if t.id == *id => {
+            (Admission::Human { id, .. }, Some(t)) if t.id == *id && t.state == TaskState::TakenOver => Still::Go,
+            (Admission::Human { id, .. }, Some(t)) if t.id == *id => {
                 Still::Refuse(TaskError::Running { task: t.id, title: t.title.clone(), state: t.state.as_str() })
             }
             _ => Still::Refuse(TaskError::Ended),
@@ -748,7 +788,16 @@ mod tests {
 
     fn open(tasks: &Tasks, scope: TaskScope) {
         tasks
-            .install(1, "t".into(), "me".into(), "secret".into(), SessionId(1), scope, device(Some((1920, 1080))))
+            .install(NewTask {
+                id: 1,
+                title: "t".into(),
+                owner: "me".into(),
+                token: "secret".into(),
+                lease: SessionId(1),
+                scope,
+                device: device(Some((1920, 1080))),
+                opener: Identity::InProcess,
+            })
             .unwrap();
     }
 
@@ -773,7 +822,7 @@ mod tests {
         assert!(matches!(decide(&tasks, Role::Admin, None), Err(TaskError::Running { .. })));
         // Taken over: humans drive, the task waits; views may not drive.
         tasks.control(1, A::Takeover, false, serde_json::json!({})).unwrap();
-        assert!(matches!(decide(&tasks, Role::Operate, None), Ok(Some(Admission::Human { id: 1 }))));
+        assert!(matches!(decide(&tasks, Role::Operate, None), Ok(Some(Admission::Human { id: 1, .. }))));
         assert!(matches!(decide(&tasks, Role::View, None), Err(TaskError::Running { .. })));
         assert!(matches!(decide(&tasks, Role::Agent, Some("secret")), Ok(None)));
         // Handed back: the task must observe first.
@@ -860,6 +909,27 @@ mod tests {
         let change = tasks.lease_lost(SessionId(1)).unwrap();
         assert_eq!(change.state, S::Abandoned);
         assert!(tasks.lease_lost(SessionId(1)).is_none(), "once");
+    }
+
+    #[test]
+    fn every_state_change_fires_the_gate_of_input_admitted_before_it() {
+        let tasks = Tasks::default();
+        open(&tasks, TaskScope::default());
+        let agent = decide(&tasks, Role::Agent, Some("secret")).unwrap().unwrap();
+        let gate = agent.gate().unwrap().clone();
+        assert!(!gate.is_cancelled());
+        tasks.control(1, A::Takeover, false, serde_json::json!({})).unwrap();
+        assert!(gate.is_cancelled(), "takeover interrupts the agent's running input");
+        let human = decide(&tasks, Role::Operate, None).unwrap().unwrap();
+        let human_gate = human.gate().unwrap().clone();
+        tasks.control(1, A::Handback, false, serde_json::json!({})).unwrap();
+        assert!(human_gate.is_cancelled(), "handback interrupts the human's running input");
+        tasks.observed(1);
+        let again = decide(&tasks, Role::Agent, Some("secret")).unwrap().unwrap();
+        assert!(!again.gate().unwrap().is_cancelled());
+        tasks.control(1, A::Pause, false, serde_json::json!({})).unwrap();
+        assert!(again.gate().unwrap().is_cancelled(), "pause interrupts");
+        assert_eq!(tasks.interruption(1), "task 1 is now paused");
     }
 
     #[test]

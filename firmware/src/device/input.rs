@@ -8,10 +8,18 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::daemon::InputStep;
 use crate::device::hid::{
     ConsumerReport, HidReport, KeyStroke, KeyboardReport, MouseReport, PointerReport, MOD_GUI, POINTER_MAX, POINTER_MIN,
 };
+
+/// One step of an input sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputStep {
+    /// Write a report.
+    Report(HidReport),
+    /// Wait before the next step.
+    Wait(Duration),
+}
 
 /// Every timing of the input engine, in milliseconds. Defaults are the reliable values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,6 +61,31 @@ impl Default for InputTimings {
             key_hold_ms: 20,
             key_gap_ms: 20,
         }
+    }
+}
+
+impl InputTimings {
+    /// Checks that every timing is in a range a phone can use; the error names the field.
+    /// Bounds keep planning finite (a drag at 0 ms intervals, a million release reports).
+    pub fn validate(&self) -> Result<(), String> {
+        let ranges: [(&str, u64, u64, u64); 10] = [
+            ("settle_ms", self.settle_ms, 0, 5_000),
+            ("tap_hold_ms", self.tap_hold_ms, 1, 5_000),
+            ("release_repeats", u64::from(self.release_repeats), 1, 10),
+            ("release_gap_ms", self.release_gap_ms, 0, 1_000),
+            ("double_tap_gap_ms", self.double_tap_gap_ms, 1, 2_000),
+            ("long_press_ms", self.long_press_ms, 100, 10_000),
+            ("swipe_ms", self.swipe_ms, 50, 5_000),
+            ("report_interval_ms", self.report_interval_ms, 1, 100),
+            ("key_hold_ms", self.key_hold_ms, 1, 1_000),
+            ("key_gap_ms", self.key_gap_ms, 0, 1_000),
+        ];
+        for (name, value, min, max) in ranges {
+            if !(min..=max).contains(&value) {
+                return Err(format!("input.{name} = {value} is outside {min}..={max}"));
+            }
+        }
+        Ok(())
     }
 }
 

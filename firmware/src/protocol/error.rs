@@ -4,8 +4,6 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::daemon::{DaemonError, InputError, ObservationError};
-
 /// Every error a tether/1 caller can receive. The serialized names are stable: clients may
 /// match on them. Add variants at the end of a group; never rename one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -82,6 +80,13 @@ pub enum ErrorCode {
     ShuttingDown,
     /// An internal failure; the daemon keeps running. The message says what failed.
     Internal,
+    // --- added later (grouped here so existing names never move) ---
+    /// Another request with this id is still in flight on this connection; ids must be
+    /// unique among in-flight requests so replies and `cancel` are unambiguous.
+    DuplicateId,
+    /// Running input was stopped by a task control (pause, takeover, stop) or the task's
+    /// end; `reports_sent` says how far it got. Look at the screen before going on.
+    Interrupted,
 }
 
 impl ErrorCode {
@@ -105,7 +110,7 @@ impl ErrorCode {
     /// Whether input may already have reached the phone when this error is returned, by
     /// default. A specific error may say more (see [`ErrorBody::side_effect_possible`]).
     pub fn side_effect_possible(self) -> bool {
-        matches!(self, ErrorCode::Cancelled | ErrorCode::Timeout | ErrorCode::Internal)
+        matches!(self, ErrorCode::Cancelled | ErrorCode::Timeout | ErrorCode::Internal | ErrorCode::Interrupted)
     }
 
     /// The stable wire name, e.g. `"INVALID_JSON"`.
@@ -143,6 +148,8 @@ impl ErrorCode {
             ErrorCode::ScopeExceeded => "SCOPE_EXCEEDED",
             ErrorCode::ShuttingDown => "SHUTTING_DOWN",
             ErrorCode::Internal => "INTERNAL",
+            ErrorCode::DuplicateId => "DUPLICATE_ID",
+            ErrorCode::Interrupted => "INTERRUPTED",
         }
     }
 }
@@ -168,6 +175,12 @@ pub struct ErrorBody {
     /// For actions: `failed_before_submit` or `outcome_unknown`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<&'static str>,
+    /// For actions: the request's `operation_id`, so a retry can name the same operation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operation_id: Option<String>,
+    /// For interrupted or cancelled input: the reports that reached the phone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reports_sent: Option<usize>,
 }
 
 impl ErrorBody {
@@ -179,41 +192,8 @@ impl ErrorBody {
             retryable: code.retryable(),
             side_effect_possible: code.side_effect_possible(),
             status: None,
+            operation_id: None,
+            reports_sent: None,
         }
-    }
-}
-
-/// The one place internal daemon errors become wire errors.
-impl From<&DaemonError> for ErrorBody {
-    fn from(err: &DaemonError) -> Self {
-        if let DaemonError::ActionFailed(body) = err {
-            return body.clone();
-        }
-        let (code, side_effect) = match err {
-            DaemonError::PermissionDenied { .. } => (ErrorCode::PermissionDenied, false),
-            DaemonError::UnsupportedProtocol { .. } => (ErrorCode::UnsupportedProtocol, false),
-            DaemonError::Input(InputError::HostNotConnected) => (ErrorCode::HostNotConnected, false),
-            DaemonError::Input(InputError::Cancelled { reports_sent }) => (ErrorCode::Cancelled, *reports_sent > 0),
-            DaemonError::Input(InputError::Hid { reports_sent, .. }) => {
-                (ErrorCode::DeviceUnavailable, *reports_sent > 0)
-            }
-            DaemonError::ShuttingDown => (ErrorCode::ShuttingDown, false),
-            DaemonError::NotSim => (ErrorCode::Unsupported, false),
-            DaemonError::NoFrame => (ErrorCode::NoFrame, false),
-            DaemonError::Observation(ObservationError::Stale { .. }) => (ErrorCode::StaleObservation, false),
-            DaemonError::Observation(ObservationError::Expired { .. }) => (ErrorCode::ObservationExpired, false),
-            DaemonError::OutOfBounds(_) => (ErrorCode::OutOfBounds, false),
-            DaemonError::OperationConflict { .. } => (ErrorCode::OperationConflict, false),
-            DaemonError::Untypeable(_) => (ErrorCode::UntypeableText, false),
-            DaemonError::Calibration(_) => (ErrorCode::CalibrationFailed, true),
-            DaemonError::InvalidArgument(_) => (ErrorCode::InvalidParams, false),
-            DaemonError::Image(_) => (ErrorCode::Internal, false),
-            DaemonError::ActionFailed(_) => (ErrorCode::Internal, false),
-            DaemonError::Task(e) => (e.code(), false),
-            DaemonError::Store(_) => (ErrorCode::Internal, false),
-        };
-        let mut body = ErrorBody::new(code, err.public_message());
-        body.side_effect_possible = side_effect;
-        body
     }
 }

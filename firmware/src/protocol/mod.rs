@@ -10,6 +10,7 @@ mod limits;
 mod message;
 pub mod params;
 mod request;
+mod strict_json;
 pub mod task_params;
 
 pub use error::{ErrorBody, ErrorCode};

@@ -191,14 +191,15 @@ pub enum ActionSpec {
         /// At most 16 KiB.
         text: String,
     },
-    /// Cmd+H.
-    Home,
+    /// Cmd+H. (No fields: written `{}` so unknown fields are refused, which serde
+    /// skips for unit variants of a tagged enum.)
+    Home {},
     /// The app switcher.
-    AppSwitcher,
+    AppSwitcher {},
     /// Cmd+Space.
-    Spotlight,
+    Spotlight {},
     /// Cmd+[.
-    Back,
+    Back {},
     /// A consumer-control key.
     Consumer {
         /// Which.
@@ -276,7 +277,9 @@ mod tests {
         assert!(serde_json::from_str::<ActionSpec>(r#"{"type":"tap","x":1,"y":2,"z":3}"#).is_err());
         assert!(serde_json::from_str::<ActionSpec>(r#"{"type":"fly"}"#).is_err());
         let h: ActionSpec = serde_json::from_str(r#"{"type":"home"}"#).unwrap();
-        assert_eq!(h, ActionSpec::Home);
+        assert_eq!(h, ActionSpec::Home {});
+        assert_eq!(serde_json::to_string(&h).unwrap(), r#"{"type":"home"}"#);
+        assert!(serde_json::from_str::<ActionSpec>(r#"{"type":"home","x":1}"#).is_err());
         assert!(!h.needs_observation());
     }
 }

@@ -14,6 +14,7 @@ use super::params::{
     ActionParams, ActionSpec, CalibrateParams, CancelParams, PreviewParams, ScreenshotParams, SimStateParams,
     MAX_EDGE_LIMIT, MAX_PATH_POINTS, MAX_PREVIEW_EDGE, MAX_TEXT_BYTES, MAX_TIMEOUT_MS,
 };
+use super::strict_json::{self, StrictError};
 use super::task_params::{
     self, BatchParams, TaskConfirmParams, TaskControlParams, TaskEventsParams, TaskFinishParams, TaskListParams,
     TaskNoteParams, TaskOpenParams, MAX_BATCH_ACTIONS,
@@ -250,8 +251,22 @@ pub fn parse_request(line: &[u8]) -> Result<Request, RequestError> {
             format!("JSON nesting reaches depth {depth}; the limit is {MAX_NESTING_DEPTH}"),
         ));
     }
-    let value: Value = serde_json::from_slice(line)
-        .map_err(|e| RequestError::new(None, ErrorCode::InvalidJson, format!("not valid JSON: {e}")))?;
+    let value = match strict_json::parse(line) {
+        Ok(value) => value,
+        Err(StrictError::Syntax(e)) => {
+            return Err(RequestError::new(None, ErrorCode::InvalidJson, format!("not valid JSON: {e}")))
+        }
+        Err(StrictError::DuplicateKey { key, top_level }) => {
+            // The id is trustworthy only when it appears once in the envelope.
+            let id = if key == "id" && top_level { None } else { unique_id(line) };
+            let place = if top_level { "in the request" } else { "inside a parameter" };
+            return Err(RequestError::new(
+                id,
+                ErrorCode::InvalidRequest,
+                format!("the key {key:?} appears twice {place}; a request must say everything once"),
+            ));
+        }
+    };
     let Value::Object(mut fields) = value else {
         return Err(RequestError::new(
             None,
@@ -444,6 +459,16 @@ fn validate_action(p: &ActionParams) -> Result<(), String> {
     Ok(())
 }
 
+/// The request id of a line refused for a duplicate key elsewhere, when `id` appears
+/// exactly once in its envelope and is valid.
+fn unique_id(line: &[u8]) -> Option<RequestId> {
+    if strict_json::top_level_keys(line).iter().filter(|k| *k == "id").count() != 1 {
+        return None;
+    }
+    let mut fields = serde_json::from_slice::<Map<String, Value>>(line).ok()?;
+    take_id(&mut fields).ok()
+}
+
 fn take_id(fields: &mut Map<String, Value>) -> Result<RequestId, RequestError> {
     match fields.remove("id") {
         // `as_u64` is `Some` only for integers in 0..=u64::MAX written without a fraction or
@@ -553,6 +578,33 @@ mod tests {
         assert_eq!(code(r#"{"id":4,"method":"status","bogus":1}"#), (Some(RequestId(4)), ErrorCode::InvalidParams));
         assert_eq!(code(r#"{"id":5,"method":"hello","protocol":5}"#), (Some(RequestId(5)), ErrorCode::InvalidParams));
         assert_eq!(code(r#"{"id":6,"method":"hello","task_token":1}"#), (Some(RequestId(6)), ErrorCode::InvalidParams));
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_with_the_id_when_it_is_unambiguous() {
+        assert_eq!(code(r#"{"id":1,"id":2,"method":"status"}"#), (None, ErrorCode::InvalidRequest));
+        assert_eq!(
+            code(r#"{"id":3,"method":"fly","method":"status"}"#),
+            (Some(RequestId(3)), ErrorCode::InvalidRequest)
+        );
+        assert_eq!(
+            code(r#"{"id":4,"method":"screenshot","max_edge":100,"max_edge":200}"#),
+            (Some(RequestId(4)), ErrorCode::InvalidRequest)
+        );
+        assert_eq!(
+            code(r#"{"id":5,"method":"action","operation_id":"o","action":{"type":"tap","x":1,"x":2,"y":1}}"#),
+            (Some(RequestId(5)), ErrorCode::InvalidRequest)
+        );
+    }
+
+    #[test]
+    fn unit_actions_reject_unknown_fields() {
+        for t in ["home", "app_switcher", "spotlight", "back"] {
+            let line = format!(r#"{{"id":1,"method":"action","operation_id":"o","action":{{"type":"{t}","x":1}}}}"#);
+            assert_eq!(code(&line), (Some(RequestId(1)), ErrorCode::InvalidParams), "{t}");
+            let ok = format!(r#"{{"id":1,"method":"action","operation_id":"o","action":{{"type":"{t}"}}}}"#);
+            assert!(parse_request(ok.as_bytes()).is_ok(), "{t}");
+        }
     }
 
     #[test]

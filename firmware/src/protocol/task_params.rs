@@ -39,6 +39,10 @@ pub struct TaskOpenParams {
     /// Limits.
     #[serde(default)]
     pub scope: TaskScope,
+    /// Stream the task's events to this connection (its lease) as `event` messages
+    /// until it ends (default `true`; `false` to read them with `task_events` instead).
+    #[serde(default)]
+    pub events: Option<bool>,
 }
 
 /// Parameters of `task_list`.

@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::lines::{next_line, Line};
-use super::outbound::Outbound;
+use super::outbound::{Outbound, QueueLimits};
 use crate::daemon::{Caller, Daemon, Identity, PeerCredentials, RolePolicy, Session, SessionMessage};
 use crate::protocol::{
     parse_request, ErrorBody, ErrorCode, Outgoing, RequestError, Response, MAX_OUTPUT_BYTES, MAX_OUTPUT_MESSAGES,
@@ -189,8 +189,9 @@ async fn connection(daemon: Daemon, config: Arc<UnixServerConfig>, stream: UnixS
     };
     let (read, write) = stream.into_split();
     let closed = CancellationToken::new();
-    let (out, writer) =
-        Outbound::new(write, MAX_OUTPUT_MESSAGES, MAX_OUTPUT_BYTES, config.stall_timeout, closed.clone());
+    let limits =
+        QueueLimits { max_messages: MAX_OUTPUT_MESSAGES, max_bytes: MAX_OUTPUT_BYTES, stall: config.stall_timeout };
+    let (out, writer) = Outbound::new(write, limits, daemon.output_budget().clone(), closed.clone());
     let writer = tokio::spawn(writer);
     let Some(caller) = caller else {
         tracing::warn!(uid = creds.uid, gid = creds.gid, pid = ?creds.pid, "peer has no role; refused");
@@ -204,7 +205,16 @@ async fn connection(daemon: Daemon, config: Arc<UnixServerConfig>, stream: UnixS
         let _ = writer.await;
         return;
     };
-    let session = Arc::new(daemon.open_session(caller));
+    let session = match daemon.try_open_session(caller) {
+        Ok(session) => Arc::new(session),
+        Err(e) => {
+            tracing::warn!(uid = creds.uid, pid = ?creds.pid, "refused a connection: {e}");
+            let _ = out.push(Outgoing::Response(Response::err(None, ErrorBody::from(&e))).to_line()).await;
+            drop(out);
+            let _ = writer.await;
+            return;
+        }
+    };
     tracing::info!(session = session.id().0, uid = creds.uid, pid = ?creds.pid, role = ?caller.role, "connected");
     // Task events the session follows go out on the same bounded queue as responses.
     let forwarder = session.take_events().map(|mut events| {
@@ -305,15 +315,26 @@ async fn read_requests(
                 Err(_) => break false,
             },
         };
+        // Registered here, in arrival order, so the second of two requests with one id is
+        // the one refused.
+        let slot = match session.begin_request(request.id) {
+            Ok(slot) => slot,
+            Err(e) => {
+                let _ =
+                    out.push(Outgoing::Response(Response::err(Some(request.id), ErrorBody::from(&e))).to_line()).await;
+                continue;
+            }
+        };
         let (daemon, session, out) = (daemon.clone(), session.clone(), out.clone());
         tasks.spawn(async move {
-            let response = match daemon.handle_request(&session, &request).await {
+            let response = match daemon.handle_request(&session, &request, &slot).await {
                 Ok(result) => Response::ok(request.id, result),
                 Err(e) => {
                     tracing::debug!(id = request.id.0, error = %e, "request failed");
                     Response::err(Some(request.id), ErrorBody::from(&e))
                 }
             };
+            drop(slot);
             let _ = out.push(Outgoing::Response(response).to_line()).await;
             drop(permit);
         });

@@ -1,0 +1,247 @@
+//! [`DaemonError`]: every way a request can fail inside the daemon, and the one place
+//! where it becomes a tether/1 wire error ([`ErrorBody`]). Each situation has its own
+//! variant; nobody matches on message text.
+
+use super::input::InputError;
+use super::observations::ObservationError;
+use super::store::StoreError;
+use super::tasks::TaskError;
+use super::Role;
+use crate::device::geometry::{OutOfBounds, PixelRect};
+use crate::device::hid::UntypeableText;
+use crate::device::video::image::ImageError;
+use crate::protocol::{ErrorBody, ErrorCode, PROTOCOL_NAME};
+
+/// Errors the daemon returns to callers. Mapped to wire codes in exactly one place:
+/// `impl From<&DaemonError> for ErrorBody` below.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The caller's role does not allow the method.
+    #[error("{method} needs the {needed:?} role; this caller is {have:?}")]
+    PermissionDenied {
+        /// The method refused.
+        method: &'static str,
+        /// The role it needs.
+        needed: Role,
+        /// The caller's role.
+        have: Role,
+    },
+    /// `hello` asked for another protocol.
+    #[error("protocol {requested:?} is not supported; this daemon speaks {PROTOCOL_NAME}")]
+    UnsupportedProtocol {
+        /// What the client asked for.
+        requested: String,
+    },
+    /// An input sequence failed.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// A task control (pause, takeover, stop) or the task's end stopped input that was
+    /// running; held input was released.
+    #[error("interrupted after {reports_sent} of {reports_total} reports: {why}; held input was released")]
+    Interrupted {
+        /// Reports that reached the phone.
+        reports_sent: usize,
+        /// Reports the sequence had.
+        reports_total: usize,
+        /// What interrupted it, for a person.
+        why: String,
+    },
+    /// The request waited too long for the device (other input ahead of it).
+    #[error("waited {waited_ms} ms for the device behind other input; nothing was sent, retry")]
+    QueueTimeout {
+        /// How long it waited.
+        waited_ms: u64,
+    },
+    /// A global limit refused the work (too many screenshots in flight, output budget).
+    #[error("the daemon is busy: {0}; retry shortly")]
+    Busy(&'static str),
+    /// Another request with this id is in flight on the same connection.
+    #[error("request id {0} is already in flight on this connection; use a new id")]
+    DuplicateId(u64),
+    /// The daemon is shutting down.
+    #[error("the daemon is shutting down")]
+    ShuttingDown,
+    /// The request was cancelled (by `cancel`, or its connection closed).
+    #[error("the request was cancelled")]
+    Cancelled,
+    /// A sim-only method on hardware.
+    #[error("this method exists only with the virtual iPhone (`tether serve --sim`)")]
+    NotSim,
+    /// No frame to observe.
+    #[error("no video frame is available: check the HDMI signal (`tether status`)")]
+    NoFrame,
+    /// No frame newer than the one asked for (or fresh enough) arrived in time.
+    #[error("no frame newer than {after} arrived within {timeout_ms} ms; retry")]
+    FrameTimeout {
+        /// The frame the caller already had (`after_frame_id`), or the newest one.
+        after: u64,
+        /// How long it waited.
+        timeout_ms: u64,
+    },
+    /// An observation cannot be used.
+    #[error(transparent)]
+    Observation(#[from] ObservationError),
+    /// Coordinates outside the observation.
+    #[error(transparent)]
+    OutOfBounds(#[from] OutOfBounds),
+    /// A screenshot region outside the phone's picture.
+    #[error(
+        "region {}x{}+{}+{} is outside the phone's {}x{} picture",
+        .region.width, .region.height, .region.x, .region.y, .active.width, .active.height
+    )]
+    RegionOutside {
+        /// The region asked for (relative to the picture).
+        region: PixelRect,
+        /// The phone's picture.
+        active: PixelRect,
+    },
+    /// A pointer action without the observation its coordinates refer to.
+    #[error("pointer actions need the observation_id of the screenshot their coordinates refer to")]
+    MissingObservation,
+    /// A key name nobody knows.
+    #[error(
+        "unknown key {0:?}: use a single character or a name like enter, tab, escape, backspace, delete, up, \
+         down, left, right, home, end, pageup, pagedown, f1-f12, cmd, shift, ctrl, alt"
+    )]
+    UnknownKey(String),
+    /// A hotkey that is not modifiers plus exactly one key.
+    #[error("a hotkey is modifiers plus exactly one other key, e.g. [\"cmd\", \"h\"]")]
+    BadHotkey,
+    /// A note or finish without a task to apply to.
+    #[error("{0}: give the task id (or send its task_token)")]
+    MissingTask(&'static str),
+    /// `task_events` after a seq the task never reached.
+    #[error("task {task} has no event after seq {after_seq}: its last seq is {last_seq}")]
+    AfterEnd {
+        /// The task.
+        task: i64,
+        /// What was asked.
+        after_seq: i64,
+        /// The last seq written.
+        last_seq: i64,
+    },
+    /// An operation id reused with other arguments.
+    #[error("operation_id {operation_id:?} was already used with different arguments; use a new id")]
+    OperationConflict {
+        /// The id.
+        operation_id: String,
+    },
+    /// Text the layout cannot type.
+    #[error(transparent)]
+    Untypeable(#[from] UntypeableText),
+    /// Calibration failed; the pointer moved (side effect), the old calibration stays.
+    #[error("{0}")]
+    Calibration(String),
+    /// Producing an image failed.
+    #[error("could not produce the image")]
+    Image(#[from] ImageError),
+    /// A worker thread of the daemon failed (a bug); the daemon keeps running.
+    #[error("the {0} worker failed; the daemon keeps running")]
+    Worker(&'static str),
+    /// The kernel gave no randomness for a secret.
+    #[error("no randomness is available for a new secret")]
+    NoRandomness,
+    /// An action's failure, already mapped to its wire error with its status
+    /// (`failed_before_submit` / `outcome_unknown`); also how cached failures come back.
+    /// `ErrorBody::from(&ActionFailed(body)) == body`.
+    #[error("{}", .0.message)]
+    ActionFailed(ErrorBody),
+    /// Task admission or control refused the request.
+    #[error(transparent)]
+    Task(#[from] TaskError),
+    /// The task store failed; the daemon keeps running.
+    #[error("the task store failed: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl DaemonError {
+    /// The stable wire code, and whether input may have reached the phone.
+    pub fn code(&self) -> (ErrorCode, bool) {
+        match self {
+            DaemonError::PermissionDenied { .. } => (ErrorCode::PermissionDenied, false),
+            DaemonError::UnsupportedProtocol { .. } => (ErrorCode::UnsupportedProtocol, false),
+            DaemonError::Input(InputError::HostNotConnected) => (ErrorCode::HostNotConnected, false),
+            DaemonError::Input(InputError::Cancelled { reports_sent }) => (ErrorCode::Cancelled, *reports_sent > 0),
+            DaemonError::Input(InputError::Hid { reports_sent, .. }) => {
+                (ErrorCode::DeviceUnavailable, *reports_sent > 0)
+            }
+            DaemonError::Interrupted { reports_sent, .. } => (ErrorCode::Interrupted, *reports_sent > 0),
+            DaemonError::QueueTimeout { .. } | DaemonError::Busy(_) => (ErrorCode::Busy, false),
+            DaemonError::DuplicateId(_) => (ErrorCode::DuplicateId, false),
+            DaemonError::ShuttingDown => (ErrorCode::ShuttingDown, false),
+            DaemonError::Cancelled => (ErrorCode::Cancelled, false),
+            DaemonError::NotSim => (ErrorCode::Unsupported, false),
+            DaemonError::NoFrame => (ErrorCode::NoFrame, false),
+            DaemonError::FrameTimeout { .. } => (ErrorCode::Timeout, false),
+            DaemonError::Observation(ObservationError::Stale { .. }) => (ErrorCode::StaleObservation, false),
+            DaemonError::Observation(ObservationError::Expired { .. }) => (ErrorCode::ObservationExpired, false),
+            DaemonError::OutOfBounds(_) => (ErrorCode::OutOfBounds, false),
+            DaemonError::RegionOutside { .. }
+            | DaemonError::MissingObservation
+            | DaemonError::UnknownKey(_)
+            | DaemonError::BadHotkey
+            | DaemonError::MissingTask(_)
+            | DaemonError::AfterEnd { .. } => (ErrorCode::InvalidParams, false),
+            DaemonError::OperationConflict { .. } => (ErrorCode::OperationConflict, false),
+            DaemonError::Untypeable(_) => (ErrorCode::UntypeableText, false),
+            DaemonError::Calibration(_) => (ErrorCode::CalibrationFailed, true),
+            DaemonError::Image(_) | DaemonError::Worker(_) | DaemonError::NoRandomness | DaemonError::Store(_) => {
+                (ErrorCode::Internal, false)
+            }
+            DaemonError::ActionFailed(body) => (body.code, body.side_effect_possible),
+            DaemonError::Task(e) => (e.code(), false),
+        }
+    }
+
+    /// A message safe to send to a remote caller: no paths, errno details or secrets.
+    pub fn public_message(&self) -> String {
+        match self {
+            DaemonError::Input(InputError::Hid { reports_sent, .. }) => format!(
+                "the HID device failed after {reports_sent} reports; held input was released. \
+                 Check `tether status` for the USB host state and retry"
+            ),
+            DaemonError::Input(InputError::HostNotConnected) => {
+                "no phone has enumerated the USB gadget; nothing was sent. Check the cable/hub and \
+                 that the phone is unlocked, then retry"
+                    .to_string()
+            }
+            DaemonError::Store(_) => "the task store failed; the request was not recorded. See the daemon's log".into(),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// The one place internal daemon errors become wire errors.
+impl From<&DaemonError> for ErrorBody {
+    fn from(err: &DaemonError) -> Self {
+        if let DaemonError::ActionFailed(body) = err {
+            return body.clone();
+        }
+        let (code, side_effect) = err.code();
+        let mut body = ErrorBody::new(code, err.public_message());
+        body.side_effect_possible = side_effect;
+        if let DaemonError::Interrupted { reports_sent, .. }
+        | DaemonError::Input(InputError::Cancelled { reports_sent }) = err
+        {
+            body.reports_sent = Some(*reports_sent);
+        }
+        body
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn action_failed_round_trips_and_codes_are_distinct() {
+        let interrupted = DaemonError::Interrupted { reports_sent: 3, reports_total: 9, why: "paused".into() };
+        let body = ErrorBody::from(&interrupted);
+        assert_eq!((body.code, body.side_effect_possible, body.reports_sent), (ErrorCode::Interrupted, true, Some(3)));
+        assert_eq!(ErrorBody::from(&DaemonError::ActionFailed(body.clone())), body);
+        let timeout = ErrorBody::from(&DaemonError::FrameTimeout { after: 7, timeout_ms: 100 });
+        assert_eq!((timeout.code, timeout.retryable, timeout.side_effect_possible), (ErrorCode::Timeout, true, false));
+        let busy = ErrorBody::from(&DaemonError::QueueTimeout { waited_ms: 10_000 });
+        assert_eq!((busy.code, busy.retryable), (ErrorCode::Busy, true));
+    }
+}

@@ -1,0 +1,155 @@
+//! Sessions (one per connection or in-process caller) and their in-flight requests.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{Caller, Daemon, DaemonError, Inner};
+use crate::protocol::{Event, RequestId};
+
+/// Events a session's stream may hold before the producer waits.
+const SESSION_EVENTS: usize = 64;
+
+/// What a session's transport forwards besides responses.
+#[derive(Debug)]
+pub enum SessionMessage {
+    /// An event to write.
+    Event(Event),
+    /// Answer once every earlier event is queued for writing (a response that must come
+    /// after them waits for this).
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+/// Identifies one session (one connection) for the daemon's lifetime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(transparent)]
+pub struct SessionId(pub u64);
+
+/// One caller's connection to the daemon. Dropping it releases held input it caused and
+/// (once tasks exist) ends its lease.
+#[derive(Debug)]
+pub struct Session {
+    pub(super) id: SessionId,
+    pub(super) caller: Caller,
+    pub(super) cancel: CancellationToken,
+    in_flight: Arc<std::sync::Mutex<InFlight>>,
+    pub(super) events: tokio::sync::mpsc::Sender<SessionMessage>,
+    pub(super) events_rx: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<SessionMessage>>>,
+    pub(super) inner: Arc<Inner>,
+}
+
+/// The cancellable requests in flight on one session, by request id.
+pub(super) type InFlight = HashMap<u64, CancellationToken>;
+
+fn lock(map: &std::sync::Mutex<InFlight>) -> std::sync::MutexGuard<'_, InFlight> {
+    // Plain data; a panic elsewhere cannot leave it inconsistent.
+    map.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One in-flight request of a session: its id is taken until this is dropped, and its
+/// cancellation token is what `cancel` (and the connection closing) fires.
+#[derive(Debug)]
+pub struct RequestSlot {
+    id: u64,
+    cancel: CancellationToken,
+    map: Arc<std::sync::Mutex<InFlight>>,
+}
+
+impl RequestSlot {
+    /// The request's cancellation: fires on `cancel`, disconnect and shutdown.
+    pub fn cancel_token(&self) -> &CancellationToken {
+        &self.cancel
+    }
+}
+
+impl Drop for RequestSlot {
+    fn drop(&mut self) {
+        lock(&self.map).remove(&self.id);
+    }
+}
+
+impl Session {
+    pub(super) fn new(id: SessionId, caller: Caller, inner: Arc<Inner>) -> Session {
+        let (events, events_rx) = tokio::sync::mpsc::channel(SESSION_EVENTS);
+        Session {
+            id,
+            caller,
+            cancel: inner.shutdown.child_token(),
+            in_flight: Arc::default(),
+            events,
+            events_rx: std::sync::Mutex::new(Some(events_rx)),
+            inner,
+        }
+    }
+
+    /// Registers request `id` as in flight. Refused with `DUPLICATE_ID` while another
+    /// request with the same id is in flight: replies and `cancel` must be unambiguous.
+    pub fn begin_request(&self, id: RequestId) -> Result<RequestSlot, DaemonError> {
+        let mut map = lock(&self.in_flight);
+        if map.contains_key(&id.0) {
+            return Err(DaemonError::DuplicateId(id.0));
+        }
+        let cancel = self.cancel.child_token();
+        map.insert(id.0, cancel.clone());
+        Ok(RequestSlot { id: id.0, cancel, map: self.in_flight.clone() })
+    }
+
+    /// Cancels in-flight request `id`; returns whether it was in flight.
+    pub(super) fn cancel_request(&self, id: u64) -> bool {
+        match lock(&self.in_flight).get(&id) {
+            Some(token) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Releases what this session holds now (its peer closed), without waiting for drop.
+    pub fn close(&self) {
+        self.cancel.cancel();
+    }
+
+    /// The session's id.
+    pub fn id(&self) -> SessionId {
+        self.id
+    }
+
+    /// The caller.
+    pub fn caller(&self) -> &Caller {
+        &self.caller
+    }
+
+    /// The session's event stream (task events it follows), for its transport to forward.
+    /// Once: later calls get `None`.
+    pub fn take_events(&self) -> Option<tokio::sync::mpsc::Receiver<SessionMessage>> {
+        self.events_rx.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+        self.inner.sessions.fetch_sub(1, Ordering::Relaxed);
+        // The lease: a task opened on this connection is abandoned now (its input was
+        // cancelled with the task), and the transition is persisted in the background.
+        let withdrawn = self.inner.tasks.withdraw_asked_by(self.id);
+        let abandoned = self.inner.tasks.lease_lost(self.id);
+        if let Some(change) = &abandoned {
+            tracing::info!(task = change.task, session = self.id.0, "lease lost: task abandoned");
+        }
+        let changes: Vec<_> = withdrawn.into_iter().chain(abandoned).collect();
+        if !changes.is_empty() {
+            let daemon = Daemon { inner: self.inner.clone() };
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move {
+                    for change in changes {
+                        daemon.persist(change).await;
+                    }
+                });
+            }
+        }
+    }
+}

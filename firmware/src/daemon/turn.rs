@@ -1,0 +1,186 @@
+//! A caller's turn at the device: admission, the device lock (bounded wait), the re-checks
+//! after it, and input that stops where it runs when a task control comes.
+//!
+//! Every path that moves the phone (`action`, `batch`, `calibrate`) takes a [`DeviceTurn`]
+//! here, so a pause, takeover, handback, stop or lost lease interrupts all of them the same
+//! way: at the next report boundary, with held input released.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tokio::sync::MutexGuard;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::tasks::{Admission, Asker, Still};
+use super::{Daemon, DaemonError, InputError, InputLane, InputStep, Role, Session};
+
+/// The device, held for one caller after admission. Dropping it gives the device back.
+#[derive(Debug)]
+pub(super) struct DeviceTurn<'a> {
+    daemon: &'a Daemon,
+    lane: MutexGuard<'a, InputLane>,
+    admission: Admission,
+    /// Fires on the caller's cancellation or the admission's gate, whichever comes first.
+    run_cancel: CancellationToken,
+    caller_cancel: CancellationToken,
+    watcher: Option<JoinHandle<()>>,
+}
+
+impl DeviceTurn<'_> {
+    /// The task the input counts for.
+    pub(super) fn task(&self) -> Option<i64> {
+        self.admission.task()
+    }
+
+    /// Whether the input runs as a human during someone's task (a takeover).
+    pub(super) fn is_human_in_task(&self) -> bool {
+        matches!(self.admission, Admission::Human { .. })
+    }
+
+    /// Runs `steps`; returns the reports written. Interrupted input answers
+    /// [`DaemonError::Interrupted`] with how far it got; the lane has released what it held.
+    pub(super) async fn run(&mut self, steps: &[InputStep]) -> Result<usize, DaemonError> {
+        let total = steps.iter().filter(|s| matches!(s, InputStep::Report(_))).count();
+        self.daemon.inner.input_busy.store(true, Ordering::Relaxed);
+        let result = self.lane.run(steps, &self.run_cancel).await;
+        self.daemon.inner.input_busy.store(false, Ordering::Relaxed);
+        match result {
+            Ok(n) => Ok(n),
+            Err(InputError::Cancelled { reports_sent }) if !self.caller_cancel.is_cancelled() => {
+                // Free input has no gate, and the caller's token is a child of the daemon's
+                // shutdown: only a task's gate gets here.
+                let why = match self.admission.task() {
+                    Some(id) => self.daemon.inner.tasks.interruption(id),
+                    None => "the input was stopped".into(),
+                };
+                Err(DaemonError::Interrupted { reports_sent, reports_total: total, why })
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl Drop for DeviceTurn<'_> {
+    fn drop(&mut self) {
+        if let Some(w) = self.watcher.take() {
+            w.abort();
+        }
+    }
+}
+
+impl Daemon {
+    /// Admission, the device lock, then the re-checks (task state, and the observation the
+    /// input's coordinates come from). Waits while the caller's task must wait (paused,
+    /// taken over, a question pending); the wait for the device lock itself is bounded by
+    /// the configured queue timeout.
+    pub(super) async fn acquire_device<'a>(
+        &'a self,
+        session: &Session,
+        token: Option<&str>,
+        observation: Option<&str>,
+        cancel: &CancellationToken,
+    ) -> Result<DeviceTurn<'a>, DaemonError> {
+        let role = session.caller.role;
+        if token.is_none() && !role.includes(Role::Operate) && role != Role::Agent {
+            return Err(DaemonError::PermissionDenied { method: "input", needed: Role::Operate, have: role });
+        }
+        let asker = Asker { session: session.id, role, token };
+        loop {
+            let admission = match self.inner.tasks.admit_input(&asker, || self.device_identity(), cancel).await {
+                Ok(a) => a,
+                Err((e, change)) => {
+                    if let Some(change) = change {
+                        self.persist(change).await;
+                    }
+                    if cancel.is_cancelled() {
+                        return Err(InputError::Cancelled { reports_sent: 0 }.into());
+                    }
+                    self.record_refusal(session, token, "input", &e).await;
+                    return Err(e.into());
+                }
+            };
+            if matches!(admission, Admission::Free) && !role.includes(Role::Operate) {
+                return Err(DaemonError::PermissionDenied { method: "input", needed: Role::Operate, have: role });
+            }
+            let gate = admission.gate().cloned().unwrap_or_default();
+            let queued = Instant::now();
+            let limit = self.inner.queue_timeout;
+            let lane = tokio::select! {
+                lane = self.inner.lane.lock() => lane,
+                () = cancel.cancelled() => {
+                    self.inner.tasks.unreserve(&admission);
+                    return Err(InputError::Cancelled { reports_sent: 0 }.into());
+                }
+                // The task changed while this request queued: decide again under its rules.
+                () = gate.cancelled() => {
+                    self.inner.tasks.unreserve(&admission);
+                    continue;
+                }
+                () = tokio::time::sleep(limit) => {
+                    self.inner.tasks.unreserve(&admission);
+                    self.count_busy();
+                    let waited_ms = u64::try_from(queued.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    return Err(DaemonError::QueueTimeout { waited_ms });
+                }
+            };
+            // The task may have been paused, taken over or handed back while this request
+            // queued for the device.
+            match self.inner.tasks.still(&admission) {
+                Still::Go => {}
+                Still::Wait => {
+                    self.inner.tasks.unreserve(&admission);
+                    drop(lane);
+                    continue;
+                }
+                Still::Refuse(e) => {
+                    self.inner.tasks.unreserve(&admission);
+                    drop(lane);
+                    self.record_refusal(session, token, "input", &e).await;
+                    return Err(e.into());
+                }
+            }
+            // The observation is checked again now: it may have expired or been invalidated
+            // (someone else's input, a geometry change) while this request waited.
+            if let Some(id) = observation {
+                if let Err(e) = self.check_observation(id) {
+                    self.inner.tasks.unreserve(&admission);
+                    return Err(e);
+                }
+            }
+            // A token has one parent: a small watcher joins the caller's cancellation and
+            // the admission's gate.
+            let run_cancel = cancel.child_token();
+            let watcher = admission.gate().cloned().map(|gate| {
+                let run_cancel = run_cancel.clone();
+                tokio::spawn(async move {
+                    gate.cancelled().await;
+                    run_cancel.cancel();
+                })
+            });
+            return Ok(DeviceTurn {
+                daemon: self,
+                lane,
+                admission,
+                run_cancel,
+                caller_cancel: cancel.clone(),
+                watcher,
+            });
+        }
+    }
+
+    /// Runs one input sequence for `session`, after every sequence queued before it. The
+    /// session's cancellation (disconnect, shutdown) stops it and releases held input.
+    pub async fn run_input(&self, session: &Session, steps: &[InputStep]) -> Result<usize, DaemonError> {
+        let mut turn = self.acquire_device(session, None, None, &session.cancel).await?;
+        turn.run(steps).await
+    }
+
+    /// Counts a refusal by a global limit (shown in `status.limits`).
+    pub(super) fn count_busy(&self) {
+        self.inner.refused_busy.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The default bound on waiting for the device behind other input.
+pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(10);
