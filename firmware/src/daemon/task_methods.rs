@@ -404,7 +404,7 @@ impl Daemon {
             detail["reason"] = json!(r);
         }
         let journal = self.inner.journal.lock().await;
-        let change = match self.inner.tasks.control(p.task, p.action, p.end_task, detail) {
+        let change = match self.inner.tasks.control_answering(p.task, p.action, p.end_task, p.question, detail) {
             Ok(c) => c,
             Err(TaskError::NoSuch(_)) => {
                 drop(journal);

@@ -131,6 +131,16 @@ pub enum TaskError {
     /// A question is already waiting for an answer.
     #[error("task {0} already has a question waiting for a human; ask one at a time")]
     QuestionPending(i64),
+    /// An answer named a question that is not the one waiting.
+    #[error("question {question} of task {task} is not waiting for an answer (waiting: {waiting:?}); look again")]
+    NotWaiting {
+        /// The task.
+        task: i64,
+        /// The question named.
+        question: u64,
+        /// The question waiting, if any.
+        waiting: Option<u64>,
+    },
 }
 
 impl TaskError {
@@ -147,6 +157,7 @@ impl TaskError {
             TaskError::ScopeExceeded(_) => ErrorCode::ScopeExceeded,
             TaskError::NotAllowed(_) => ErrorCode::PermissionDenied,
             TaskError::QuestionPending(_) => ErrorCode::Busy,
+            TaskError::NotWaiting { .. } => ErrorCode::InvalidTransition,
         }
     }
 }
@@ -482,9 +493,29 @@ impl Tasks {
         end_task: bool,
         detail: serde_json::Value,
     ) -> Result<Change, TaskError> {
+        self.control_answering(id, action, end_task, None, detail)
+    }
+
+    /// [`Tasks::control`], where an approve or reject may name the question it answers:
+    /// refused when another question is the one waiting (the named one was withdrawn or
+    /// answered meanwhile), so a human's answer never lands on a question they did not see.
+    pub fn control_answering(
+        &self,
+        id: i64,
+        action: ControlAction,
+        end_task: bool,
+        question: Option<u64>,
+        detail: serde_json::Value,
+    ) -> Result<Change, TaskError> {
         let change = {
             let mut active = self.lock();
             let t = active.as_mut().filter(|t| t.id == id).ok_or(TaskError::NoSuch(id))?;
+            if let (Some(named), true) = (question, matches!(action, ControlAction::Approve | ControlAction::Reject)) {
+                let waiting = t.question.as_ref().map(|q| q.id);
+                if waiting != Some(named) {
+                    return Err(TaskError::NotWaiting { task: id, question: named, waiting });
+                }
+            }
             let next = transition(id, t.state, action, t.question.is_some())?;
             let mut detail = detail;
             if matches!(action, ControlAction::Approve | ControlAction::Reject) {
@@ -879,6 +910,9 @@ mod tests {
         assert!(matches!(rx.try_recv(), Ok((Some(true), _))));
         let (qid2, _rx, _) = tasks.ask(1, "and this?".into(), "confirm", SessionId(6)).unwrap();
         assert_ne!(qid, qid2);
+        // An answer naming the old question does not answer the new one.
+        let stale = tasks.control_answering(1, A::Approve, false, Some(qid), serde_json::json!({}));
+        assert!(matches!(stale, Err(TaskError::NotWaiting { waiting: Some(w), .. }) if w == qid2));
         assert!(tasks.withdraw(1, qid).is_none(), "an old question id withdraws nothing");
         assert!(tasks.withdraw_asked_by(SessionId(5)).is_none(), "asked by another connection");
         assert_eq!(tasks.withdraw_asked_by(SessionId(6)).unwrap().state, S::Running);

@@ -117,6 +117,11 @@ pub struct TaskControlParams {
     /// `reject` only: end the task as `rejected` instead of telling the agent no.
     #[serde(default)]
     pub end_task: bool,
+    /// `approve`/`reject`: the id of the question answered (from `status` or the task's
+    /// events). Refused when another question is waiting; without it, the waiting one is
+    /// answered.
+    #[serde(default)]
+    pub question: Option<u64>,
 }
 
 /// Parameters of `task_confirm` (an agent asks a human; answered by approve/reject).

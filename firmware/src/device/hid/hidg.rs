@@ -4,8 +4,9 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
@@ -16,11 +17,86 @@ use super::{BoxFuture, HidError, HidInterface, HidReport, HidSink, HostState, Po
 /// How long one report may wait for the host before the write counts as failed.
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// How often the host-state watcher reads sysfs.
+const HOST_POLL: Duration = Duration::from_millis(50);
+
+/// The USB host state as sysfs shows it, kept fresh by a small thread so that writing a
+/// report never reads sysfs on a runtime worker (two file reads per report before).
+#[derive(Debug)]
+struct HostWatch {
+    state: Arc<AtomicU8>,
+    stop: Arc<AtomicBool>,
+}
+
+impl HostWatch {
+    fn start(udc_file: PathBuf) -> HostWatch {
+        let state = Arc::new(AtomicU8::new(encode(read_host_state(&udc_file))));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, st) = (state.clone(), stop.clone());
+        let spawned = std::thread::Builder::new().name("hid-host-state".into()).spawn(move || {
+            while !st.load(Ordering::Relaxed) {
+                std::thread::sleep(HOST_POLL);
+                s.store(encode(read_host_state(&udc_file)), Ordering::Relaxed);
+            }
+        });
+        if let Err(e) = spawned {
+            // Without the thread the state stays as read at start; writes still fail and
+            // reopen on their own when the host goes.
+            tracing::warn!(error = %e, "could not start the host-state watcher");
+        }
+        HostWatch { state, stop }
+    }
+
+    fn get(&self) -> HostState {
+        decode(self.state.load(Ordering::Relaxed))
+    }
+}
+
+impl Drop for HostWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn encode(s: HostState) -> u8 {
+    match s {
+        HostState::NotAttached => 0,
+        HostState::Configured => 1,
+        HostState::Suspended => 2,
+        HostState::Unknown => 3,
+    }
+}
+
+fn decode(v: u8) -> HostState {
+    match v {
+        0 => HostState::NotAttached,
+        1 => HostState::Configured,
+        2 => HostState::Suspended,
+        _ => HostState::Unknown,
+    }
+}
+
+/// Reads the host state: the gadget's binding first (unbound — cable pulled, `gadget down`
+/// — leaves the UDC's own state file stale), then the UDC's state.
+fn read_host_state(udc_file: &Path) -> HostState {
+    let udc = match std::fs::read_to_string(udc_file) {
+        Ok(u) if !u.trim().is_empty() => u.trim().to_string(),
+        Ok(_) => return HostState::NotAttached,
+        Err(_) => return HostState::Unknown,
+    };
+    let state = PathBuf::from("/sys/class/udc").join(udc).join("state");
+    match std::fs::read_to_string(state).map(|s| s.trim().to_string()).as_deref() {
+        Ok("configured") => HostState::Configured,
+        Ok("suspended") => HostState::Suspended,
+        Ok(_) => HostState::NotAttached,
+        Err(_) => HostState::Unknown,
+    }
+}
+
 /// Writes reports to the gadget's `/dev/hidgN` nodes.
 #[derive(Debug)]
 pub struct HidgSink {
-    /// The gadget's `UDC` file: empty while unbound (unplugged).
-    udc_file: PathBuf,
+    host: HostWatch,
     nodes: Vec<(HidInterface, PathBuf)>,
     open: HashMap<HidInterface, AsyncFd<File>>,
     write_timeout: Duration,
@@ -37,7 +113,7 @@ impl HidgSink {
             return Err(GadgetError::NotUp);
         }
         Ok(HidgSink {
-            udc_file: PathBuf::from(gadget::CONFIGFS_GADGETS).join(gadget::GADGET_NAME).join("UDC"),
+            host: HostWatch::start(PathBuf::from(gadget::CONFIGFS_GADGETS).join(gadget::GADGET_NAME).join("UDC")),
             nodes: st.nodes,
             open: HashMap::new(),
             write_timeout,
@@ -154,20 +230,7 @@ impl HidSink for HidgSink {
     }
 
     fn host_state(&self) -> HostState {
-        // Unbound (cable pulled, `gadget down`): the UDC's own state file goes stale, so the
-        // gadget's binding decides first.
-        let udc = match std::fs::read_to_string(&self.udc_file) {
-            Ok(u) if !u.trim().is_empty() => u.trim().to_string(),
-            Ok(_) => return HostState::NotAttached,
-            Err(_) => return HostState::Unknown,
-        };
-        let state = PathBuf::from("/sys/class/udc").join(udc).join("state");
-        match std::fs::read_to_string(state).map(|s| s.trim().to_string()).as_deref() {
-            Ok("configured") => HostState::Configured,
-            Ok("suspended") => HostState::Suspended,
-            Ok(_) => HostState::NotAttached,
-            Err(_) => HostState::Unknown,
-        }
+        self.host.get()
     }
 
     fn leds(&self) -> Option<u8> {
@@ -188,6 +251,25 @@ impl HidSink for HidgSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_state_follows_the_binding_file_through_the_watcher() {
+        let dir = tempfile::tempdir().unwrap();
+        let udc = dir.path().join("UDC");
+        std::fs::write(&udc, "\n").unwrap();
+        let watch = HostWatch::start(udc.clone());
+        assert_eq!(watch.get(), HostState::NotAttached, "read at start");
+        // Bound to a UDC sysfs does not know: the state cannot be read.
+        std::fs::write(&udc, "no-such-udc.0\n").unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while watch.get() != HostState::Unknown {
+            assert!(std::time::Instant::now() < deadline, "the watcher never saw the change");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for s in [HostState::NotAttached, HostState::Configured, HostState::Suspended, HostState::Unknown] {
+            assert_eq!(decode(encode(s)), s);
+        }
+    }
 
     #[tokio::test]
     async fn registered_files_write_without_blocking() {

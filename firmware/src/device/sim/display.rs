@@ -64,9 +64,9 @@ fn colour_of(e: &Element) -> [u8; 3] {
 }
 
 /// Draws the capture frame for a phone state.
-fn render(cfg: &SimConfig, elements: &[Element], snap: &PhoneSnapshot) -> Vec<u8> {
+fn render(cfg: &SimConfig, elements: &[Element], snap: &PhoneSnapshot, data: &mut [u8]) {
     let (cw, ch) = (cfg.capture_width as usize, cfg.capture_height as usize);
-    let mut data = vec![0u8; cw * ch * 3];
+    data.fill(0);
     let (ax, ay, aw, ah) = active_rect(cfg.capture_width, cfg.capture_height, cfg.phone_width, cfg.phone_height);
     let (ax, ay, aw, ah) = (ax as usize, ay as usize, aw as usize, ah as usize);
     let (pw, ph) = (cfg.phone_width.max(1) as usize, cfg.phone_height.max(1) as usize);
@@ -76,17 +76,17 @@ fn render(cfg: &SimConfig, elements: &[Element], snap: &PhoneSnapshot) -> Vec<u8
     for y in 0..ah {
         // A vertical gradient stands in for the wallpaper.
         let shade = u8::try_from(40 + y * 120 / ah.max(1)).unwrap_or(160);
-        fill(&mut data, cw, ch, (ax, ay + y, ax + aw, ay + y + 1), [20, shade / 2, shade]);
+        fill(data, cw, ch, (ax, ay + y, ax + aw, ay + y + 1), [20, shade / 2, shade]);
     }
     for e in elements {
         let r = e.rect;
-        fill(&mut data, cw, ch, (to_x(r.x), to_y(r.y), to_x(r.x + r.w), to_y(r.y + r.h)), colour_of(e));
+        fill(data, cw, ch, (to_x(r.x), to_y(r.y), to_x(r.x + r.w), to_y(r.y + r.h)), colour_of(e));
         if let Some(text) = &e.text {
             // One dark bar per character so typed text is visible in frames.
             let n = i32::try_from(text.chars().count().min(40)).unwrap_or(40);
             for i in 0..n {
                 let x = r.x + 20 + i * 24;
-                fill(&mut data, cw, ch, (to_x(x), to_y(r.y + 40), to_x(x + 16), to_y(r.y + r.h - 40)), [30, 30, 30]);
+                fill(data, cw, ch, (to_x(x), to_y(r.y + 40), to_x(x + 16), to_y(r.y + r.h - 40)), [30, 30, 30]);
             }
         }
     }
@@ -98,11 +98,48 @@ fn render(cfg: &SimConfig, elements: &[Element], snap: &PhoneSnapshot) -> Vec<u8
         for x in px.saturating_sub(r)..(px + r).min(ax + aw) {
             if x.abs_diff(px).pow(2) + y.abs_diff(py).pow(2) <= r * r {
                 let i = (y * cw + x) * 3;
-                data[i..i + 3].copy_from_slice(&colour);
+                if let Some(px) = data.get_mut(i..i + 3) {
+                    px.copy_from_slice(&colour);
+                }
             }
         }
     }
-    data
+}
+
+/// Frame buffers the renderer reuses: a buffer nobody else holds any more (no reader, not
+/// the published frame) is drawn into again instead of allocating 25 MB per 2160p frame.
+/// Steady state is two buffers: the one published and the one being drawn.
+#[derive(Debug, Default)]
+struct BufferPool {
+    buffers: Vec<Arc<[u8]>>,
+}
+
+/// Most buffers kept for reuse; more can exist while readers hold old frames.
+const POOL_KEPT: usize = 2;
+
+impl BufferPool {
+    /// Renders into a free buffer (or a new one) and returns it, shared.
+    fn draw(&mut self, len: usize, paint: impl FnOnce(&mut [u8])) -> Arc<[u8]> {
+        let free = self.buffers.iter_mut().position(|b| b.len() == len && Arc::get_mut(b).is_some());
+        let mut buffer = match free {
+            Some(i) => self.buffers.swap_remove(i),
+            // A TrustedLen iterator: one allocation, no copy from a Vec.
+            None => std::iter::repeat_n(0u8, len).collect(),
+        };
+        if let Some(bytes) = Arc::get_mut(&mut buffer) {
+            paint(bytes);
+        }
+        self.buffers.push(buffer.clone());
+        if self.buffers.len() > POOL_KEPT {
+            // Forget one still held by a reader (it is freed when that reader lets go).
+            if let Some(i) = self.buffers.iter().position(|b| Arc::strong_count(b) > 1 && !Arc::ptr_eq(b, &buffer)) {
+                self.buffers.swap_remove(i);
+            } else {
+                self.buffers.remove(0);
+            }
+        }
+        buffer
+    }
 }
 
 impl FrameSource for SimDisplay {
@@ -134,6 +171,7 @@ impl FrameSource for SimDisplay {
                 let mut generation = first_generation;
                 let interval = Duration::from_secs(1) / cfg.fps;
                 let mut rendered: Option<(RenderKey, Arc<[u8]>)> = None;
+                let mut pool = BufferPool::default();
                 let mut sequence = 0u64;
                 let mut next = Instant::now();
                 while !stop_thread.load(Ordering::Relaxed) {
@@ -150,7 +188,10 @@ impl FrameSource for SimDisplay {
                     let data = match &rendered {
                         Some((k, data)) if *k == key => data.clone(),
                         _ => {
-                            let data: Arc<[u8]> = Arc::from(render(&cfg, &elements, &snap));
+                            // Let go of the last picture first so its buffer can be reused.
+                            drop(rendered.take());
+                            let len = cfg.capture_width as usize * cfg.capture_height as usize * 3;
+                            let data = pool.draw(len, |buf| render(&cfg, &elements, &snap, buf));
                             rendered = Some((key, data.clone()));
                             data
                         }
@@ -182,6 +223,23 @@ impl FrameSource for SimDisplay {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pool_reuses_buffers_nobody_holds() {
+        let mut pool = BufferPool::default();
+        let a = pool.draw(12, |b| b.fill(1));
+        let a_ptr = a.as_ptr();
+        let published = a; // the hub holds it
+        let b = pool.draw(12, |b| b.fill(2));
+        assert_ne!(b.as_ptr(), a_ptr, "a held buffer is never drawn into");
+        assert!(published.iter().all(|&v| v == 1));
+        drop(published);
+        drop(b);
+        let c = pool.draw(12, |b| b.fill(3));
+        assert!(c.as_ptr() == a_ptr || pool.buffers.len() <= POOL_KEPT, "a free buffer is reused");
+        assert!(c.iter().all(|&v| v == 3));
+        assert!(pool.buffers.len() <= POOL_KEPT);
+    }
 
     #[test]
     fn pillarbox_centres_a_portrait_phone() {
