@@ -562,12 +562,17 @@ mod tests {
         let long = [press(), InputStep::Wait(Duration::from_secs(30))];
         let d1 = d.clone();
         let run1 = tokio::spawn(async move { d1.run_input(&first, &long).await });
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while rec.reports().is_empty() {
+            assert!(Instant::now() < deadline, "the first sequence never pressed");
+            tokio::task::yield_now().await;
+        }
         assert!(d.status().await.input.busy);
         // The second sequence waits for the first; dropping the first session (a
         // disconnect) cancels it, releases the button, then the second runs.
         let d2 = d.clone();
         let run2 = tokio::spawn(async move { d2.run_input(&second, &[press()]).await });
+        // Letting time pass is the point here: nothing more may be written meanwhile.
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(rec.reports().len(), 1, "second sequence must wait");
         run1.abort(); // dropping the future drops `first`, like a closed connection
@@ -626,5 +631,119 @@ mod tests {
         let err = d.run_input(&s, &[press()]).await.unwrap_err();
         assert_eq!(crate::protocol::ErrorBody::from(&err).code, crate::protocol::ErrorCode::HostNotConnected);
         assert!(!d.status().await.hid.bound);
+    }
+
+    /// A source that publishes one frame captured `age` ago and nothing after it (a
+    /// frozen capture).
+    #[derive(Debug)]
+    struct FrozenSource {
+        age: Duration,
+    }
+
+    impl FrameSource for FrozenSource {
+        fn backend(&self) -> &'static str {
+            "frozen"
+        }
+
+        fn start(self: Box<Self>, hub: FrameHub) -> Result<SourceGuard, VideoError> {
+            use crate::device::video::{Frame, PixelFormat, Signal, VideoState};
+            hub.set_state(VideoState { signal: Signal::Locked, source_size: Some((64, 64)), generation: 1 });
+            hub.publish(Arc::new(Frame {
+                generation: 1,
+                sequence: 1,
+                captured_at: Instant::now().checked_sub(self.age).unwrap_or_else(Instant::now),
+                width: 64,
+                height: 64,
+                format: PixelFormat::Rgb24,
+                data: Arc::from(vec![90u8; 64 * 64 * 3]),
+            }));
+            Ok(SourceGuard::new(move || drop(hub)))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_screenshot_never_serves_a_frame_older_than_two_seconds() {
+        let start = |age| {
+            Daemon::start(
+                Devices { hid: Box::new(RecordingSink::default()), video: Box::new(FrozenSource { age }), sim: None },
+                DaemonOptions::default(),
+            )
+            .unwrap()
+        };
+        let frozen = start(Duration::from_secs(5));
+        let s = frozen.open_session(operator());
+        let quick = crate::protocol::params::ScreenshotParams { timeout_ms: Some(50), ..Default::default() };
+        let err = frozen.handle(&s, RequestId(1), &Call::Screenshot(quick.clone())).await.unwrap_err();
+        let body = crate::protocol::ErrorBody::from(&err);
+        assert_eq!((body.code, body.retryable), (crate::protocol::ErrorCode::Timeout, true), "{err}");
+        let fresh = start(Duration::ZERO);
+        let s = fresh.open_session(operator());
+        assert!(fresh.handle(&s, RequestId(1), &Call::Screenshot(quick)).await.is_ok());
+    }
+
+    fn home(op: &str) -> Call {
+        Call::Action(crate::protocol::params::ActionParams {
+            operation_id: op.into(),
+            observation_id: None,
+            action: crate::protocol::params::ActionSpec::Home {},
+        })
+    }
+
+    fn unix(uid: u32, role: Role) -> Caller {
+        Caller { identity: Identity::Unix(PeerCredentials { pid: None, uid, gid: uid }), role }
+    }
+
+    #[tokio::test]
+    async fn operation_ids_are_scoped_per_caller_and_only_outcomes_are_cached() {
+        let rec = RecordingSink::default();
+        let d = daemon_with(&rec);
+        let alice = d.open_session(unix(1001, Role::Operate));
+        let bob = d.open_session(unix(1002, Role::Operate));
+        let first = d.handle(&alice, RequestId(1), &home("op")).await.unwrap();
+        assert_eq!(first["status"], "submitted");
+        let sent = rec.reports().len();
+        // Alice again: her cached result, nothing sent.
+        assert_eq!(d.handle(&alice, RequestId(2), &home("op")).await.unwrap(), first);
+        assert_eq!(rec.reports().len(), sent);
+        // Bob's "op" is his own operation: it runs.
+        d.handle(&bob, RequestId(3), &home("op")).await.unwrap();
+        assert!(rec.reports().len() > sent, "another caller's id runs its own operation");
+        // A refusal is not an outcome: an agent without a task is refused, and the same id
+        // later runs for an admin with the same uid... and for the agent it is not cached.
+        let agent = d.open_session(unix(1003, Role::Agent));
+        let refused = d.handle(&agent, RequestId(4), &home("x")).await.unwrap_err();
+        assert_eq!(crate::protocol::ErrorBody::from(&refused).code, crate::protocol::ErrorCode::PermissionDenied);
+        let admin = d.open_session(unix(1003, Role::Admin));
+        assert!(d.handle(&admin, RequestId(5), &home("x")).await.is_ok(), "the agent's refusal is not served");
+        // A retryable failure before anything was sent is not cached either.
+        rec.set_host_state(HostState::NotAttached);
+        let err = d.handle(&alice, RequestId(6), &home("later")).await.unwrap_err();
+        assert_eq!(crate::protocol::ErrorBody::from(&err).code, crate::protocol::ErrorCode::HostNotConnected);
+        rec.set_host_state(HostState::Configured);
+        assert!(d.handle(&alice, RequestId(7), &home("later")).await.is_ok(), "runs once the phone is back");
+    }
+
+    #[tokio::test]
+    async fn notes_and_finish_come_from_the_agent_the_opener_or_an_admin() {
+        use crate::protocol::task_params::{TaskFinishParams, TaskNoteParams, TaskOpenParams};
+        let d = daemon_with(&RecordingSink::default());
+        let opener = d.open_session(unix(1001, Role::Operate));
+        let open = TaskOpenParams { title: "t".into(), owner: None, scope: Default::default(), events: Some(false) };
+        let task = d.handle(&opener, RequestId(1), &Call::TaskOpen(open)).await.unwrap()["id"].as_i64().unwrap();
+        let note = |text: &str| Call::TaskNote(TaskNoteParams { task: Some(task), text: text.into() });
+        let other = d.open_session(unix(1002, Role::Operate));
+        let refused = d.handle(&other, RequestId(2), &note("not mine")).await.unwrap_err();
+        assert_eq!(crate::protocol::ErrorBody::from(&refused).code, crate::protocol::ErrorCode::PermissionDenied);
+        let finish = Call::TaskFinish(TaskFinishParams { task: Some(task), ok: true, summary: None, exit_code: None });
+        assert!(d.handle(&other, RequestId(3), &finish).await.is_err(), "another operator cannot finish it");
+        // The opener (same uid, another connection) and an admin may.
+        let opener_again = d.open_session(unix(1001, Role::Operate));
+        d.handle(&opener_again, RequestId(4), &note("mine")).await.unwrap();
+        let admin = d.open_session(unix(0, Role::Admin));
+        d.handle(&admin, RequestId(5), &note("admin")).await.unwrap();
+        d.handle(&admin, RequestId(6), &finish).await.unwrap();
+        // The journal of a finished task is closed.
+        let late = d.handle(&opener_again, RequestId(7), &note("too late")).await.unwrap_err();
+        assert_eq!(crate::protocol::ErrorBody::from(&late).code, crate::protocol::ErrorCode::InvalidTransition);
     }
 }
