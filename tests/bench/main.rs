@@ -9,6 +9,7 @@
 
 #![allow(clippy::cast_possible_truncation, clippy::cast_precision_loss, clippy::cast_sign_loss)]
 
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -83,6 +84,12 @@ async fn action_overhead(kind: &str, n: usize) -> anyhow::Result<(f64, f64)> {
     Ok(summary(over))
 }
 
+/// KiB → MiB for printing (exact for any RSS a process here can have).
+#[allow(clippy::cast_precision_loss)]
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
 fn rss_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let field = |name: &str| -> u64 {
@@ -96,8 +103,8 @@ fn rss_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
     Ok((field("VmRSS:"), field("VmHWM:")))
 }
 
-/// The real `tether serve --sim` process under load: RSS now and its peak.
-async fn daemon_memory(width: u32, height: u32) -> anyhow::Result<(u64, u64)> {
+/// A real `tether serve --sim` process with a `width`x`height` capture; its socket.
+async fn spawn_daemon(width: u32, height: u32) -> anyhow::Result<(std::process::Child, PathBuf, tempfile::TempDir)> {
     let exe = std::env::current_exe()?;
     let tether = exe.with_file_name("tether");
     anyhow::ensure!(tether.exists(), "build the daemon first: cargo build --release -p tether");
@@ -105,7 +112,7 @@ async fn daemon_memory(width: u32, height: u32) -> anyhow::Result<(u64, u64)> {
     let socket = dir.path().join("control.sock");
     let config = dir.path().join("tether.toml");
     std::fs::write(&config, format!("[sim_phone]\ncapture_width = {width}\ncapture_height = {height}\n"))?;
-    let mut child = Command::new(&tether)
+    let child = Command::new(&tether)
         .args(["serve", "--sim", "--socket"])
         .arg(&socket)
         .arg("--config")
@@ -120,6 +127,12 @@ async fn daemon_memory(width: u32, height: u32) -> anyhow::Result<(u64, u64)> {
         anyhow::ensure!(Instant::now() < deadline, "daemon did not start");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    Ok((child, socket, dir))
+}
+
+/// The real `tether serve --sim` process under load: RSS now and its peak.
+async fn daemon_memory(width: u32, height: u32) -> anyhow::Result<(u64, u64)> {
+    let (mut child, socket, _dir) = spawn_daemon(width, height).await?;
     let mut c = RawClient::connect(&socket).await?;
     let mut obs = String::new();
     for i in 0..60u64 {
@@ -135,6 +148,42 @@ async fn daemon_memory(width: u32, height: u32) -> anyhow::Result<(u64, u64)> {
     let _ = child.kill();
     let _ = child.wait();
     rss
+}
+
+/// Hostile load on a 2160p sim: `clients` connections each pipeline `each` full-size
+/// screenshots and never read. Returns the daemon's peak RSS (KiB), the slowest `status`
+/// answer another connection got meanwhile, and how many requests limits refused.
+async fn stalled_clients(clients: usize, each: u64) -> anyhow::Result<(u64, Duration, u64)> {
+    let (mut child, socket, _dir) = spawn_daemon(3840, 2160).await?;
+    let mut probe = RawClient::connect(&socket).await?;
+    probe.ok(0, "screenshot", json!({})).await?; // the first frame exists
+    let mut stalled = Vec::new();
+    for _ in 0..clients {
+        let mut c = RawClient::connect(&socket).await?;
+        let mut lines = String::new();
+        for id in 0..each {
+            lines.push_str(&format!("{{\"id\":{id},\"method\":\"screenshot\",\"max_edge\":4096}}\n"));
+        }
+        c.send_raw(lines.as_bytes()).await?;
+        stalled.push(c);
+    }
+    let mut slowest = Duration::ZERO;
+    let until = Instant::now() + Duration::from_secs(15);
+    let mut id = 1u64;
+    let mut refused = 0;
+    while Instant::now() < until {
+        let t = Instant::now();
+        let st: Value = probe.ok(id, "status", json!({})).await?;
+        slowest = slowest.max(t.elapsed());
+        refused = st["limits"]["refused_busy"].as_u64().unwrap_or(0);
+        id += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, hwm) = rss_kib(child.id())?;
+    drop(stalled);
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok((hwm, slowest, refused))
 }
 
 /// Distinct sim frames at `w`x`h` (the pointer moves between them).
@@ -281,6 +330,7 @@ async fn main() -> anyhow::Result<()> {
     let (m50, m99) = action_overhead("move", n).await?;
     let (rss, hwm) = daemon_memory(1920, 1080).await?;
     let (rss4k, hwm4k) = daemon_memory(3840, 2160).await?;
+    let (stalled_hwm, stalled_slowest, stalled_refused) = stalled_clients(40, 20).await?;
     let (fps720, e50_720, e99_720) = encode_bench(1280, 720, 300)?;
     let (fps1080, e50_1080, e99_1080) = encode_bench(1920, 1080, 200)?;
     let (l50, l99) = viewer_latency(1280, 720, 5)?;
@@ -296,14 +346,20 @@ async fn main() -> anyhow::Result<()> {
     );
     println!("| move (no waits) round trip | {m50:.2} ms | {m99:.2} ms | {n} moves |");
     println!(
-        "| daemon RSS, 1080p sim | {} MiB | peak {} MiB | after 60 screenshots + 20 taps |",
-        rss / 1024,
-        hwm / 1024
+        "| daemon RSS, 1080p sim | {:.1} MiB | peak {:.1} MiB | after 60 screenshots + 20 taps |",
+        mib(rss),
+        mib(hwm)
     );
     println!(
-        "| daemon RSS, 2160p sim | {} MiB | peak {} MiB | after 60 screenshots + 20 taps |",
-        rss4k / 1024,
-        hwm4k / 1024
+        "| daemon RSS, 2160p sim | {:.1} MiB | peak {:.1} MiB ({:.1} MB) | after 60 screenshots + 20 taps |",
+        mib(rss4k),
+        mib(hwm4k),
+        mib(hwm4k) * 1.048_576
+    );
+    println!(
+        "| daemon peak RSS, 40 clients × 20 pipelined 2160p screenshots, never reading | - | peak {:.1} MiB | slowest `status` meanwhile {:.0} ms; {stalled_refused} refused BUSY; 15 s |",
+        mib(stalled_hwm),
+        stalled_slowest.as_secs_f64() * 1000.0
     );
     println!("| software H.264 encode, 720p sim screen | {e50_720:.1} ms | {e99_720:.1} ms | {fps720:.0} fps, openh264 from source, 300 frames |");
     println!("| software H.264 encode, 1080p sim screen | {e50_1080:.1} ms | {e99_1080:.1} ms | {fps1080:.0} fps, 200 frames |");

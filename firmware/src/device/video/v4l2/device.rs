@@ -578,7 +578,11 @@ impl V4l2Device {
                 };
                 Ok(Dequeued::Buffer {
                     index: b.index,
-                    bytes_used: payload.ranges().iter().map(|(a, z)| z - a).sum(),
+                    // Driver numbers: saturate rather than wrap (a < z by construction).
+                    bytes_used: payload
+                        .ranges()
+                        .iter()
+                        .fold(0u32, |sum, (a, z)| sum.saturating_add(z.saturating_sub(*a))),
                     payload,
                     sequence: b.sequence,
                     keyframe: b.flags & BUF_FLAG_KEYFRAME != 0,
