@@ -389,8 +389,7 @@ impl Daemon {
         if let Some(why) = refusal {
             let e = TaskError::NotAllowed(why.into());
             if self.inner.tasks.active().is_some_and(|(id, _)| id == p.task) {
-                let body = json!({"what": format!("task_control {}", p.action.as_str()), "code": e.code(), "message": why, "by": by(session, token)});
-                self.append(p.task, "refused", body).await;
+                self.record_refusal(session, token, &format!("task_control {}", p.action.as_str()), &e).await;
             }
             return Err(e.into());
         }
