@@ -30,8 +30,14 @@ fn a_joining_viewer_gets_a_keyframe_quickly_and_the_stream_decodes_cleanly() {
     let (frame_hub, frames) = FrameHub::new();
     let _display = Box::new(phone.display()).start(frame_hub).unwrap();
     let viewers = ViewerHub::default();
-    let _encoder = start_encoder(frames, viewers.clone(), EncoderSettings::default(), Default::default()).unwrap();
-    std::thread::sleep(Duration::from_millis(300)); // frames flowing, nobody watching yet
+    let _encoder =
+        start_encoder(frames.clone(), viewers.clone(), EncoderSettings::default(), Default::default()).unwrap();
+    // Frames flowing, nobody watching yet: the viewer joins a running stream.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while frames.latest().is_none_or(|f| f.sequence < 5) {
+        assert!(Instant::now() < deadline, "the sim display produced no frames");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 
     let joined = Instant::now();
     let (id, _notify) = viewers.join();
