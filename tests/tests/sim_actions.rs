@@ -319,10 +319,10 @@ async fn cancel_mid_drag_releases_the_button() {
     let d = SimDaemon::start_phone(fast_phone(), fast_timings()).await.unwrap();
     let mut drv = Driver::new(&d).await;
     let shot = drv.shot().await;
-    // Longer than the test needs (the cancel ends it), so that however slowly a loaded
+    // As long as a drag may be (5 s; the cancel ends it), so that however slowly a loaded
     // machine gets to the cancel, the finger is still down.
     let drag = json!({"id": 500, "method": "action", "operation_id": "long-drag", "observation_id": shot.id,
-        "action": {"type": "drag", "path": [{"x": 100, "y": 900}, {"x": 100, "y": 100}], "duration_ms": 10_000}});
+        "action": {"type": "drag", "path": [{"x": 100, "y": 900}, {"x": 100, "y": 100}], "duration_ms": 5000}});
     drv.c.send(&drag.to_string()).await.unwrap();
     // Down, and moved well past the phone's tap slop (24 px), so the touch counts as a drag.
     let mut first_y = None;

@@ -370,17 +370,17 @@ async fn closing_the_lease_abandons_the_task_and_releases_input() {
     let mut agent = Conn::new(&d).await.with_token(&token);
     let mut watcher = Conn::new(&d).await;
     let obs = agent.shot().await;
-    // A drag far longer than any scheduling delay, so "it ended early" is unambiguous.
-    let drag = agent.send("action", long_drag(&obs, 1, 60_000)).await;
+    let drag = agent.send("action", long_drag(&obs, 1, 5000)).await;
     wait_for!(WAIT, "the drag to hold the finger down", (d.phone.state().input.buttons != 0).then_some(()));
     let closed = Instant::now();
     drop(lease);
     let r = agent.reply(drag, WAIT).await;
-    let took = closed.elapsed();
-    assert_eq!(r["ok"], false);
-    // The 100 ms target is measured in tests/bench (BENCHMARKS.md); here: it happens at all,
-    // without waiting for the 60 s drag (the bound is loose for a loaded CI machine).
-    assert!(took < Duration::from_secs(15), "abandon took {took:?}");
+    // The drag was cut short rather than waited for: a drag that ran to its end would have
+    // succeeded. How fast (the 100 ms target) is measured in tests/bench (BENCHMARKS.md),
+    // not here, where a loaded machine would make any bound flaky.
+    assert_eq!(r["ok"], false, "{r}");
+    assert_eq!(r["error"]["side_effect_possible"], true, "{r}");
+    eprintln!("abandon ended the drag after {:?}: {}", closed.elapsed(), r["error"]["code"]);
     assert_eq!(d.phone.state().input.buttons, 0, "held input released");
     let st = watcher.ok("status", json!({})).await;
     assert!(st["task"].is_null(), "{}", st["task"]);
