@@ -323,9 +323,7 @@ async fn pause_takes_effect_mid_batch() {
     let mut agent = Conn::new(&d).await.with_token(&token);
     let obs = agent.shot().await;
     let before = touches(&mut human).await;
-    let drag = |y: u64, ms: u64| {
-        json!({"type": "drag", "path": [{"x": 100, "y": y}, {"x": 100, "y": y + 100}], "duration_ms": ms})
-    };
+    let drag = |y: u64, ms: u64| json!({"type": "drag", "path": [{"x": 100, "y": y}, {"x": 100, "y": y + 100}], "duration_ms": ms});
     // The first sub-step lasts 4 s, so the pause surely lands inside it.
     let batch = agent
         .send(
