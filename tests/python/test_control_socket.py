@@ -184,7 +184,7 @@ class ControlSocketTest(unittest.TestCase):
         self.assertGreater(sent, 0)
         other = self.client()
         # Wait until the daemon has accepted the stalled connection (2 sessions).
-        deadline = time.time() + 5
+        deadline = time.time() + 30
         while other.call({"id": 6, "method": "status"})["result"]["daemon"]["sessions"] < 2:
             self.assertLess(time.time(), deadline, "stalled connection never accepted")
             time.sleep(0.05)

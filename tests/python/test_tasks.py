@@ -4,8 +4,10 @@ and `tether task run` wrapping real processes. Standard library only.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import unittest
 
@@ -129,11 +131,17 @@ def call(s, req):
         if msg.get("id") == req["id"]:
             return msg
 asker = conn()
-if ask:
-    asker.sendall((json.dumps({"id": 1, "method": "task_confirm", "question": "pay 100 EUR?", "task_token": token}) + "\n").encode())
-    import time; time.sleep(0.5)
 out = {}
 s = conn()
+if ask:
+    asker.sendall((json.dumps({"id": 1, "method": "task_confirm", "question": "pay 100 EUR?", "task_token": token}) + "\n").encode())
+    # Wait until the question is the task's (it is waiting for a human), not a fixed time.
+    import time
+    deadline = time.time() + 30
+    while ((call(s, {"id": 5, "method": "status"}).get("result") or {}).get("task") or {}).get("state") != "waiting":
+        if time.time() > deadline:
+            sys.exit("the question never reached the task")
+        time.sleep(0.02)
 out["hello"] = call(s, {"id": 2, "method": "hello"})["result"]["caller"]
 out["plain"] = call(s, {"id": 3, "method": "task_control", "task": task, "action": action})
 out["token"] = call(s, {"id": 4, "method": "task_control", "task": task, "action": action, "task_token": token})
@@ -177,7 +185,7 @@ print(json.dumps(out))
         answers = [e for e in events(owner, task) if e["kind"] == "state" and e["data"].get("detail", {}).get("approved")]
         self.assertEqual(answers, [])
         # A human pauses; the agent cannot resume.
-        deadline = time.time() + 5
+        deadline = time.time() + 30
         while ok(owner, 2, "status")["task"]["state"] != "running":
             self.assertLess(time.time(), deadline)
             time.sleep(0.05)
@@ -268,7 +276,7 @@ class TaskRunTest(unittest.TestCase):
              "sh", "-c", "sleep 1000 & (sleep 1000 & wait) & wait"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        deadline = time.time() + 10
+        deadline = time.time() + 30
         while True:
             kids = children_of(runner.pid)
             group = session_members(kids[0]) if kids else []
@@ -285,7 +293,7 @@ class TaskRunTest(unittest.TestCase):
         return runner, sh, group
 
     def assert_group_gone(self, sid, group):
-        deadline = time.time() + 5
+        deadline = time.time() + 20
         while session_members(sid):
             self.assertLess(time.time(), deadline, f"still running: {session_members(sid)} of {group}")
             time.sleep(0.05)
@@ -310,6 +318,49 @@ class TaskRunTest(unittest.TestCase):
         self.assert_group_gone(sh, group)
         self.assertEqual(runner.returncode, 143)
         self.assertEqual(ok(c, 2, "task_list", limit=1)["tasks"][0]["state"], "cancelled")
+        c.close()
+
+    def scratch_dir(self):
+        """A directory the command can write to, whichever uid it runs under."""
+        d = tempfile.mkdtemp(prefix="tether-run-")
+        os.chmod(d, 0o777)
+        self.addCleanup(shutil.rmtree, d, True)
+        return d
+
+    def test_a_command_that_finishes_its_own_task_may_exit_on_its_own(self):
+        # `tether task finish` from inside ends the task while the command still runs: the
+        # runner must not kill it at once, and its exit code is the result.
+        marker = os.path.join(self.scratch_dir(), "exited-on-its-own")
+        script = (f'{TETHER} task finish --socket "$TETHER_SOCKET" --summary "done early" || exit 9; '
+                  f'sleep 1; touch {marker}; exit 7')
+        r = self.tether("task", "run", "--socket", self.daemon.socket, "--title", "finishes itself", *self.extra,
+                        "--", "sh", "-c", script)
+        self.assertEqual(r.returncode, 7, r.stderr)
+        self.assertTrue(os.path.exists(marker), "the command was killed before it could exit: " + r.stderr)
+        task, c = self.newest()
+        self.assertEqual(task["title"], "finishes itself")
+        self.assertEqual(task["state"], "completed")
+        c.close()
+
+    def test_a_command_that_finishes_its_own_task_and_hangs_is_stopped_after_the_grace(self):
+        script = f'{TETHER} task finish --socket "$TETHER_SOCKET" || exit 9; sleep 1000'
+        started = time.time()
+        runner = subprocess.Popen(
+            [TETHER, "task", "run", "--socket", self.daemon.socket, "--title", "finishes and hangs", *self.extra,
+             "--", "sh", "-c", script],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            _, err = runner.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            runner.kill()
+            raise
+        took = time.time() - started
+        # Stopped by SIGTERM after the 5 s grace: the command's own status, 128 + 15.
+        self.assertEqual(runner.returncode, 143, err)
+        self.assertGreaterEqual(took, 5.0, f"stopped before the 5 s grace: {err}")
+        task, c = self.newest()
+        self.assertEqual(task["state"], "completed")
         c.close()
 
     def test_control_from_inside_the_task_is_refused(self):

@@ -1,7 +1,8 @@
 //! Starting a sim daemon on a temporary socket and talking raw tether/1 lines to it.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tether::daemon::{Daemon, DaemonOptions, Devices, RolePolicy};
@@ -93,17 +94,29 @@ fn nix_uid() -> u32 {
 }
 
 /// A client that writes raw lines and reads JSON lines.
+///
+/// Replies may arrive out of order and events may arrive between them, so nothing read
+/// is ever thrown away: a message that is not the one a caller waits for stays in
+/// `pending`, in arrival order, until [`RawClient::reply`], [`RawClient::event`] or
+/// [`RawClient::recv`] takes it.
 #[derive(Debug)]
 pub struct RawClient {
     reader: BufReader<OwnedReadHalf>,
     writer: OwnedWriteHalf,
+    /// Messages read but not taken yet, oldest first.
+    pending: VecDeque<Value>,
+    /// Bytes of a line whose end has not arrived yet (kept across timeouts).
+    partial: Vec<u8>,
 }
+
+/// How long [`RawClient::call`] waits for its reply: generous, for a loaded CI machine.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl RawClient {
     /// Connects to `socket`.
     pub async fn connect(socket: &Path) -> anyhow::Result<RawClient> {
         let (read, writer) = UnixStream::connect(socket).await?.into_split();
-        Ok(RawClient { reader: BufReader::new(read), writer })
+        Ok(RawClient { reader: BufReader::new(read), writer, pending: VecDeque::new(), partial: Vec::new() })
     }
 
     /// Sends bytes as they are (add the newline yourself).
@@ -117,30 +130,93 @@ impl RawClient {
         self.send_raw(format!("{line}\n").as_bytes()).await
     }
 
-    /// Reads one JSON message, failing after 5 s.
-    pub async fn recv(&mut self) -> anyhow::Result<Value> {
-        let mut line = String::new();
-        let n = tokio::time::timeout(Duration::from_secs(5), self.reader.read_line(&mut line)).await??;
-        anyhow::ensure!(n > 0, "connection closed");
-        Ok(serde_json::from_str(&line)?)
-    }
-
-    /// Calls `method` with `params` (an object) as request `id`; returns the whole reply,
-    /// skipping replies to other ids (pipelined requests may answer out of order).
-    pub async fn call(&mut self, id: u64, method: &str, params: Value) -> anyhow::Result<Value> {
+    /// Sends request `id`: `method` with `params` (an object) without waiting for the reply.
+    pub async fn send_request(&mut self, id: u64, method: &str, params: Value) -> anyhow::Result<()> {
         let mut req = match params {
             Value::Object(m) => m,
             _ => serde_json::Map::new(),
         };
         req.insert("id".into(), id.into());
         req.insert("method".into(), method.into());
-        self.send(&Value::Object(req).to_string()).await?;
+        self.send(&Value::Object(req).to_string()).await
+    }
+
+    /// Reads the next message from the socket (not from `pending`), failing at `deadline`.
+    /// Cancel-safe: a line cut short by the deadline is kept and completed next time.
+    async fn read_message(&mut self, deadline: Instant) -> anyhow::Result<Value> {
         loop {
-            let reply = self.recv_within(Duration::from_secs(30)).await?;
-            if reply["id"] == id {
-                return Ok(reply);
+            if let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.partial.drain(..=end).collect();
+                return Ok(serde_json::from_slice(&line)?);
             }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let buf = match tokio::time::timeout(left, self.reader.fill_buf()).await {
+                Ok(r) => r?,
+                Err(_) => anyhow::bail!(
+                    "nothing arrived in time ({} unread message(s) buffered: {:?})",
+                    self.pending.len(),
+                    self.pending
+                ),
+            };
+            anyhow::ensure!(!buf.is_empty(), "connection closed");
+            let n = buf.len();
+            self.partial.extend_from_slice(buf);
+            self.reader.consume(n);
         }
+    }
+
+    /// The next message in arrival order (buffered ones first), failing after 5 s.
+    pub async fn recv(&mut self) -> anyhow::Result<Value> {
+        self.recv_within(Duration::from_secs(5)).await
+    }
+
+    /// The next message in arrival order (buffered ones first), failing after `limit`.
+    pub async fn recv_within(&mut self, limit: Duration) -> anyhow::Result<Value> {
+        if let Some(m) = self.pending.pop_front() {
+            return Ok(m);
+        }
+        self.read_message(Instant::now() + limit).await
+    }
+
+    /// The first message (buffered or new) for which `want` holds; others are kept.
+    pub async fn take(&mut self, limit: Duration, mut want: impl FnMut(&Value) -> bool) -> anyhow::Result<Value> {
+        if let Some(m) = self.pending.iter().position(&mut want).and_then(|i| self.pending.remove(i)) {
+            return Ok(m);
+        }
+        let deadline = Instant::now() + limit;
+        loop {
+            let m = self.read_message(deadline).await?;
+            if want(&m) {
+                return Ok(m);
+            }
+            self.pending.push_back(m);
+        }
+    }
+
+    /// The reply to request `id` (not an event), failing after `limit`; everything else
+    /// that arrives first stays buffered.
+    pub async fn reply(&mut self, id: u64, limit: Duration) -> anyhow::Result<Value> {
+        self.take(limit, |m| m.get("event").is_none() && m["id"] == id)
+            .await
+            .map_err(|e| e.context(format!("no reply to request {id}")))
+    }
+
+    /// The next event (a message with an `event` field), failing after `limit`; replies
+    /// that arrive first stay buffered.
+    pub async fn event(&mut self, limit: Duration) -> anyhow::Result<Value> {
+        self.take(limit, |m| m.get("event").is_some()).await
+    }
+
+    /// Messages read but not taken yet.
+    pub fn buffered(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Calls `method` with `params` (an object) as request `id` and returns its whole reply;
+    /// replies to other ids and events that arrive first are kept for later.
+    pub async fn call(&mut self, id: u64, method: &str, params: Value) -> anyhow::Result<Value> {
+        self.send_request(id, method, params).await?;
+        self.reply(id, REPLY_TIMEOUT).await
     }
 
     /// Calls and returns `result`, failing when the reply is an error.
@@ -150,17 +226,27 @@ impl RawClient {
         Ok(reply["result"].clone())
     }
 
-    /// Reads one JSON message, failing after `limit`.
-    pub async fn recv_within(&mut self, limit: Duration) -> anyhow::Result<Value> {
-        let mut line = String::new();
-        let n = tokio::time::timeout(limit, self.reader.read_line(&mut line)).await??;
-        anyhow::ensure!(n > 0, "connection closed");
-        Ok(serde_json::from_str(&line)?)
-    }
-
-    /// Sends one line and reads one reply.
+    /// Sends one line and reads the next message (buffered ones first).
     pub async fn roundtrip(&mut self, line: &str) -> anyhow::Result<Value> {
         self.send(line).await?;
         self.recv().await
     }
+}
+
+/// Evaluates `$check` (an expression giving an `Option`, may `.await`) every 10 ms until
+/// it is `Some`, and yields the value; panics naming `$what` once `$limit` has passed. For
+/// waiting on a condition instead of sleeping and hoping.
+#[macro_export]
+macro_rules! wait_for {
+    ($limit:expr, $what:expr, $check:expr) => {{
+        let limit: std::time::Duration = $limit;
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(v) = $check {
+                break v;
+            }
+            assert!(std::time::Instant::now() < deadline, "timed out after {limit:?} waiting for {}", $what);
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }};
 }

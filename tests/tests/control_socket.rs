@@ -123,14 +123,14 @@ async fn a_peer_that_never_reads_is_dropped_and_others_are_unaffected() {
     });
     let mut other = d.connect().await.unwrap();
     // Count from the moment the daemon has accepted the stalled peer (two sessions).
-    let accept_deadline = Instant::now() + Duration::from_secs(5);
+    let accept_deadline = Instant::now() + Duration::from_secs(30);
     while other.roundtrip(r#"{"id":4,"method":"status"}"#).await.unwrap()["result"]["daemon"]["sessions"] != 2 {
         assert!(Instant::now() < accept_deadline, "stalled peer never accepted");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let started = Instant::now();
     let mut dropped = false;
-    while started.elapsed() < Duration::from_secs(20) {
+    while started.elapsed() < Duration::from_secs(30) {
         let reply = other.roundtrip(r#"{"id":5,"method":"status"}"#).await.unwrap();
         assert_eq!(reply["ok"], true);
         if reply["result"]["daemon"]["sessions"] == 1 {

@@ -4,13 +4,12 @@
 // Test code: a panic is how an assertion fails.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::cast_possible_truncation)]
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 use tether::device::hid::Layout;
 use tether::device::input::InputTimings;
 use tether::device::sim::SimConfig;
-use tether_tests::harness::{RawClient, SimDaemon};
+use tether_tests::harness::{RawClient, SimDaemon, REPLY_TIMEOUT};
+use tether_tests::wait_for;
 
 /// Fast but still glide-respecting timings, so a thousand taps stay quick.
 fn fast_timings() -> InputTimings {
@@ -299,9 +298,14 @@ async fn observation_and_operation_errors() {
     let other = json!({"operation_id": "same", "observation_id": shot.id, "action": {"type": "move", "x": 6, "y": 5}});
     let r = drv.call("action", other).await;
     assert_eq!(r["error"]["code"], "OPERATION_CONFLICT");
-    // A generation change (replug) makes the observation stale.
+    // A generation change (replug) makes the observation stale, once the daemon has seen a
+    // frame of the new generation.
+    let generation = drv.ok("status", json!({})).await["video"]["generation"].as_u64().unwrap();
     d.phone.replug();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_for!(REPLY_TIMEOUT, "a frame of the new video generation", {
+        let now = drv.ok("status", json!({})).await["video"]["generation"].as_u64().unwrap();
+        (now > generation).then_some(())
+    });
     let r = drv.act(Some(&shot), json!({"type": "tap", "x": 5, "y": 5})).await;
     assert_eq!(r["error"]["code"], "STALE_OBSERVATION", "{r}");
     let fresh = drv.shot().await;
@@ -315,19 +319,28 @@ async fn cancel_mid_drag_releases_the_button() {
     let d = SimDaemon::start_phone(fast_phone(), fast_timings()).await.unwrap();
     let mut drv = Driver::new(&d).await;
     let shot = drv.shot().await;
+    // As long as a drag may be (5 s; the cancel ends it), so that however slowly a loaded
+    // machine gets to the cancel, the finger is still down.
     let drag = json!({"id": 500, "method": "action", "operation_id": "long-drag", "observation_id": shot.id,
-        "action": {"type": "drag", "path": [{"x": 100, "y": 900}, {"x": 100, "y": 100}], "duration_ms": 4000}});
+        "action": {"type": "drag", "path": [{"x": 100, "y": 900}, {"x": 100, "y": 100}], "duration_ms": 5000}});
     drv.c.send(&drag.to_string()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(drv.state().await["input"]["buttons"], 1, "finger is down mid-drag");
+    // Down, and moved well past the phone's tap slop (24 px), so the touch counts as a drag.
+    let mut first_y = None;
+    wait_for!(REPLY_TIMEOUT, "the finger to go down and move mid-drag", {
+        let input = drv.state().await["input"].clone();
+        let y = input["pointer"][1].as_i64().unwrap();
+        let down = input["buttons"] == 1;
+        let start = *first_y.get_or_insert(y);
+        if !down {
+            first_y = None;
+        }
+        (down && start - y >= 60).then_some(())
+    });
+    // The drag's CANCELLED reply may arrive before or after the cancel's own: the client
+    // keeps whichever comes first.
     let cancel = drv.ok("cancel", json!({"request_id": 500})).await;
     assert_eq!(cancel["cancelled"], true);
-    let reply = loop {
-        let r = drv.c.recv().await.unwrap();
-        if r["id"] == 500 {
-            break r;
-        }
-    };
+    let reply = drv.c.reply(500, REPLY_TIMEOUT).await.unwrap();
     assert_eq!(reply["error"]["code"], "CANCELLED", "{reply}");
     assert_eq!(reply["error"]["side_effect_possible"], true);
     assert_eq!(reply["error"]["status"], "outcome_unknown");

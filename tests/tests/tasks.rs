@@ -7,7 +7,8 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tether_tests::harness::{RawClient, SimDaemon};
+use tether_tests::harness::{RawClient, SimDaemon, REPLY_TIMEOUT};
+use tether_tests::wait_for;
 
 /// One connection with its own request ids and, optionally, a task token it sends.
 struct Conn {
@@ -44,21 +45,25 @@ impl Conn {
         id
     }
 
-    /// Waits for the reply to `id` (events and other replies are skipped).
+    /// Waits for the reply to `id`; events and other replies that arrive first are kept.
     async fn reply(&mut self, id: u64, within: Duration) -> Value {
-        let deadline = Instant::now() + within;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let msg = self.c.recv_within(left).await.unwrap_or_else(|e| panic!("no reply to {id}: {e}"));
-            if msg["id"] == id {
-                return msg;
-            }
-        }
+        self.c.reply(id, within).await.unwrap_or_else(|e| panic!("{e:#}"))
     }
 
     async fn call(&mut self, method: &str, params: Value) -> Value {
         let id = self.send(method, params).await;
-        self.reply(id, Duration::from_secs(20)).await
+        self.reply(id, REPLY_TIMEOUT).await
+    }
+
+    /// Whether the device is running an input sequence now.
+    async fn busy(&mut self) -> bool {
+        self.ok("status", json!({})).await["input"]["busy"] == true
+    }
+
+    /// A round trip on this connection after `send`: once it is answered, the daemon has
+    /// read (and dispatched) every request sent before it.
+    async fn barrier(&mut self) {
+        self.ok("hello", json!({})).await;
     }
 
     async fn ok(&mut self, method: &str, params: Value) -> Value {
@@ -126,7 +131,7 @@ async fn every_transition_is_journalled_in_order() {
     let st = human.ok("status", json!({})).await;
     assert_eq!(st["task"]["question"]["text"], "send the message?");
     human.ok("task_control", json!({"task": task, "action": "approve"})).await;
-    let answer = agent.reply(ask, Duration::from_secs(5)).await;
+    let answer = agent.reply(ask, WAIT).await;
     assert_eq!(answer["result"]["approved"], true, "{answer}");
     agent.ok("task_note", json!({"text": "done, finishing"})).await;
     agent.ok("task_finish", json!({"ok": true, "summary": "all good"})).await;
@@ -161,7 +166,7 @@ async fn every_transition_is_journalled_in_order() {
     let ask = agent2.send("task_confirm", json!({"question": "delete everything?"})).await;
     wait_state(&mut human, "waiting").await;
     human.ok("task_control", json!({"task": t2, "action": "reject", "end_task": true})).await;
-    let answer = agent2.reply(ask, Duration::from_secs(5)).await;
+    let answer = agent2.reply(ask, WAIT).await;
     assert_eq!(answer["result"]["approved"], false);
     assert_eq!(states(&mut human, t2).await.last().unwrap(), "rejected");
     let (t3, _) = open(&mut human, json!({})).await;
@@ -170,16 +175,14 @@ async fn every_transition_is_journalled_in_order() {
 }
 
 async fn wait_state(c: &mut Conn, want: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
+    wait_for!(WAIT, format!("the task to become {want}"), {
         let st = c.ok("status", json!({})).await;
-        if st["task"]["state"] == want {
-            return st;
-        }
-        assert!(Instant::now() < deadline, "task never became {want}: {}", st["task"]);
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        (st["task"]["state"] == want).then_some(st)
+    })
 }
+
+/// How long to wait for a condition: generous, for a loaded CI machine.
+const WAIT: Duration = Duration::from_secs(30);
 
 #[tokio::test]
 async fn every_admission_refusal_has_its_code_and_is_recorded() {
@@ -260,29 +263,29 @@ async fn pause_while_an_action_waits_for_the_device_lock() {
     let (task, token) = open(&mut human, json!({})).await;
     let mut agent = Conn::new(&d).await.with_token(&token);
     let obs = agent.shot().await;
-    // A holds the device for 1.5 s; B queues behind it, admitted while running.
-    let a = agent.send("action", long_drag(&obs, 1, 1500)).await;
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // A holds the device for 4 s (far longer than the few round trips below need, even on
+    // a loaded machine); B queues behind it, admitted while running.
+    let a = agent.send("action", long_drag(&obs, 1, 4000)).await;
+    wait_for!(WAIT, "A to hold the device", human.busy().await.then_some(()));
     let b = agent.send("action", Conn::tap(&obs, 2)).await;
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let st = human.ok("status", json!({})).await;
-    assert_eq!(st["input"]["busy"], true, "A must hold the device now");
+    agent.barrier().await; // B has been read and dispatched
+    assert!(human.busy().await, "A must still hold the device");
     human.ok("task_control", json!({"task": task, "action": "pause"})).await;
     // The pause takes effect where input runs: A stops at its next report, releases the
     // finger and says how far it got.
-    let ra = agent.reply(a, Duration::from_secs(1)).await;
+    let ra = agent.reply(a, WAIT).await;
     assert_eq!(ra["error"]["code"], "INTERRUPTED", "{ra}");
     assert_eq!(ra["error"]["status"], "outcome_unknown", "{ra}");
     assert!(ra["error"]["reports_sent"].as_u64().unwrap() > 0, "{ra}");
     assert_eq!(d.phone.state().input.buttons, 0, "nothing held after the interruption");
     let touches_after_a = touches(&mut human).await;
-    // B got the lock after A, saw the pause, gave the lock back and waits.
+    // B got the lock after A, saw the pause, gave the lock back and waits. The sleep is the
+    // behaviour under test: time passes while paused and nothing may happen in it.
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(touches(&mut human).await, touches_after_a, "B must not touch the phone while paused");
-    let st = human.ok("status", json!({})).await;
-    assert_eq!(st["input"]["busy"], false, "B must not hold the device while paused");
+    assert!(!human.busy().await, "B must not hold the device while paused");
     human.ok("task_control", json!({"task": task, "action": "resume"})).await;
-    let rb = agent.reply(b, Duration::from_secs(5)).await;
+    let rb = agent.reply(b, WAIT).await;
     assert_eq!(rb["ok"], true, "{rb}");
     assert_eq!(touches(&mut human).await, touches_after_a + 1);
     // In the journal: A's step, the pause, the resume, then B's step.
@@ -305,12 +308,14 @@ async fn takeover_while_an_action_waits_for_the_device_lock() {
     let (task, token) = open(&mut human, json!({})).await;
     let mut agent = Conn::new(&d).await.with_token(&token);
     let obs = agent.shot().await;
-    let a = agent.send("action", long_drag(&obs, 1, 1200)).await;
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // A holds the device for 4 s; B queues behind it.
+    let a = agent.send("action", long_drag(&obs, 1, 4000)).await;
+    wait_for!(WAIT, "A to hold the device", human.busy().await.then_some(()));
     let b = agent.send("action", Conn::tap(&obs, 2)).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    agent.barrier().await; // B has been read and dispatched
+    assert!(human.busy().await, "A must still hold the device");
     human.ok("task_control", json!({"task": task, "action": "takeover"})).await;
-    let ra = agent.reply(a, Duration::from_secs(1)).await;
+    let ra = agent.reply(a, WAIT).await;
     assert_eq!(ra["error"]["code"], "INTERRUPTED", "the takeover stops the agent's drag: {ra}");
     // The human drives while B waits.
     let mine = human.shot().await;
@@ -319,7 +324,7 @@ async fn takeover_while_an_action_waits_for_the_device_lock() {
     assert_eq!(touches(&mut human).await, before + 1);
     // Handing back wakes B, which must now observe first: it is refused, not run.
     human.ok("task_control", json!({"task": task, "action": "handback"})).await;
-    let rb = agent.reply(b, Duration::from_secs(5)).await;
+    let rb = agent.reply(b, WAIT).await;
     assert_eq!(rb["error"]["code"], "NEEDS_OBSERVATION", "{rb}");
     assert_eq!(touches(&mut human).await, before + 1);
 }
@@ -342,7 +347,7 @@ async fn pause_interrupts_the_batch_step_in_flight_and_ends_the_batch() {
     // Pause while the first sub-step holds the finger down.
     wait_until(|| d.phone.state().input.buttons != 0, "the first drag to press").await;
     human.ok("task_control", json!({"task": task, "action": "pause"})).await;
-    let r = agent.reply(batch, Duration::from_secs(2)).await;
+    let r = agent.reply(batch, WAIT).await;
     assert_eq!(r["error"]["code"], "INTERRUPTED", "{r}");
     assert_eq!(r["error"]["status"], "outcome_unknown", "{r}");
     assert_eq!(r["error"]["operation_id"], "b1", "{r}");
@@ -385,26 +390,24 @@ async fn closing_the_lease_abandons_the_task_and_releases_input() {
     let mut agent = Conn::new(&d).await.with_token(&token);
     let mut watcher = Conn::new(&d).await;
     let obs = agent.shot().await;
-    let drag = agent.send("action", long_drag(&obs, 1, 3000)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_ne!(d.phone.state().input.buttons, 0, "the drag holds the finger down");
+    let drag = agent.send("action", long_drag(&obs, 1, 5000)).await;
+    wait_for!(WAIT, "the drag to hold the finger down", (d.phone.state().input.buttons != 0).then_some(()));
     let closed = Instant::now();
     drop(lease);
-    let r = agent.reply(drag, Duration::from_secs(2)).await;
-    let took = closed.elapsed();
-    assert_eq!(r["ok"], false);
-    // The 100 ms target is measured in tests/bench (BENCHMARKS.md); here: it happens at all,
-    // promptly, without waiting for the 3 s drag.
-    assert!(took < Duration::from_secs(1), "abandon took {took:?}");
+    let r = agent.reply(drag, WAIT).await;
+    // The drag was cut short rather than waited for: a drag that ran to its end would have
+    // succeeded. How fast (the 100 ms target) is measured in tests/bench (BENCHMARKS.md),
+    // not here, where a loaded machine would make any bound flaky.
+    assert_eq!(r["ok"], false, "{r}");
+    assert_eq!(r["error"]["side_effect_possible"], true, "{r}");
+    eprintln!("abandon ended the drag after {:?}: {}", closed.elapsed(), r["error"]["code"]);
     assert_eq!(d.phone.state().input.buttons, 0, "held input released");
     let st = watcher.ok("status", json!({})).await;
     assert!(st["task"].is_null(), "{}", st["task"]);
     // The journal says so (the write may land a moment after the in-memory change).
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while states(&mut watcher, task).await.last().map(String::as_str) != Some("abandoned") {
-        assert!(Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for!(WAIT, "the journal to say abandoned", {
+        (states(&mut watcher, task).await.last().map(String::as_str) == Some("abandoned")).then_some(())
+    });
     assert_eq!(agent.err("screenshot", json!({})).await, "TASK_ENDED");
 }
 
@@ -422,11 +425,10 @@ async fn event_stream_follows_and_resumes_after_a_seq_without_gaps_or_duplicates
     // Read the stream up to the third note, then drop the connection.
     let mut seen = Vec::new();
     while seen.len() < 4 {
-        let m = follower.c.recv_within(Duration::from_secs(5)).await.unwrap();
-        if m["event"] == "task" {
-            assert_eq!(m["task"], task);
-            seen.push(m["seq"].as_i64().unwrap());
-        }
+        let m = follower.c.event(WAIT).await.unwrap();
+        assert_eq!(m["event"], "task");
+        assert_eq!(m["task"], task);
+        seen.push(m["seq"].as_i64().unwrap());
     }
     drop(follower);
     for i in 5..8 {
@@ -435,11 +437,13 @@ async fn event_stream_follows_and_resumes_after_a_seq_without_gaps_or_duplicates
     let mut again = Conn::new(&d).await;
     let id = again.send("task_events", json!({"task": task, "follow": true, "after_seq": seen.last()})).await;
     agent.ok("task_finish", json!({"ok": true})).await;
+    // Events come before the reply that ends the stream: read in arrival order.
     let done = loop {
-        let m = again.c.recv_within(Duration::from_secs(5)).await.unwrap();
+        let m = again.c.recv_within(WAIT).await.unwrap();
         if m["event"] == "task" {
             seen.push(m["seq"].as_i64().unwrap());
-        } else if m["id"] == id {
+        } else {
+            assert_eq!(m["id"], id, "{m}");
             break m;
         }
     };
@@ -462,7 +466,7 @@ async fn opening_an_app_outside_the_scope_asks_a_human() {
     let st = wait_state(&mut human, "waiting").await;
     assert_eq!(st["task"]["question"]["kind"], "open_app");
     human.ok("task_control", json!({"task": task, "action": "reject"})).await;
-    let r = agent.reply(first, Duration::from_secs(5)).await;
+    let r = agent.reply(first, WAIT).await;
     assert_eq!(r["error"]["code"], "REJECTED", "{r}");
     assert_eq!(human.ok("status", json!({})).await["task"]["state"], "running");
     assert_eq!(d.phone.state().screen, tether::device::sim::Screen::Home);
@@ -470,7 +474,7 @@ async fn opening_an_app_outside_the_scope_asks_a_human() {
     let second = agent.send("action", open_demo(2)).await;
     wait_state(&mut human, "waiting").await;
     human.ok("task_control", json!({"task": task, "action": "approve"})).await;
-    let r = agent.reply(second, Duration::from_secs(10)).await;
+    let r = agent.reply(second, WAIT).await;
     assert_eq!(r["ok"], true, "{r}");
     assert_eq!(d.phone.state().screen, tether::device::sim::Screen::App);
     agent.ok("action", json!({"operation_id": "home", "action": {"type": "home"}})).await;

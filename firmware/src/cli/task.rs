@@ -166,13 +166,24 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
         let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         enum End {
             Exited(std::process::ExitStatus),
+            /// The command ended its own task (`tether task finish`, or a stop, with the
+            /// task's token) and may still be cleaning up.
+            EndedByCommand(String),
             EndedElsewhere(String),
             Signal(&'static str),
         }
+        // Whether the newest state change in the journal was made with the task's token,
+        // i.e. by the command itself.
+        let mut last_change_by_command = false;
         let end = tokio::select! {
             status = child.wait() => End::Exited(status?),
-            r = follower.call_streaming("task_events", json!({"task": id, "follow": true, "after_seq": 0}), |_| {}) => {
-                End::EndedElsewhere(r.ok().and_then(|v| v["state"].as_str().map(String::from)).unwrap_or_else(|| "ended".into()))
+            r = follower.call_streaming("task_events", json!({"task": id, "follow": true, "after_seq": 0}), |e| {
+                if e["kind"] == "state" {
+                    last_change_by_command = e["data"]["detail"]["by"]["with_task_token"] == json!(true);
+                }
+            }) => {
+                let state = r.ok().and_then(|v| v["state"].as_str().map(String::from)).unwrap_or_else(|| "ended".into());
+                if last_change_by_command { End::EndedByCommand(state) } else { End::EndedElsewhere(state) }
             }
             _ = sigint.recv() => End::Signal("interrupt"),
             _ = sigterm.recv() => End::Signal("terminate"),
@@ -184,7 +195,42 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
             // Whatever ignored SIGTERM in the group.
             let _ = killpg(pgid, Signal::SIGKILL);
         };
+        let exit_code = |status: std::process::ExitStatus| {
+            let code = status.code().unwrap_or_else(|| 128 + status_signal(&status));
+            ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(1))
+        };
         match end {
+            End::EndedByCommand(state) => {
+                // The command said it is done; let it exit on its own (flush, clean up),
+                // then stop whatever is left of it as for any other end.
+                eprintln!(
+                    "tether: task {id} is {state} (ended by the command); giving it {} s to exit",
+                    FINISHED_GRACE.as_secs()
+                );
+                let status = tokio::select! {
+                    status = child.wait() => Some(status?),
+                    () = tokio::time::sleep(FINISHED_GRACE) => {
+                        eprintln!("tether: the command is still running; stopping its process group");
+                        None
+                    }
+                    _ = sigint.recv() => return Ok(stop_after_end(pgid, &mut child, stop_children, 130).await),
+                    _ = sigterm.recv() => return Ok(stop_after_end(pgid, &mut child, stop_children, 143).await),
+                };
+                let status = match status {
+                    Some(status) => {
+                        // Anything it left running in its group goes too.
+                        if let Some(p) = pgid {
+                            let _ = killpg(p, Signal::SIGKILL);
+                        }
+                        status
+                    }
+                    None => {
+                        stop_children(pgid).await;
+                        child.wait().await?
+                    }
+                };
+                Ok(exit_code(status))
+            }
             End::Exited(status) => {
                 // The command is done; anything it left running in its group goes too.
                 if let Some(p) = pgid {
@@ -197,7 +243,7 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
                     Ok(r) => eprintln!("tether: task {id} {} (exit code {code})", r["state"].as_str().unwrap_or("?")),
                     Err(e) => eprintln!("tether: task {id}: {}", remote(e)),
                 }
-                Ok(ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(1)))
+                Ok(exit_code(status))
             }
             End::EndedElsewhere(state) => {
                 eprintln!("tether: task {id} is {state}; stopping the command's process group");
@@ -214,6 +260,20 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
             }
         }
     })
+}
+
+/// How long a command that ended its own task may take to exit before it is stopped.
+const FINISHED_GRACE: Duration = Duration::from_secs(5);
+
+/// A signal to the runner while a command that ended its own task winds down: stop it now.
+async fn stop_after_end<F, Fut>(pgid: Option<Pid>, child: &mut tokio::process::Child, stop: F, code: u8) -> ExitCode
+where
+    F: FnOnce(Option<Pid>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    stop(pgid).await;
+    let _ = child.wait().await;
+    ExitCode::from(code)
 }
 
 fn status_signal(status: &std::process::ExitStatus) -> i32 {
