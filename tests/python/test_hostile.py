@@ -236,7 +236,8 @@ class InputValidationTest(HostileBase):
                     self.fail(f"{name}: no answer in 5 s (hang)")
                 finally:
                     one.close()
-                self.assert_error(r, RANGE_CODES)
+                # Waiting for a frame that never comes is a retryable TIMEOUT, not bad input.
+                self.assert_error(r, ("TIMEOUT",) if "after_frame_id" in name else RANGE_CODES)
                 self.assert_alive()
 
     def test_duplicate_keys_are_refused(self):

@@ -31,10 +31,20 @@ pub(super) struct RefusalWindows {
     open: std::collections::HashMap<RefusalKey, (std::time::Instant, u64)>,
 }
 
+/// What [`RefusalWindows::note`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Noted {
+    /// Write an event standing for this many refusals (this one and any still counted).
+    Write(u64),
+    /// Counted, the first since the last write: write the count when the window closes.
+    CountedFirst,
+    /// Counted.
+    Counted,
+}
+
 impl RefusalWindows {
-    /// Notes one refusal at `now`. `Some(count)`: write an event standing for `count`
-    /// refusals (this one and those counted since the last write); `None`: counted.
-    fn note(&mut self, key: RefusalKey, now: std::time::Instant) -> Option<u64> {
+    /// Notes one refusal at `now`.
+    fn note(&mut self, key: RefusalKey, now: std::time::Instant) -> Noted {
         // Bounded: windows of other tasks (ended ones are flushed) and long-quiet keys go.
         if self.open.len() > 256 {
             self.open.retain(|_, (at, n)| *n > 0 || now.saturating_duration_since(*at) < REFUSAL_WINDOW);
@@ -42,18 +52,34 @@ impl RefusalWindows {
         match self.open.get_mut(&key) {
             Some((at, counted)) if now.saturating_duration_since(*at) < REFUSAL_WINDOW => {
                 *counted += 1;
-                None
+                if *counted == 1 {
+                    Noted::CountedFirst
+                } else {
+                    Noted::Counted
+                }
             }
             Some((at, counted)) => {
                 let count = *counted + 1;
                 *at = now;
                 *counted = 0;
-                Some(count)
+                Noted::Write(count)
             }
             None => {
                 self.open.insert(key, (now, 0));
-                Some(1)
+                Noted::Write(1)
             }
+        }
+    }
+
+    /// Takes the refusals of `key` counted but not written (its window closed), and opens
+    /// a new window from now.
+    fn take_pending(&mut self, key: &RefusalKey, now: std::time::Instant) -> u64 {
+        match self.open.get_mut(key) {
+            Some((at, counted)) => {
+                *at = now;
+                std::mem::take(counted)
+            }
+            None => 0,
         }
     }
 
@@ -129,12 +155,34 @@ impl Daemon {
         let key = (task, session.id, what.to_string(), e.code().as_str());
         let count = {
             let mut windows = self.inner.refusals.lock().unwrap_or_else(|p| p.into_inner());
-            windows.note(key, std::time::Instant::now())
+            windows.note(key.clone(), std::time::Instant::now())
         };
-        if let Some(count) = count {
-            let body = json!({"what": what, "code": e.code(), "message": e.to_string(), "by": by(session, token), "count": count});
-            self.append(task, "refused", body).await;
+        let body = json!({"what": what, "code": e.code(), "message": e.to_string(), "by": by(session, token)});
+        match count {
+            Noted::Write(count) => self.append_refusal(task, body, count).await,
+            Noted::CountedFirst => {
+                // Written when the window closes, so the journal is at most a window behind.
+                let daemon = self.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(REFUSAL_WINDOW).await;
+                    let pending = daemon
+                        .inner
+                        .refusals
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .take_pending(&key, std::time::Instant::now());
+                    if pending > 0 {
+                        daemon.append_refusal(task, body, pending).await;
+                    }
+                });
+            }
+            Noted::Counted => {}
         }
+    }
+
+    async fn append_refusal(&self, task: i64, mut body: Value, count: u64) {
+        body["count"] = json!(count);
+        self.append(task, "refused", body).await;
     }
 
     /// Writes the refusals still counted for `task` (it ended).
@@ -600,5 +648,37 @@ impl Daemon {
         self.inner.tasks.notify();
         tracing::info!(task = id, state = state.as_str(), "task finished");
         Ok(json!({"id": id, "state": state}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::SessionId;
+
+    #[test]
+    fn refusals_in_one_window_are_counted_once_and_none_is_lost() {
+        let mut w = RefusalWindows::default();
+        let key: RefusalKey = (1, SessionId(2), "input".into(), "TASK_RUNNING");
+        let t0 = std::time::Instant::now();
+        assert_eq!(w.note(key.clone(), t0), Noted::Write(1));
+        assert_eq!(w.note(key.clone(), t0), Noted::CountedFirst);
+        for _ in 0..98 {
+            assert_eq!(w.note(key.clone(), t0), Noted::Counted);
+        }
+        // Another connection or code has its own window.
+        let other: RefusalKey = (1, SessionId(3), "input".into(), "TASK_RUNNING");
+        assert_eq!(w.note(other.clone(), t0), Noted::Write(1));
+        // After the window the next refusal writes everything counted with it.
+        assert_eq!(w.note(key.clone(), t0 + REFUSAL_WINDOW), Noted::Write(100));
+        assert_eq!(w.note(key.clone(), t0 + REFUSAL_WINDOW), Noted::CountedFirst);
+        let t1 = t0 + REFUSAL_WINDOW * 2;
+        assert_eq!(w.take_pending(&key, t1), 1);
+        assert_eq!(w.take_pending(&key, t1), 0, "taken once");
+        assert_eq!(w.note(key.clone(), t1 + REFUSAL_WINDOW), Noted::Write(1));
+        w.note(key.clone(), t1 + REFUSAL_WINDOW);
+        let rest = w.take_task(1);
+        assert_eq!(rest.iter().map(|(_, n)| n).sum::<u64>(), 1, "the task's end takes what is left");
+        assert!(w.take_task(1).is_empty());
     }
 }
