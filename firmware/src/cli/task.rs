@@ -397,8 +397,18 @@ pub fn run_control(
     let path = super::client_socket(socket);
     let r = super::client_runtime()?.block_on(async {
         let mut c = ControlClient::connect(&path).await?;
-        let params = with_env_token(json!({"task": task, "action": action, "reason": reason, "end_task": end_task}));
-        c.call("task_control", params).await.map_err(remote)
+        let mut params = json!({"task": task, "action": action, "reason": reason, "end_task": end_task});
+        if matches!(action, "approve" | "reject") {
+            // Name the question being answered, so an answer never lands on a question
+            // asked after the one this person read.
+            let status = c.call("status", json!({})).await.map_err(remote)?;
+            let q = &status["task"]["question"];
+            if status["task"]["id"] == json!(task) && !q.is_null() {
+                eprintln!("tether: {action} question {}: {}", q["id"], q["text"].as_str().unwrap_or(""));
+                params["question"] = q["id"].clone();
+            }
+        }
+        c.call("task_control", with_env_token(params)).await.map_err(remote)
     })?;
     println!("task {task}: {}", r["state"].as_str().unwrap_or("?"));
     Ok(ExitCode::SUCCESS)
