@@ -68,6 +68,21 @@ pub fn packed422_to_rgb(
     Ok(out)
 }
 
+/// RGB24 with `stride` bytes per line → tightly packed RGB24.
+pub fn rgb24_rows(src: &[u8], width: usize, height: usize, stride: usize) -> Result<Vec<u8>, ConvertError> {
+    if src.len() < width * height * 3 {
+        return Err(ConvertError::Short {
+            format: "RGB3",
+            width,
+            height,
+            needed: width * height * 3,
+            got: src.len(),
+        });
+    }
+    let stride = stride.max(width * 3);
+    Ok(src.chunks(stride).take(height).flat_map(|row| row[..width * 3].iter().copied()).collect())
+}
+
 /// NV12: a Y plane (`stride` bytes per line) then interleaved UV at half resolution.
 pub fn nv12_to_rgb(src: &[u8], width: usize, height: usize, stride: usize) -> Result<Vec<u8>, ConvertError> {
     let stride = stride.max(width);

@@ -332,9 +332,42 @@ impl Payload {
         Payload { ranges, planes: 1 }
     }
 
+    /// From what a driver returned per plane, `(data_offset, bytesused)` (at most
+    /// `VIDEO_MAX_PLANES`; at least one plane, empty if none is given). `bytesused` counts
+    /// the data offset too (videodev2.h); an offset past it leaves the plane empty.
+    pub fn from_planes(planes: &[(u32, u32)]) -> Payload {
+        let mut ranges = [(0, 0); VIDEO_MAX_PLANES];
+        let n = planes.len().clamp(1, VIDEO_MAX_PLANES);
+        for (r, &(offset, used)) in ranges.iter_mut().zip(planes) {
+            *r = (offset.min(used), used);
+        }
+        Payload { ranges, planes: n }
+    }
+
     /// The `(start, end)` byte range of each plane's payload.
     pub fn ranges(&self) -> &[(u32, u32)] {
         &self.ranges[..self.planes]
+    }
+
+    /// Payload bytes, all planes together (data offsets excluded).
+    pub fn bytes_used(&self) -> u32 {
+        self.ranges().iter().map(|(a, z)| z - a).sum()
+    }
+
+    /// The payload out of the planes' memory, planes in order: borrowed when it sits in one
+    /// plane, copied together otherwise (e.g. NV12M's separate luma and chroma planes).
+    /// Ranges are clamped to the memory (a driver's word is not trusted with it).
+    pub fn gather<'a>(&self, planes: &[&'a [u8]]) -> std::borrow::Cow<'a, [u8]> {
+        fn slice(bytes: &[u8], (start, end): (u32, u32)) -> &[u8] {
+            let end = (end as usize).min(bytes.len());
+            &bytes[(start as usize).min(end)..end]
+        }
+        let mut parts = planes.iter().zip(self.ranges()).map(|(p, r)| slice(p, *r));
+        match self.ranges().len() {
+            0 => std::borrow::Cow::Borrowed(&[]),
+            1 => std::borrow::Cow::Borrowed(parts.next().unwrap_or_default()),
+            _ => std::borrow::Cow::Owned(parts.flatten().copied().collect()),
+        }
     }
 }
 
@@ -567,18 +600,14 @@ impl V4l2Device {
             Ok(_) => {
                 let payload = if buf.is_multiplanar() {
                     let n = (b.length as usize).clamp(1, VIDEO_MAX_PLANES);
-                    let mut ranges = [(0, 0); VIDEO_MAX_PLANES];
-                    for (r, p) in ranges.iter_mut().zip(&planes[..n]) {
-                        // bytesused counts the data offset too (videodev2.h).
-                        *r = (p.data_offset.min(p.bytesused), p.bytesused);
-                    }
-                    Payload { ranges, planes: n }
+                    let given: Vec<(u32, u32)> = planes[..n].iter().map(|p| (p.data_offset, p.bytesused)).collect();
+                    Payload::from_planes(&given)
                 } else {
                     Payload::single(b.bytesused)
                 };
                 Ok(Dequeued::Buffer {
                     index: b.index,
-                    bytes_used: payload.ranges().iter().map(|(a, z)| z - a).sum(),
+                    bytes_used: payload.bytes_used(),
                     payload,
                     sequence: b.sequence,
                     keyframe: b.flags & BUF_FLAG_KEYFRAME != 0,
@@ -853,17 +882,8 @@ impl BufferPlanes {
     /// copied together otherwise (e.g. NV12M's separate luma and chroma planes). Ranges are
     /// clamped to the mappings (a driver's word is not trusted with memory).
     pub fn data(&self, payload: &Payload) -> std::borrow::Cow<'_, [u8]> {
-        fn slice(plane: &MappedBuffer, (start, end): (u32, u32)) -> &[u8] {
-            let bytes = plane.as_slice();
-            let end = (end as usize).min(bytes.len());
-            &bytes[(start as usize).min(end)..end]
-        }
-        let mut parts = self.planes.iter().zip(payload.ranges()).map(|(p, r)| slice(p, *r));
-        match payload.ranges().len() {
-            0 => std::borrow::Cow::Borrowed(&[]),
-            1 => std::borrow::Cow::Borrowed(parts.next().unwrap_or_default()),
-            _ => std::borrow::Cow::Owned(parts.flatten().copied().collect()),
-        }
+        let planes: Vec<&[u8]> = self.planes.iter().map(MappedBuffer::as_slice).collect();
+        payload.gather(&planes)
     }
 }
 
