@@ -349,9 +349,10 @@ impl Payload {
         &self.ranges[..self.planes]
     }
 
-    /// Payload bytes, all planes together (data offsets excluded).
+    /// Payload bytes, all planes together (data offsets excluded), saturating: planes whose
+    /// sizes add up past `u32::MAX` say `u32::MAX`.
     pub fn bytes_used(&self) -> u32 {
-        self.ranges().iter().map(|(a, z)| z - a).sum()
+        self.ranges().iter().fold(0u32, |sum, (a, z)| sum.saturating_add(z - a))
     }
 
     /// The payload out of the planes' memory, planes in order: borrowed when it sits in one
@@ -963,6 +964,22 @@ mod tests {
         assert_eq!(FourCc::YUYV.0, 0x5659_5559);
         assert_eq!(FourCc::NV12.to_string(), "NV12");
         assert_eq!(format!("{:?}", FourCc(0x0000_0041)), "A???");
+    }
+
+    #[test]
+    fn payload_ranges_are_clamped_and_sizes_saturate() {
+        // Plane 1's header claims more than it used: empty. Plane 2 is past its mapping: cut.
+        let p = Payload::from_planes(&[(4, 10), (20, 8), (0, 100)]);
+        assert_eq!(p.ranges(), &[(4, 10), (8, 8), (0, 100)]);
+        assert_eq!(p.bytes_used(), 6 + 100);
+        let mem = [1u8; 16];
+        assert_eq!(p.gather(&[&mem, &mem, &mem[..5]]).len(), 6 + 5);
+        assert_eq!(p.gather(&[&mem]).len(), 6, "missing planes give nothing");
+        assert_eq!(Payload::from_planes(&[]).ranges(), &[(0, 0)]);
+        assert_eq!(Payload::from_planes(&[(0, 1); 12]).ranges().len(), VIDEO_MAX_PLANES);
+        // Two planes near 4 GiB: the sum used to overflow u32 (a panic with overflow checks,
+        // a wrong size in release).
+        assert_eq!(Payload::from_planes(&[(0, 3_000_000_000), (0, 3_000_000_000)]).bytes_used(), u32::MAX);
     }
 
     #[test]
