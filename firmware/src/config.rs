@@ -9,7 +9,7 @@ use crate::daemon::DEFAULT_RELATIVE_COUNTS;
 use crate::device::geometry::PixelRect;
 use crate::device::hid::descriptor::PointerProfile;
 use crate::device::hid::Layout;
-use crate::device::input::InputTimings;
+use crate::device::input::{InputTimings, RelativePlanner};
 use crate::device::sim::SimConfig;
 use crate::device::video::codec::EncoderSettings;
 
@@ -334,7 +334,27 @@ impl Config {
         c.encoder = encoder.unwrap_or(c.encoder);
         c.encoder_backend = encoder_backend.unwrap_or(c.encoder_backend);
         c.decoder_backend = decoder_backend.unwrap_or(c.decoder_backend);
+        c.check()?;
         Ok(c)
+    }
+
+    /// Rejects values that parse but cannot be used: a sim screen of 0 or 10^9 pixels,
+    /// timings that would hold the input lane for hours or plan billions of reports, an
+    /// infinite relative screen, an empty active rectangle.
+    fn check(&self) -> Result<(), String> {
+        self.sim_phone.check()?;
+        self.input.check()?;
+        let (cx, cy) = self.relative_counts_per_screen;
+        let max = RelativePlanner::MAX_COUNTS_PER_SCREEN;
+        if !(cx > 0.0 && cx <= max && cy > 0.0 && cy <= max) {
+            return Err(format!("relative_counts_per_screen = [{cx}, {cy}]: each must be in (0, {max}]"));
+        }
+        if let Some(r) = self.active_rect {
+            if r.width == 0 || r.height == 0 {
+                return Err(format!("active_rect {r:?} is empty"));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -359,6 +379,29 @@ mod tests {
         assert!(Config::from_toml(Profile::Laptop, "listen = \"nope\"").is_err());
         let c = Config::from_toml(Profile::Laptop, "active_rect = { x = 1, y = 2, width = 3, height = 4 }").unwrap();
         assert_eq!(c.active_rect, Some(PixelRect { x: 1, y: 2, width: 3, height: 4 }));
+    }
+
+    #[test]
+    fn values_that_parse_but_cannot_run_are_rejected() {
+        // Each of these was accepted and then led into what the sim_hid and geometry_plan
+        // fuzz targets found: a sim clamp panic, i32 overflow in the sim's layout, billions
+        // of planned reports, an endless relative move, a zero-size active rectangle (HID 0).
+        for bad in [
+            "[sim_phone]\nphone_width = 0",
+            "[sim_phone]\nphone_height = 1027423549",
+            "[sim_phone]\ncapture_width = 100000",
+            "[input]\nrelease_repeats = 4294967295",
+            "[input]\nswipe_ms = 100000000000",
+            "[input]\nlong_press_ms = 18446744073709551615",
+            "relative_counts_per_screen = [inf, 852.0]",
+            "relative_counts_per_screen = [nan, 852.0]",
+            "relative_counts_per_screen = [1e300, 852.0]",
+            "active_rect = { x = 1, y = 2, width = 0, height = 4 }",
+        ] {
+            assert!(Config::from_toml(Profile::Laptop, bad).is_err(), "accepted {bad:?}");
+        }
+        let ok = "relative_counts_per_screen = [1.0, 10000.0]\n[sim_phone]\nphone_width = 750\n[input]\nrelease_repeats = 16";
+        assert!(Config::from_toml(Profile::Laptop, ok).is_ok());
     }
 
     #[test]
