@@ -124,7 +124,10 @@ fn check_containment(outer: &PixelRect, inner: &PixelRect) {
         && u128::from(inner.y) + u128::from(inner.height) <= u128::from(outer.y) + u128::from(outer.height);
     assert_eq!(outer.contains_rect(inner), exact, "{outer:?} ⊇ {inner:?}");
     let shifted = (u64::from(outer.x) + u64::from(inner.x), u64::from(outer.y) + u64::from(inner.y));
-    let inside = inner.width > 0
+    // Inside, and its absolute position is representable.
+    let inside = shifted.0 <= u64::from(u32::MAX)
+        && shifted.1 <= u64::from(u32::MAX)
+        && inner.width > 0
         && inner.height > 0
         && u64::from(inner.x) + u64::from(inner.width) <= u64::from(outer.width)
         && u64::from(inner.y) + u64::from(inner.height) <= u64::from(outer.height);

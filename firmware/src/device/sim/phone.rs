@@ -162,7 +162,9 @@ impl SimPhone {
     /// models are clamped ([`SimConfig::sanitized`]); [`SimPhone::config`] says what it took.
     pub fn new(config: SimConfig) -> Self {
         let config = config.sanitized();
-        let mid = (f64::from(config.phone_width) / 2.0, f64::from(config.phone_height) / 2.0);
+        // On the screen even when it is one pixel wide (0.5 would round to 1, off it).
+        let half = |v: u32| (f64::from(v) / 2.0).min(f64::from(v) - 1.0);
+        let mid = (half(config.phone_width), half(config.phone_height));
         let state = PhoneState {
             started: Instant::now(),
             ui: Ui::new(config.phone_width, config.phone_height),
@@ -431,17 +433,21 @@ mod tests {
 
     #[test]
     fn degenerate_and_huge_screens_are_clamped_not_panics() {
-        // Found by the sim_hid fuzz target: a 0-pixel screen panicked in f64::clamp (max < min)
-        // on the first pointer report, and a 10^9-pixel one overflowed the UI's i32 layout.
+        // The sim_hid fuzz target found a 10^9-pixel screen overflowing the UI's i32 layout and
+        // a 1-pixel one starting the pointer off screen (0.5 rounds to 1). A 0-pixel screen
+        // panicked in f64::clamp (max < min) on the first pointer report.
         for (w, h) in [(0, 0), (1_027_423_718, 1_027_423_549), (u32::MAX, 1)] {
             let phone = SimPhone::new(SimConfig { phone_width: w, phone_height: h, ..SimConfig::default() });
+            let (x, y) = phone.snapshot().pointer;
+            let c = phone.config();
+            assert!(i64::from(x) < i64::from(c.phone_width) && i64::from(y) < i64::from(c.phone_height));
             phone.consume(HidInterface::Pointer, &ptr(1, 32767, 32767));
             phone.consume(HidInterface::Pointer, &ptr(0, 32767, 32767));
             phone.consume(HidInterface::Mouse, &[0, 127, 127, 0]);
             let c = phone.config();
             assert!((1..=SimConfig::MAX_EDGE).contains(&c.phone_width) && c.phone_height >= 1);
             let (x, y) = phone.snapshot().pointer;
-            assert!(x >= 0 && y >= 0 && x < i32::try_from(c.phone_width).unwrap() && y < c.phone_height as i32);
+            assert!(x >= 0 && y >= 0 && i64::from(x) < i64::from(c.phone_width) && i64::from(y) < i64::from(c.phone_height));
             assert!(SimConfig { phone_width: w, phone_height: h, ..SimConfig::default() }.check().is_err());
         }
         assert!(SimConfig::default().check().is_ok());
