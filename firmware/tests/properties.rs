@@ -42,10 +42,7 @@ fn in_image(m: &ObservationMapping, fx: f64, fy: f64) -> (f64, f64) {
 }
 
 fn timings() -> impl Strategy<Value = InputTimings> {
-    (
-        (0u64..2000, 0u64..2000, 0u32..6, 0u64..200, 0u64..500),
-        (0u64..3000, 0u64..3000, 0u64..40, 0u64..100, 0u64..100),
-    )
+    ((0u64..2000, 0u64..2000, 0u32..6, 0u64..200, 0u64..500), (0u64..3000, 0u64..3000, 0u64..40, 0u64..100, 0u64..100))
         .prop_map(|((settle, tap, repeats, gap, dtap), (long, swipe, interval, key_hold, key_gap))| InputTimings {
             settle_ms: settle,
             tap_hold_ms: tap,

@@ -90,9 +90,9 @@ impl G {
                 duration: Duration::from_millis(u64::from(*duration_ms)),
             },
             G::Key(usage, modifiers) => Gesture::Key(KeyStroke { usage: *usage, modifiers: *modifiers }),
-            G::Type(keys) => Gesture::Type(
-                keys.iter().take(64).map(|&(usage, modifiers)| KeyStroke { usage, modifiers }).collect(),
-            ),
+            G::Type(keys) => {
+                Gesture::Type(keys.iter().take(64).map(|&(usage, modifiers)| KeyStroke { usage, modifiers }).collect())
+            }
             G::Consumer(u) => Gesture::Consumer(*u),
         }
     }

@@ -57,7 +57,10 @@ fuzz_target!(|input: Input| {
         }
         let snap = phone.snapshot();
         assert_eq!((snap.reports, snap.malformed_reports), (count, bad));
-        assert_eq!((snap.buttons, snap.modifiers, snap.keys_held, snap.consumer_usage), (buttons, modifiers, keys, consumer));
+        assert_eq!(
+            (snap.buttons, snap.modifiers, snap.keys_held, snap.consumer_usage),
+            (buttons, modifiers, keys, consumer)
+        );
         let c = phone.config();
         let (w, h) = (c.phone_width, c.phone_height);
         let (x, y) = snap.pointer;

@@ -207,7 +207,8 @@ mod tests {
         // 0/0 in to_normalized gave NaN, which clamp keeps and `as u16` turns into 0: the
         // one coordinate iOS flings the pointer into a corner for.
         let empty = PixelRect { x: 5, y: 5, width: 0, height: 0 };
-        let m = ObservationMapping { active: empty, source: PixelRect { x: 5, y: 5, width: 0, height: 0 }, image: (1, 1) };
+        let m =
+            ObservationMapping { active: empty, source: PixelRect { x: 5, y: 5, width: 0, height: 0 }, image: (1, 1) };
         // Found by the geometry_plan fuzz target (to_normalized gave NaN, to_hid gave 0).
         let (x, y) = m.to_hid(0.0, 0.0).unwrap();
         assert!(x >= POINTER_MIN && y >= POINTER_MIN, "({x}, {y})");

@@ -447,7 +447,9 @@ mod tests {
             let c = phone.config();
             assert!((1..=SimConfig::MAX_EDGE).contains(&c.phone_width) && c.phone_height >= 1);
             let (x, y) = phone.snapshot().pointer;
-            assert!(x >= 0 && y >= 0 && i64::from(x) < i64::from(c.phone_width) && i64::from(y) < i64::from(c.phone_height));
+            assert!(
+                x >= 0 && y >= 0 && i64::from(x) < i64::from(c.phone_width) && i64::from(y) < i64::from(c.phone_height)
+            );
             assert!(SimConfig { phone_width: w, phone_height: h, ..SimConfig::default() }.check().is_err());
         }
         assert!(SimConfig::default().check().is_ok());
