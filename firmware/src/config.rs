@@ -9,7 +9,7 @@ use crate::daemon::{DaemonLimits, DEFAULT_QUEUE_TIMEOUT, DEFAULT_RELATIVE_COUNTS
 use crate::device::geometry::PixelRect;
 use crate::device::hid::descriptor::PointerProfile;
 use crate::device::hid::Layout;
-use crate::device::input::InputTimings;
+use crate::device::input::{InputTimings, RelativePlanner};
 use crate::device::sim::SimConfig;
 use crate::device::video::codec::EncoderSettings;
 
@@ -405,6 +405,7 @@ impl Config {
     /// Checks every number that planning, rendering or allocation takes from the config, so
     /// a bad file is refused at start with the field named instead of failing later.
     pub fn validate(&self) -> Result<(), String> {
+        self.sim_phone.check()?;
         self.input.validate()?;
         self.limits.validate()?;
         let s = &self.sim_phone;
@@ -421,8 +422,9 @@ impl Config {
             return Err(format!("sim_phone.fps = {} is outside 1..=240", s.fps));
         }
         let (w, h) = self.relative_counts_per_screen;
-        if !(w.is_finite() && h.is_finite() && w > 0.0 && h > 0.0 && w <= 100_000.0 && h <= 100_000.0) {
-            return Err("relative_counts_per_screen must be two positive numbers up to 100000".into());
+        let max = RelativePlanner::MAX_COUNTS_PER_SCREEN;
+        if !(w.is_finite() && h.is_finite() && w > 0.0 && h > 0.0 && w <= max && h <= max) {
+            return Err(format!("relative_counts_per_screen = [{w}, {h}]: each must be in (0, {max}]"));
         }
         if let Some(r) = self.active_rect {
             if r.width == 0
@@ -476,6 +478,29 @@ mod tests {
         let c = Config::from_toml(Profile::Laptop, "[limits]\nqueue_timeout_ms = 2000").unwrap();
         assert_eq!(c.limits.queue_timeout_ms, 2000);
         assert_eq!(c.limits.max_connections, 64, "unset limits keep defaults");
+    }
+
+    #[test]
+    fn values_that_parse_but_cannot_run_are_rejected() {
+        // Each of these was accepted and then led into what the sim_hid and geometry_plan
+        // fuzz targets found: a sim clamp panic, i32 overflow in the sim's layout, billions
+        // of planned reports, an endless relative move, a zero-size active rectangle (HID 0).
+        for bad in [
+            "[sim_phone]\nphone_width = 0",
+            "[sim_phone]\nphone_height = 1027423549",
+            "[sim_phone]\ncapture_width = 100000",
+            "[input]\nrelease_repeats = 4294967295",
+            "[input]\nswipe_ms = 100000000000",
+            "[input]\nlong_press_ms = 18446744073709551615",
+            "relative_counts_per_screen = [inf, 852.0]",
+            "relative_counts_per_screen = [nan, 852.0]",
+            "relative_counts_per_screen = [1e300, 852.0]",
+            "active_rect = { x = 1, y = 2, width = 0, height = 4 }",
+        ] {
+            assert!(Config::from_toml(Profile::Laptop, bad).is_err(), "accepted {bad:?}");
+        }
+        let ok = "relative_counts_per_screen = [1.0, 10000.0]\n[sim_phone]\nphone_width = 750\n[input]\nrelease_repeats = 16";
+        assert!(Config::from_toml(Profile::Laptop, ok).is_ok());
     }
 
     #[test]

@@ -125,7 +125,9 @@ impl ObservationMapping {
         let cy = f64::from(self.source.y) + (y + 0.5) * f64::from(self.source.height) / f64::from(ih);
         let nx = (cx - f64::from(self.active.x)) / f64::from(self.active.width);
         let ny = (cy - f64::from(self.active.y)) / f64::from(self.active.height);
-        Ok((nx.clamp(0.0, 1.0), ny.clamp(0.0, 1.0)))
+        // An empty active rectangle gives 0/0; clamp would keep the NaN.
+        let unit = |v: f64| if v.is_nan() { 0.0 } else { v.clamp(0.0, 1.0) };
+        Ok((unit(nx), unit(ny)))
     }
 
     /// Maps image pixel (x, y) to absolute HID units.
@@ -135,8 +137,10 @@ impl ObservationMapping {
     }
 }
 
-/// Normalized 0..1 → HID units 1..=32767 (never 0).
+/// Normalized 0..1 → HID units 1..=32767 (never 0). NaN (an empty active rectangle gives
+/// 0/0) maps to the minimum: `as u16` would have made it 0.
 pub fn normalized_to_hid(n: f64) -> u16 {
+    let n = if n.is_nan() { 0.0 } else { n };
     let v = (n * (f64::from(POINTER_MAX) + 1.0)).floor();
     // Clamped into 1..=32767 before the cast, so it cannot truncate or lose the sign.
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
@@ -196,5 +200,21 @@ mod tests {
         assert!(m.to_hid(498.0, 10.0).is_err());
         assert!(m.to_hid(-0.1, 10.0).is_err());
         assert!(m.to_hid(f64::NAN, 10.0).is_err());
+    }
+
+    #[test]
+    fn an_empty_active_rectangle_never_maps_to_hid_zero() {
+        // 0/0 in to_normalized gave NaN, which clamp keeps and `as u16` turns into 0: the
+        // one coordinate iOS flings the pointer into a corner for.
+        let empty = PixelRect { x: 5, y: 5, width: 0, height: 0 };
+        let m =
+            ObservationMapping { active: empty, source: PixelRect { x: 5, y: 5, width: 0, height: 0 }, image: (1, 1) };
+        // Found by the geometry_plan fuzz target (to_normalized gave NaN, to_hid gave 0).
+        let (x, y) = m.to_hid(0.0, 0.0).unwrap();
+        assert!(x >= POINTER_MIN && y >= POINTER_MIN, "({x}, {y})");
+        assert_eq!(m.to_normalized(0.0, 0.0).unwrap(), (0.0, 0.0));
+        assert_eq!(normalized_to_hid(f64::NAN), POINTER_MIN);
+        assert_eq!(normalized_to_hid(f64::INFINITY), POINTER_MAX);
+        assert_eq!(normalized_to_hid(-1.0), POINTER_MIN);
     }
 }

@@ -64,6 +64,9 @@ impl Default for InputTimings {
     }
 }
 
+/// Most release reports a press ends with (more only lengthen the sequence).
+pub const MAX_RELEASE_REPEATS: u32 = 16;
+
 impl InputTimings {
     /// Checks that every timing is in a range a phone can use; the error names the field.
     /// Bounds keep planning finite (a drag at 0 ms intervals, a million release reports).
@@ -71,7 +74,7 @@ impl InputTimings {
         let ranges: [(&str, u64, u64, u64); 10] = [
             ("settle_ms", self.settle_ms, 0, 5_000),
             ("tap_hold_ms", self.tap_hold_ms, 1, 5_000),
-            ("release_repeats", u64::from(self.release_repeats), 1, 10),
+            ("release_repeats", u64::from(self.release_repeats), 1, u64::from(MAX_RELEASE_REPEATS)),
             ("release_gap_ms", self.release_gap_ms, 0, 1_000),
             ("double_tap_gap_ms", self.double_tap_gap_ms, 1, 2_000),
             ("long_press_ms", self.long_press_ms, 100, 10_000),
@@ -86,6 +89,11 @@ impl InputTimings {
             }
         }
         Ok(())
+    }
+
+    /// Release reports per press: `release_repeats` within 1..=[`MAX_RELEASE_REPEATS`].
+    fn releases(&self) -> u32 {
+        self.release_repeats.clamp(1, MAX_RELEASE_REPEATS)
     }
 }
 
@@ -152,7 +160,7 @@ fn touch_down(steps: &mut Vec<InputStep>, t: &InputTimings, p: HidPoint) {
 
 /// Release at `p`, repeated so a lost report cannot leave the finger down.
 fn touch_up(steps: &mut Vec<InputStep>, t: &InputTimings, p: HidPoint) {
-    for i in 0..t.release_repeats.max(1) {
+    for i in 0..t.releases() {
         if i > 0 {
             steps.push(wait(t.release_gap_ms));
         }
@@ -268,7 +276,7 @@ pub fn app_switcher(t: &InputTimings) -> Vec<InputStep> {
     let to = HidPoint::new(16384, 19000);
     let mut s = plan(&Gesture::Drag { path: vec![from, to], duration: Duration::from_millis(800) }, t);
     // Hold still before the release reports so iOS reads it as a pause, not a fling.
-    let release_at = s.len() - usize::try_from(t.release_repeats.max(1) * 2 - 1).unwrap_or(1);
+    let release_at = s.len() - usize::try_from(t.releases() * 2 - 1).unwrap_or(1);
     s.insert(release_at, wait(600));
     s
 }
@@ -374,9 +382,16 @@ impl RelativePlanner {
     /// Reports of -127 that home the pointer from anywhere.
     const HOME_REPORTS: usize = 40;
 
-    /// A planner for a screen `counts_per_screen` base-gain counts wide and high.
+    /// Largest screen size in counts the planner accepts: a screen crossed in 2-count
+    /// steps every 4 ms, so 10 000 counts already take 20 s.
+    pub const MAX_COUNTS_PER_SCREEN: f64 = 10_000.0;
+
+    /// A planner for a screen `counts_per_screen` base-gain counts wide and high. Each axis
+    /// is clamped into 1..=[`Self::MAX_COUNTS_PER_SCREEN`] (NaN counts as 1): the plan's
+    /// length grows with it, and an infinite screen never arrives.
     pub fn new(counts_per_screen: (f64, f64)) -> Self {
-        RelativePlanner { counts_per_screen, position: None }
+        let sane = |v: f64| if v.is_nan() { 1.0 } else { v.clamp(1.0, Self::MAX_COUNTS_PER_SCREEN) };
+        RelativePlanner { counts_per_screen: (sane(counts_per_screen.0), sane(counts_per_screen.1)), position: None }
     }
 
     /// Forgets the position (after a failure, or when someone else moved the pointer).
@@ -421,7 +436,7 @@ impl RelativePlanner {
     fn press_release(s: &mut Vec<InputStep>, t: &InputTimings, hold: u64) {
         s.push(Self::mouse(1, 0, 0));
         s.push(wait(hold));
-        for i in 0..t.release_repeats.max(1) {
+        for i in 0..t.releases() {
             if i > 0 {
                 s.push(wait(t.release_gap_ms));
             }
@@ -456,7 +471,7 @@ impl RelativePlanner {
                 for p in &path[1..] {
                     self.move_to(&mut s, 1, *p);
                 }
-                for i in 0..t.release_repeats.max(1) {
+                for i in 0..t.releases() {
                     if i > 0 {
                         s.push(wait(t.release_gap_ms));
                     }
@@ -481,6 +496,30 @@ mod relative_tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn hostile_screen_sizes_and_repeats_stay_bounded() {
+        // Found by the geometry_plan fuzz target: counts_per_screen of 1e300 (or infinity) made
+        // move_to step 2 counts at a time towards i64::MAX until memory ran out.
+        let t = InputTimings { release_repeats: u32::MAX, ..InputTimings::default() };
+        for counts in [(1e300, 1e300), (f64::INFINITY, f64::NAN), (-5.0, 0.0)] {
+            let steps = RelativePlanner::new(counts).plan(&Gesture::Tap(HidPoint::new(32767, 32767)), &t);
+            assert!(steps.len() < 40_000, "{counts:?}: {} steps", steps.len());
+            assert!(!reports_of(&steps).last().unwrap().holds_input());
+        }
+        // u32::MAX release repeats: planned as MAX_RELEASE_REPEATS, and the app switcher's
+        // `repeats * 2 - 1` no longer overflows.
+        let tap = plan(&Gesture::Tap(HidPoint::new(1, 1)), &t);
+        assert_eq!(reports_of(&tap).len(), 2 + MAX_RELEASE_REPEATS as usize);
+        assert!(!reports_of(&app_switcher(&t)).last().unwrap().holds_input());
+        assert!(t.validate().is_err());
+        assert!(InputTimings { swipe_ms: 1_000_000, ..InputTimings::default() }.validate().is_err());
+        assert!(InputTimings::default().validate().is_ok());
+    }
+
+    fn reports_of(steps: &[InputStep]) -> Vec<HidReport> {
+        steps.iter().filter_map(|s| if let InputStep::Report(r) = s { Some(*r) } else { None }).collect()
     }
 
     #[test]

@@ -50,6 +50,39 @@ impl Default for SimConfig {
     }
 }
 
+impl SimConfig {
+    /// Largest phone or capture edge the sim models, in pixels (8K is 7680).
+    pub const MAX_EDGE: u32 = 8192;
+
+    /// Whether the sizes are ones the sim can model: phone edges in 1..=[`Self::MAX_EDGE`],
+    /// capture edges at most that.
+    pub fn check(&self) -> Result<(), String> {
+        let edge = |name: &str, v: u32, min: u32| {
+            if (min..=Self::MAX_EDGE).contains(&v) {
+                Ok(())
+            } else {
+                Err(format!("sim_phone.{name} = {v} is outside {min}..={}", Self::MAX_EDGE))
+            }
+        };
+        edge("phone_width", self.phone_width, 1)?;
+        edge("phone_height", self.phone_height, 1)?;
+        edge("capture_width", self.capture_width, 0)?;
+        edge("capture_height", self.capture_height, 0)
+    }
+
+    /// The same shape with sizes clamped into what [`Self::check`] accepts: the phone's
+    /// layout arithmetic is `i32` and its pointer mapping needs a non-empty screen.
+    pub fn sanitized(self) -> SimConfig {
+        SimConfig {
+            phone_width: self.phone_width.clamp(1, Self::MAX_EDGE),
+            phone_height: self.phone_height.clamp(1, Self::MAX_EDGE),
+            capture_width: self.capture_width.min(Self::MAX_EDGE),
+            capture_height: self.capture_height.min(Self::MAX_EDGE),
+            ..self
+        }
+    }
+}
+
 /// Counters and the visible pointer, for the renderer and `status`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct PhoneSnapshot {
@@ -125,9 +158,13 @@ pub struct SimPhone {
 }
 
 impl SimPhone {
-    /// A phone showing its home screen, pointer in the middle.
+    /// A phone showing its home screen, pointer in the middle. Sizes outside what the sim
+    /// models are clamped ([`SimConfig::sanitized`]); [`SimPhone::config`] says what it took.
     pub fn new(config: SimConfig) -> Self {
-        let mid = (f64::from(config.phone_width) / 2.0, f64::from(config.phone_height) / 2.0);
+        let config = config.sanitized();
+        // On the screen even when it is one pixel wide (0.5 would round to 1, off it).
+        let half = |v: u32| (f64::from(v) / 2.0).min(f64::from(v) - 1.0);
+        let mid = (half(config.phone_width), half(config.phone_height));
         let state = PhoneState {
             started: Instant::now(),
             ui: Ui::new(config.phone_width, config.phone_height),
@@ -392,6 +429,30 @@ mod tests {
 
     fn hid_of(px: i32, extent: u32) -> u16 {
         u16::try_from((i64::from(px) * 32768 + 16384) / i64::from(extent)).unwrap()
+    }
+
+    #[test]
+    fn degenerate_and_huge_screens_are_clamped_not_panics() {
+        // The sim_hid fuzz target found a 10^9-pixel screen overflowing the UI's i32 layout and
+        // a 1-pixel one starting the pointer off screen (0.5 rounds to 1). A 0-pixel screen
+        // panicked in f64::clamp (max < min) on the first pointer report.
+        for (w, h) in [(0, 0), (1_027_423_718, 1_027_423_549), (u32::MAX, 1)] {
+            let phone = SimPhone::new(SimConfig { phone_width: w, phone_height: h, ..SimConfig::default() });
+            let (x, y) = phone.snapshot().pointer;
+            let c = phone.config();
+            assert!(i64::from(x) < i64::from(c.phone_width) && i64::from(y) < i64::from(c.phone_height));
+            phone.consume(HidInterface::Pointer, &ptr(1, 32767, 32767));
+            phone.consume(HidInterface::Pointer, &ptr(0, 32767, 32767));
+            phone.consume(HidInterface::Mouse, &[0, 127, 127, 0]);
+            let c = phone.config();
+            assert!((1..=SimConfig::MAX_EDGE).contains(&c.phone_width) && c.phone_height >= 1);
+            let (x, y) = phone.snapshot().pointer;
+            assert!(
+                x >= 0 && y >= 0 && i64::from(x) < i64::from(c.phone_width) && i64::from(y) < i64::from(c.phone_height)
+            );
+            assert!(SimConfig { phone_width: w, phone_height: h, ..SimConfig::default() }.check().is_err());
+        }
+        assert!(SimConfig::default().check().is_ok());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::codec::{find_hardware_decoder, CodecChoice, DecoderError, HardwareDecoder, SoftwareH264Decoder};
-use super::convert::{nv12_to_rgb, packed422_to_rgb};
+use super::convert::{nv12_to_rgb, packed422_to_rgb, rgb24_rows};
 use super::v4l2::{
     BufType, Dequeued, DvTimingsStatus, Event, FourCc, PixFormat, V4l2Device, V4l2Error, EVENT_SOURCE_CHANGE,
 };
@@ -120,10 +120,7 @@ impl<'a> Decoders<'a> {
             FourCc::YUYV => packed422_to_rgb(data, w, h, stride, false),
             FourCc::UYVY => packed422_to_rgb(data, w, h, stride, true),
             FourCc::NV12 => nv12_to_rgb(data, w, h, stride),
-            FourCc::RGB24 if data.len() >= w * h * 3 => {
-                let stride = stride.max(w * 3);
-                return Some(data.chunks(stride).take(h).flat_map(|row| row[..w * 3].iter().copied()).collect());
-            }
+            FourCc::RGB24 => rgb24_rows(data, w, h, stride),
             _ => return None,
         };
         match rgb {

@@ -32,16 +32,47 @@ pub enum ConvertError {
     /// Odd width for a 4:2:x format.
     #[error("{0} needs an even width")]
     OddWidth(&'static str),
+    /// A size no frame has: zero, or so large that its byte counts overflow (a driver's
+    /// numbers are not trusted with arithmetic).
+    #[error("{format} {width}x{height} (stride {stride}) is not a usable frame size")]
+    Size {
+        /// Format name.
+        format: &'static str,
+        /// Width.
+        width: usize,
+        /// Height.
+        height: usize,
+        /// Bytes per line.
+        stride: usize,
+    },
 }
 
-fn check(format: &'static str, src: &[u8], width: usize, height: usize, needed: usize) -> Result<(), ConvertError> {
-    if width % 2 != 0 {
+/// Bytes that `rows` lines `stride` apart take when the last holds `last` bytes; `None` for
+/// no rows or on overflow.
+fn lines(stride: usize, rows: usize, last: usize) -> Option<usize> {
+    stride.checked_mul(rows.checked_sub(1)?)?.checked_add(last)
+}
+
+/// Checks a frame's description against its buffer; returns the RGB24 output length.
+/// `needed` is `None` when the layout's arithmetic overflowed.
+fn check(
+    format: &'static str,
+    src: &[u8],
+    (width, height, stride): (usize, usize, usize),
+    needed: Option<usize>,
+    even_width: bool,
+) -> Result<usize, ConvertError> {
+    if even_width && width % 2 != 0 {
         return Err(ConvertError::OddWidth(format));
     }
+    let out = width.checked_mul(height).and_then(|n| n.checked_mul(3)).filter(|&n| n > 0);
+    let (Some(out), Some(needed)) = (out, needed) else {
+        return Err(ConvertError::Size { format, width, height, stride });
+    };
     if src.len() < needed {
         return Err(ConvertError::Short { format, width, height, needed, got: src.len() });
     }
-    Ok(())
+    Ok(out)
 }
 
 /// Packed 4:2:2 (YUYV when `uyvy` is false, UYVY when true) with `stride` bytes per line.
@@ -53,11 +84,13 @@ pub fn packed422_to_rgb(
     uyvy: bool,
 ) -> Result<Vec<u8>, ConvertError> {
     let name = if uyvy { "UYVY" } else { "YUYV" };
-    let stride = stride.max(width * 2);
-    check(name, src, width, height, stride * height.saturating_sub(1) + width * 2)?;
-    let mut out = vec![0u8; width * height * 3];
+    let row = width.checked_mul(2);
+    let stride = stride.max(row.unwrap_or(0));
+    let needed = row.and_then(|row| lines(stride, height, row));
+    let mut out = vec![0u8; check(name, src, (width, height, stride), needed, true)?];
+    let row = width * 2; // checked above
     for (y, row_out) in out.chunks_exact_mut(width * 3).enumerate() {
-        let row = &src[y * stride..y * stride + width * 2];
+        let row = &src[y * stride..y * stride + row];
         for (quad, px) in row.chunks_exact(4).zip(row_out.chunks_exact_mut(6)) {
             let (y0, u, y1, v) =
                 if uyvy { (quad[1], quad[0], quad[3], quad[2]) } else { (quad[0], quad[1], quad[2], quad[3]) };
@@ -68,12 +101,26 @@ pub fn packed422_to_rgb(
     Ok(out)
 }
 
+/// RGB24 with `stride` bytes per line → tightly packed RGB24.
+pub fn rgb24_rows(src: &[u8], width: usize, height: usize, stride: usize) -> Result<Vec<u8>, ConvertError> {
+    let row = width.checked_mul(3);
+    let stride = stride.max(row.unwrap_or(0));
+    let needed = row.and_then(|row| lines(stride, height, row));
+    let mut out = Vec::with_capacity(check("RGB3", src, (width, height, stride), needed, false)?);
+    let row = width * 3; // checked above
+    for y in 0..height {
+        out.extend_from_slice(&src[y * stride..y * stride + row]);
+    }
+    Ok(out)
+}
+
 /// NV12: a Y plane (`stride` bytes per line) then interleaved UV at half resolution.
 pub fn nv12_to_rgb(src: &[u8], width: usize, height: usize, stride: usize) -> Result<Vec<u8>, ConvertError> {
     let stride = stride.max(width);
-    let uv_start = stride * height;
-    check("NV12", src, width, height, uv_start + stride * height.div_ceil(2))?;
-    let mut out = vec![0u8; width * height * 3];
+    let uv_start = stride.checked_mul(height);
+    let needed = uv_start.and_then(|uv| uv.checked_add(stride.checked_mul(height.div_ceil(2))?));
+    let mut out = vec![0u8; check("NV12", src, (width, height, stride), needed, true)?];
+    let uv_start = stride * height; // checked above
     for (y, row_out) in out.chunks_exact_mut(width * 3).enumerate() {
         let luma = &src[y * stride..y * stride + width];
         let chroma = &src[uv_start + (y / 2) * stride..uv_start + (y / 2) * stride + width];
@@ -97,9 +144,13 @@ pub fn i420_to_rgb(
     let stride = stride.max(width);
     let rows = rows.max(height);
     let (cstride, crows) = (stride.div_ceil(2), rows.div_ceil(2));
-    let (u_start, v_start) = (stride * rows, stride * rows + cstride * crows);
-    check("I420", src, width, height, v_start + cstride * height.div_ceil(2))?;
-    let mut out = vec![0u8; width * height * 3];
+    let layout = (|| {
+        let u_start = stride.checked_mul(rows)?;
+        let v_start = u_start.checked_add(cstride.checked_mul(crows)?)?;
+        Some((u_start, v_start, v_start.checked_add(cstride.checked_mul(height.div_ceil(2))?)?))
+    })();
+    let mut out = vec![0u8; check("I420", src, (width, height, stride), layout.map(|l| l.2), true)?];
+    let (u_start, v_start, _) = layout.unwrap_or_default(); // Some: checked above
     for (y, row_out) in out.chunks_exact_mut(width * 3).enumerate() {
         let luma = &src[y * stride..y * stride + width];
         let u = &src[u_start + (y / 2) * cstride..];
@@ -247,6 +298,26 @@ mod tests {
         let yuyv = rgb_to_yuyv(&rgb, 4, 2);
         assert_eq!(&i420[..4], &[yuyv[0], yuyv[2], yuyv[4], yuyv[6]]);
         assert_eq!((i420[8], i420[10]), (yuyv[1], yuyv[3]), "uniform colour: chroma unchanged");
+    }
+
+    #[test]
+    fn hostile_sizes_are_errors_not_panics() {
+        // Found by the raw_convert fuzz target: `stride * (height - 1) + width * 2` overflowed
+        // (and in release wrapped, passed the length check and sliced out of range).
+        let size = |r: Result<Vec<u8>, ConvertError>| matches!(r, Err(ConvertError::Size { .. }));
+        assert!(size(packed422_to_rgb(&[], 3_570_717_696, 3_570_717_908, 54_484, false)));
+        assert!(size(nv12_to_rgb(&[], usize::MAX - 1, usize::MAX / 2, 0)));
+        assert!(size(i420_to_rgb(&[], 2, 2, usize::MAX / 2, usize::MAX / 2)));
+        assert!(size(rgb24_rows(&[], usize::MAX / 2, 2, 0)));
+        // Width 0 passed the length check, then chunks_exact_mut(0) panicked.
+        assert!(size(packed422_to_rgb(&[0; 16], 0, 4, 0, false)));
+        assert!(size(nv12_to_rgb(&[0; 16], 0, 4, 4)));
+        assert!(size(i420_to_rgb(&[0; 16], 0, 4, 4, 4)));
+        assert!(size(rgb24_rows(&[0; 16], 0, 4, 0)));
+        assert!(size(packed422_to_rgb(&[0; 16], 2, 0, 4, false)));
+        // RGB3 with a stride: the last line was cut short although w*h*3 bytes were there.
+        assert!(matches!(rgb24_rows(&[7; 6], 1, 2, 4), Err(ConvertError::Short { needed: 7, .. })));
+        assert_eq!(rgb24_rows(&[1, 2, 3, 0, 4, 5, 6], 1, 2, 4).unwrap(), vec![1, 2, 3, 4, 5, 6]);
     }
 
     #[test]

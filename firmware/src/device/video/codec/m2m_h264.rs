@@ -123,8 +123,10 @@ impl HardwareH264 {
 }
 
 /// Remembers stream headers and puts them in front of an IDR that lacks them; returns the
-/// unit and whether it is a key frame, or `None` when there is no picture in it.
-fn join_unit(headers: &mut Vec<u8>, data: Vec<u8>, types: &[u8]) -> Option<(Vec<u8>, bool)> {
+/// unit and whether it is a key frame, or `None` when there is no picture in it. `types` are
+/// `nal_types(&data)`. Public for the fuzz target `h264_split` (the driver's buffers are
+/// untrusted bytes).
+pub fn join_unit(headers: &mut Vec<u8>, data: Vec<u8>, types: &[u8]) -> Option<(Vec<u8>, bool)> {
     if !has_picture(types) {
         return None;
     }

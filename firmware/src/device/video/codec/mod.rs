@@ -11,7 +11,7 @@ mod m2m_h264;
 mod mjpeg;
 
 pub use m2m_decode::{find_hardware_decoder, HardwareDecoder};
-pub use m2m_h264::{find_hardware_h264, nal_types, HardwareH264};
+pub use m2m_h264::{find_hardware_h264, join_unit, nal_types, HardwareH264};
 
 /// Hardware or software codec (config `encoder_backend` / `decoder_backend`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]

@@ -332,9 +332,43 @@ impl Payload {
         Payload { ranges, planes: 1 }
     }
 
+    /// From what a driver returned per plane, `(data_offset, bytesused)` (at most
+    /// `VIDEO_MAX_PLANES`; at least one plane, empty if none is given). `bytesused` counts
+    /// the data offset too (videodev2.h); an offset past it leaves the plane empty.
+    pub fn from_planes(planes: &[(u32, u32)]) -> Payload {
+        let mut ranges = [(0, 0); VIDEO_MAX_PLANES];
+        let n = planes.len().clamp(1, VIDEO_MAX_PLANES);
+        for (r, &(offset, used)) in ranges.iter_mut().zip(planes) {
+            *r = (offset.min(used), used);
+        }
+        Payload { ranges, planes: n }
+    }
+
     /// The `(start, end)` byte range of each plane's payload.
     pub fn ranges(&self) -> &[(u32, u32)] {
         &self.ranges[..self.planes]
+    }
+
+    /// Payload bytes, all planes together (data offsets excluded), saturating: planes whose
+    /// sizes add up past `u32::MAX` say `u32::MAX`.
+    pub fn bytes_used(&self) -> u32 {
+        self.ranges().iter().fold(0u32, |sum, (a, z)| sum.saturating_add(z - a))
+    }
+
+    /// The payload out of the planes' memory, planes in order: borrowed when it sits in one
+    /// plane, copied together otherwise (e.g. NV12M's separate luma and chroma planes).
+    /// Ranges are clamped to the memory (a driver's word is not trusted with it).
+    pub fn gather<'a>(&self, planes: &[&'a [u8]]) -> std::borrow::Cow<'a, [u8]> {
+        fn slice(bytes: &[u8], (start, end): (u32, u32)) -> &[u8] {
+            let end = (end as usize).min(bytes.len());
+            &bytes[(start as usize).min(end)..end]
+        }
+        let mut parts = planes.iter().zip(self.ranges()).map(|(p, r)| slice(p, *r));
+        match self.ranges().len() {
+            0 => std::borrow::Cow::Borrowed(&[]),
+            1 => std::borrow::Cow::Borrowed(parts.next().unwrap_or_default()),
+            _ => std::borrow::Cow::Owned(parts.flatten().copied().collect()),
+        }
     }
 }
 
@@ -567,22 +601,14 @@ impl V4l2Device {
             Ok(_) => {
                 let payload = if buf.is_multiplanar() {
                     let n = (b.length as usize).clamp(1, VIDEO_MAX_PLANES);
-                    let mut ranges = [(0, 0); VIDEO_MAX_PLANES];
-                    for (r, p) in ranges.iter_mut().zip(&planes[..n]) {
-                        // bytesused counts the data offset too (videodev2.h).
-                        *r = (p.data_offset.min(p.bytesused), p.bytesused);
-                    }
-                    Payload { ranges, planes: n }
+                    let given: Vec<(u32, u32)> = planes[..n].iter().map(|p| (p.data_offset, p.bytesused)).collect();
+                    Payload::from_planes(&given)
                 } else {
                     Payload::single(b.bytesused)
                 };
                 Ok(Dequeued::Buffer {
                     index: b.index,
-                    // Driver numbers: saturate rather than wrap (a < z by construction).
-                    bytes_used: payload
-                        .ranges()
-                        .iter()
-                        .fold(0u32, |sum, (a, z)| sum.saturating_add(z.saturating_sub(*a))),
+                    bytes_used: payload.bytes_used(),
                     payload,
                     sequence: b.sequence,
                     keyframe: b.flags & BUF_FLAG_KEYFRAME != 0,
@@ -857,17 +883,8 @@ impl BufferPlanes {
     /// copied together otherwise (e.g. NV12M's separate luma and chroma planes). Ranges are
     /// clamped to the mappings (a driver's word is not trusted with memory).
     pub fn data(&self, payload: &Payload) -> std::borrow::Cow<'_, [u8]> {
-        fn slice(plane: &MappedBuffer, (start, end): (u32, u32)) -> &[u8] {
-            let bytes = plane.as_slice();
-            let end = (end as usize).min(bytes.len());
-            &bytes[(start as usize).min(end)..end]
-        }
-        let mut parts = self.planes.iter().zip(payload.ranges()).map(|(p, r)| slice(p, *r));
-        match payload.ranges().len() {
-            0 => std::borrow::Cow::Borrowed(&[]),
-            1 => std::borrow::Cow::Borrowed(parts.next().unwrap_or_default()),
-            _ => std::borrow::Cow::Owned(parts.flatten().copied().collect()),
-        }
+        let planes: Vec<&[u8]> = self.planes.iter().map(MappedBuffer::as_slice).collect();
+        payload.gather(&planes)
     }
 }
 
@@ -947,6 +964,22 @@ mod tests {
         assert_eq!(FourCc::YUYV.0, 0x5659_5559);
         assert_eq!(FourCc::NV12.to_string(), "NV12");
         assert_eq!(format!("{:?}", FourCc(0x0000_0041)), "A???");
+    }
+
+    #[test]
+    fn payload_ranges_are_clamped_and_sizes_saturate() {
+        // Plane 1's header claims more than it used: empty. Plane 2 is past its mapping: cut.
+        let p = Payload::from_planes(&[(4, 10), (20, 8), (0, 100)]);
+        assert_eq!(p.ranges(), &[(4, 10), (8, 8), (0, 100)]);
+        assert_eq!(p.bytes_used(), 6 + 100);
+        let mem = [1u8; 16];
+        assert_eq!(p.gather(&[&mem, &mem, &mem[..5]]).len(), 6 + 5);
+        assert_eq!(p.gather(&[&mem]).len(), 6, "missing planes give nothing");
+        assert_eq!(Payload::from_planes(&[]).ranges(), &[(0, 0)]);
+        assert_eq!(Payload::from_planes(&[(0, 1); 12]).ranges().len(), VIDEO_MAX_PLANES);
+        // Two planes near 4 GiB: the sum used to overflow u32 (a panic with overflow checks,
+        // a wrong size in release).
+        assert_eq!(Payload::from_planes(&[(0, 3_000_000_000), (0, 3_000_000_000)]).bytes_used(), u32::MAX);
     }
 
     #[test]
