@@ -6,7 +6,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
@@ -24,7 +24,11 @@ const HOST_POLL: Duration = Duration::from_millis(50);
 /// report never reads sysfs on a runtime worker (two file reads per report before).
 #[derive(Debug)]
 struct HostWatch {
+    udc_file: PathBuf,
     state: Arc<AtomicU8>,
+    /// Held across each read-and-store so a poll that read before an unbind cannot store
+    /// its stale answer after a `refresh` that read after it. Readers of `state` never take it.
+    update: Arc<Mutex<()>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -32,11 +36,12 @@ impl HostWatch {
     fn start(udc_file: PathBuf) -> HostWatch {
         let state = Arc::new(AtomicU8::new(encode(read_host_state(&udc_file))));
         let stop = Arc::new(AtomicBool::new(false));
-        let (s, st) = (state.clone(), stop.clone());
+        let update = Arc::new(Mutex::new(()));
+        let (s, st, file, up) = (state.clone(), stop.clone(), udc_file.clone(), update.clone());
         let spawned = std::thread::Builder::new().name("hid-host-state".into()).spawn(move || {
             while !st.load(Ordering::Relaxed) {
                 std::thread::sleep(HOST_POLL);
-                s.store(encode(read_host_state(&udc_file)), Ordering::Relaxed);
+                store_fresh(&up, &s, &file);
             }
         });
         if let Err(e) = spawned {
@@ -44,11 +49,18 @@ impl HostWatch {
             // reopen on their own when the host goes.
             tracing::warn!(error = %e, "could not start the host-state watcher");
         }
-        HostWatch { state, stop }
+        HostWatch { udc_file, state, update, stop }
     }
 
     fn get(&self) -> HostState {
         decode(self.state.load(Ordering::Relaxed))
+    }
+
+    /// Reads sysfs now. Called after a failed write: the failure is often the host going
+    /// away, and the error the caller is about to see must agree with the `status` that
+    /// follows it, not with a poll up to one period (or, on a loaded machine, longer) old.
+    fn refresh(&self) -> HostState {
+        store_fresh(&self.update, &self.state, &self.udc_file)
     }
 }
 
@@ -56,6 +68,16 @@ impl Drop for HostWatch {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// Reads the host state and stores it, serialised with every other update.
+fn store_fresh(update: &Mutex<()>, state: &AtomicU8, udc_file: &Path) -> HostState {
+    // A poisoned lock only means another update panicked; the `()` it guards cannot be
+    // left inconsistent, so carry on with it.
+    let _serial = update.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let now = read_host_state(udc_file);
+    state.store(encode(now), Ordering::Relaxed);
+    now
 }
 
 fn encode(s: HostState) -> u8 {
@@ -224,8 +246,14 @@ impl HidSink for HidgSink {
             if self.host_state() == HostState::NotAttached {
                 return Err(HidError::HostNotConnected);
             }
-            self.ensure_open(report.interface()).await?;
-            self.write_now(report).await
+            let result = match self.ensure_open(report.interface()).await {
+                Ok(()) => self.write_now(report).await,
+                Err(e) => Err(e),
+            };
+            if result.is_err() {
+                self.host.refresh();
+            }
+            result
         })
     }
 
@@ -269,6 +297,19 @@ mod tests {
         for s in [HostState::NotAttached, HostState::Configured, HostState::Suspended, HostState::Unknown] {
             assert_eq!(decode(encode(s)), s);
         }
+    }
+
+    #[test]
+    fn refresh_reads_sysfs_now_without_waiting_for_the_poll() {
+        let dir = tempfile::tempdir().unwrap();
+        let udc = dir.path().join("UDC");
+        std::fs::write(&udc, "no-such-udc.0\n").unwrap();
+        let watch = HostWatch::start(udc.clone());
+        assert_eq!(watch.get(), HostState::Unknown);
+        // Unbound (what `set_udc("")` does): the very next read must say so.
+        std::fs::write(&udc, "\n").unwrap();
+        assert_eq!(watch.refresh(), HostState::NotAttached);
+        assert_eq!(watch.get(), HostState::NotAttached);
     }
 
     #[tokio::test]
