@@ -106,39 +106,36 @@ fn render(cfg: &SimConfig, elements: &[Element], snap: &PhoneSnapshot, data: &mu
     }
 }
 
-/// Frame buffers the renderer reuses: a buffer nobody else holds any more (no reader, not
-/// the published frame) is drawn into again instead of allocating 25 MB per 2160p frame.
-/// Steady state is two buffers: the one published and the one being drawn.
+/// The renderer's frame buffers: at most [`POOL_SIZE`], like a capture device's queue. A
+/// buffer nobody else holds (no reader, not the published frame) is drawn into again; when
+/// every buffer is held, the tick is skipped (the last picture is published again) instead of
+/// allocating another 25 MB at 2160p, so memory stays at two frames whatever readers do.
 #[derive(Debug, Default)]
 struct BufferPool {
     buffers: Vec<Arc<[u8]>>,
 }
 
-/// Most buffers kept for reuse; more can exist while readers hold old frames.
-const POOL_KEPT: usize = 2;
+/// Buffers the renderer owns: one published, one being drawn.
+const POOL_SIZE: usize = 2;
 
 impl BufferPool {
-    /// Renders into a free buffer (or a new one) and returns it, shared.
-    fn draw(&mut self, len: usize, paint: impl FnOnce(&mut [u8])) -> Arc<[u8]> {
-        let free = self.buffers.iter_mut().position(|b| b.len() == len && Arc::get_mut(b).is_some());
+    /// Renders into a free buffer (or a new one while fewer than [`POOL_SIZE`] exist) and
+    /// returns it, shared; `None` when every buffer is still held by someone.
+    fn draw(&mut self, len: usize, paint: impl FnOnce(&mut [u8])) -> Option<Arc<[u8]>> {
+        // A buffer of another size (the capture size changed) is of no further use.
+        self.buffers.retain(|b| b.len() == len);
+        let free = self.buffers.iter_mut().position(|b| Arc::get_mut(b).is_some());
         let mut buffer = match free {
             Some(i) => self.buffers.swap_remove(i),
             // A TrustedLen iterator: one allocation, no copy from a Vec.
-            None => std::iter::repeat_n(0u8, len).collect(),
+            None if self.buffers.len() < POOL_SIZE => std::iter::repeat_n(0u8, len).collect(),
+            None => return None,
         };
-        if let Some(bytes) = Arc::get_mut(&mut buffer) {
-            paint(bytes);
-        }
+        // Just taken free or just made: nobody else holds it.
+        let bytes = Arc::get_mut(&mut buffer)?;
+        paint(bytes);
         self.buffers.push(buffer.clone());
-        if self.buffers.len() > POOL_KEPT {
-            // Forget one still held by a reader (it is freed when that reader lets go).
-            if let Some(i) = self.buffers.iter().position(|b| Arc::strong_count(b) > 1 && !Arc::ptr_eq(b, &buffer)) {
-                self.buffers.swap_remove(i);
-            } else {
-                self.buffers.remove(0);
-            }
-        }
-        buffer
+        Some(buffer)
     }
 }
 
@@ -188,12 +185,23 @@ impl FrameSource for SimDisplay {
                     let data = match &rendered {
                         Some((k, data)) if *k == key => data.clone(),
                         _ => {
-                            // Let go of the last picture first so its buffer can be reused.
-                            drop(rendered.take());
                             let len = cfg.capture_width as usize * cfg.capture_height as usize * 3;
-                            let data = pool.draw(len, |buf| render(&cfg, &elements, &snap, buf));
-                            rendered = Some((key, data.clone()));
-                            data
+                            match pool.draw(len, |buf| render(&cfg, &elements, &snap, buf)) {
+                                Some(data) => {
+                                    rendered = Some((key, data.clone()));
+                                    data
+                                }
+                                // Every buffer is held by a reader: show the last picture
+                                // once more and draw this one next tick.
+                                None => match &rendered {
+                                    Some((_, data)) => data.clone(),
+                                    None => {
+                                        next += interval;
+                                        std::thread::sleep(interval);
+                                        continue;
+                                    }
+                                },
+                            }
                         }
                     };
                     sequence += 1;
@@ -225,20 +233,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_pool_reuses_buffers_nobody_holds() {
+    fn the_pool_reuses_free_buffers_and_never_holds_more_than_two() {
         let mut pool = BufferPool::default();
-        let a = pool.draw(12, |b| b.fill(1));
+        let a = pool.draw(12, |b| b.fill(1)).unwrap();
+        let b = pool.draw(12, |b| b.fill(2)).unwrap();
+        assert_ne!(a.as_ptr(), b.as_ptr(), "a held buffer is never drawn into");
+        // Both held (published, and a reader): the tick is skipped, nothing is allocated.
+        assert!(pool.draw(12, |b| b.fill(3)).is_none());
+        assert!(a.iter().all(|&v| v == 1) && b.iter().all(|&v| v == 2));
         let a_ptr = a.as_ptr();
-        let published = a; // the hub holds it
-        let b = pool.draw(12, |b| b.fill(2));
-        assert_ne!(b.as_ptr(), a_ptr, "a held buffer is never drawn into");
-        assert!(published.iter().all(|&v| v == 1));
-        drop(published);
-        drop(b);
-        let c = pool.draw(12, |b| b.fill(3));
-        assert!(c.as_ptr() == a_ptr || pool.buffers.len() <= POOL_KEPT, "a free buffer is reused");
+        drop(a);
+        let c = pool.draw(12, |b| b.fill(3)).unwrap();
+        assert_eq!(c.as_ptr(), a_ptr, "the freed buffer is reused");
         assert!(c.iter().all(|&v| v == 3));
-        assert!(pool.buffers.len() <= POOL_KEPT);
+        assert_eq!(pool.buffers.len(), POOL_SIZE);
+        // A new capture size replaces the old buffers.
+        drop((b, c));
+        assert_eq!(pool.draw(6, |b| b.fill(4)).unwrap().len(), 6);
+        assert_eq!(pool.buffers.len(), 1);
     }
 
     #[test]
