@@ -1,7 +1,8 @@
 //! tether benchmarks over the virtual iPhone. Run with:
 //!
 //! ```sh
-//! cargo run --release -p tether-tests --bin bench
+//! cargo run --release -p tether-tests --bin bench            # every section
+//! cargo run --release -p tether-tests --bin bench -- memory  # only some (see SECTIONS)
 //! ```
 //!
 //! Prints a Markdown section for BENCHMARKS.md: screenshot latency at 1080p and 2160p
@@ -144,6 +145,9 @@ async fn daemon_memory(width: u32, height: u32) -> anyhow::Result<(u64, u64)> {
             "action": {"type": "tap", "x": 20, "y": 20}});
         c.ok(1000 + i, "action", params).await?;
     }
+    // Calibration moves the pointer over 16 points and compares pictures of each.
+    let cal = c.ok(2000, "calibrate", json!({"grid": 4})).await?;
+    anyhow::ensure!(cal["residual"].is_object(), "calibrate: {cal}");
     let rss = rss_kib(child.id());
     let _ = child.kill();
     let _ = child.wait();
@@ -321,60 +325,77 @@ async fn lease_abandon(n: usize) -> anyhow::Result<(f64, f64, f64, f64)> {
     Ok((r50, r99, g50, g99))
 }
 
+/// The sections, in the order they run; `bench memory stalled` runs only those two.
+const SECTIONS: [&str; 7] = ["screenshots", "actions", "memory", "stalled", "video", "mjpeg", "lease"];
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(bad) = args.iter().find(|a| !SECTIONS.contains(&a.as_str())) {
+        anyhow::bail!("unknown section {bad:?}; sections: {} (none = all)", SECTIONS.join(", "));
+    }
+    let run = |section: &str| args.is_empty() || args.iter().any(|a| a == section);
     let n = 200;
-    let (p50_1080, p99_1080, bytes_1080) = screenshots(1920, 1080, n).await?;
-    let (p50_2160, p99_2160, bytes_2160) = screenshots(3840, 2160, n).await?;
-    let (o50, o99) = action_overhead("tap", n).await?;
-    let (m50, m99) = action_overhead("move", n).await?;
-    let (rss, hwm) = daemon_memory(1920, 1080).await?;
-    let (rss4k, hwm4k) = daemon_memory(3840, 2160).await?;
-    let (stalled_hwm, stalled_slowest, stalled_refused) = stalled_clients(40, 20).await?;
-    let (fps720, e50_720, e99_720) = encode_bench(1280, 720, 300)?;
-    let (fps1080, e50_1080, e99_1080) = encode_bench(1920, 1080, 200)?;
-    let (l50, l99) = viewer_latency(1280, 720, 5)?;
-    let mjpeg = mjpeg_bench(100)?;
-    let (lr50, lr99, lg50, lg99) = lease_abandon(50).await?;
     println!("| measure | p50 | p99 | notes |");
     println!("|---|---|---|---|");
-    println!("| screenshot, 1080p capture | {p50_1080:.1} ms | {p99_1080:.1} ms | {n} runs, PNG {bytes_1080} B, end to end over the socket |");
-    println!("| screenshot, 2160p capture | {p50_2160:.1} ms | {p99_2160:.1} ms | {n} runs, PNG {bytes_2160} B, scaled to 1568 px |");
-    println!(
-        "| tap overhead beyond its {:.0} ms timeline | {o50:.2} ms | {o99:.2} ms | {n} taps, client round trip |",
-        tap_timeline(&InputTimings::default())
-    );
-    println!("| move (no waits) round trip | {m50:.2} ms | {m99:.2} ms | {n} moves |");
-    println!(
-        "| daemon RSS, 1080p sim | {:.1} MiB | peak {:.1} MiB | after 60 screenshots + 20 taps |",
-        mib(rss),
-        mib(hwm)
-    );
-    println!(
-        "| daemon RSS, 2160p sim | {:.1} MiB | peak {:.1} MiB ({:.1} MB) | after 60 screenshots + 20 taps |",
-        mib(rss4k),
-        mib(hwm4k),
-        mib(hwm4k) * 1.048_576
-    );
-    println!(
-        "| daemon peak RSS, 40 clients × 20 pipelined 2160p screenshots, never reading | - | peak {:.1} MiB | slowest `status` meanwhile {:.0} ms; {stalled_refused} refused BUSY; 15 s |",
-        mib(stalled_hwm),
-        stalled_slowest.as_secs_f64() * 1000.0
-    );
-    println!("| software H.264 encode, 720p sim screen | {e50_720:.1} ms | {e99_720:.1} ms | {fps720:.0} fps, openh264 from source, 300 frames |");
-    println!("| software H.264 encode, 1080p sim screen | {e50_1080:.1} ms | {e99_1080:.1} ms | {fps1080:.0} fps, 200 frames |");
-    println!(
-        "| capture → viewer added latency, 720p30 | {l50:.1} ms | {l99:.1} ms | render → encode → viewer queue, 5 s |"
-    );
-    match mjpeg {
-        Some((p50, p99, bytes)) => {
-            println!("| MJPEG decode, 1080p | {p50:.1} ms | {p99:.1} ms | zune-jpeg, ffmpeg testsrc frame of {bytes} B, 100 runs |")
-        }
-        None => println!("| MJPEG decode, 1080p | - | - | not measured: needs ffmpeg to make the frame |"),
+    if run("screenshots") {
+        let (p50_1080, p99_1080, bytes_1080) = screenshots(1920, 1080, n).await?;
+        let (p50_2160, p99_2160, bytes_2160) = screenshots(3840, 2160, n).await?;
+        println!("| screenshot, 1080p capture | {p50_1080:.1} ms | {p99_1080:.1} ms | {n} runs, PNG {bytes_1080} B, end to end over the socket |");
+        println!("| screenshot, 2160p capture | {p50_2160:.1} ms | {p99_2160:.1} ms | {n} runs, PNG {bytes_2160} B, scaled to 1568 px |");
     }
-    println!(
-        "| lease closed → agent's drag released | {lr50:.1} ms | {lr99:.1} ms | 50 tasks, finger down in a 3 s drag |"
-    );
-    println!("| lease closed → no task in `status` | {lg50:.1} ms | {lg99:.1} ms | same runs, polled over another connection |");
+    if run("actions") {
+        let (o50, o99) = action_overhead("tap", n).await?;
+        let (m50, m99) = action_overhead("move", n).await?;
+        println!(
+            "| tap overhead beyond its {:.0} ms timeline | {o50:.2} ms | {o99:.2} ms | {n} taps, client round trip |",
+            tap_timeline(&InputTimings::default())
+        );
+        println!("| move (no waits) round trip | {m50:.2} ms | {m99:.2} ms | {n} moves |");
+    }
+    if run("memory") {
+        for (w, h, name) in [(1920, 1080, "1080p"), (3840, 2160, "2160p")] {
+            let (rss, hwm) = daemon_memory(w, h).await?;
+            println!(
+                "| daemon RSS, {name} sim | {:.1} MiB | peak {:.1} MiB ({:.1} MB) | after 60 screenshots, 20 taps and a 4x4 `calibrate` |",
+                mib(rss),
+                mib(hwm),
+                mib(hwm) * 1.048_576
+            );
+        }
+    }
+    if run("stalled") {
+        let (stalled_hwm, stalled_slowest, stalled_refused) = stalled_clients(40, 20).await?;
+        println!(
+            "| daemon peak RSS, 40 clients × 20 pipelined 2160p screenshots, never reading | - | peak {:.1} MiB | slowest `status` meanwhile {:.0} ms; {stalled_refused} refused BUSY; 15 s |",
+            mib(stalled_hwm),
+            stalled_slowest.as_secs_f64() * 1000.0
+        );
+    }
+    if run("video") {
+        let (fps720, e50_720, e99_720) = encode_bench(1280, 720, 300)?;
+        let (fps1080, e50_1080, e99_1080) = encode_bench(1920, 1080, 200)?;
+        let (l50, l99) = viewer_latency(1280, 720, 5)?;
+        println!("| software H.264 encode, 720p sim screen | {e50_720:.1} ms | {e99_720:.1} ms | {fps720:.0} fps, openh264 from source, 300 frames |");
+        println!("| software H.264 encode, 1080p sim screen | {e50_1080:.1} ms | {e99_1080:.1} ms | {fps1080:.0} fps, 200 frames |");
+        println!(
+            "| capture → viewer added latency, 720p30 | {l50:.1} ms | {l99:.1} ms | render → encode → viewer queue, 5 s |"
+        );
+    }
+    if run("mjpeg") {
+        match mjpeg_bench(100)? {
+            Some((p50, p99, bytes)) => {
+                println!("| MJPEG decode, 1080p | {p50:.1} ms | {p99:.1} ms | zune-jpeg, ffmpeg testsrc frame of {bytes} B, 100 runs |")
+            }
+            None => println!("| MJPEG decode, 1080p | - | - | not measured: needs ffmpeg to make the frame |"),
+        }
+    }
+    if run("lease") {
+        let (lr50, lr99, lg50, lg99) = lease_abandon(50).await?;
+        println!(
+            "| lease closed → agent's drag released | {lr50:.1} ms | {lr99:.1} ms | 50 tasks, finger down in a 3 s drag |"
+        );
+        println!("| lease closed → no task in `status` | {lg50:.1} ms | {lg99:.1} ms | same runs, polled over another connection |");
+    }
     Ok(())
 }

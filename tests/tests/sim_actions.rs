@@ -438,7 +438,7 @@ async fn calibration_removes_scale_and_offset_error() {
     let after = aim_errors(&mut drv, &targets).await;
     assert!(after.iter().all(|(_, hit, _)| *hit), "taps must land after calibration: {after:?}");
     let worst = after.iter().map(|(_, _, e)| *e).fold(0.0, f64::max);
-    assert!(worst <= 2.0, "worst aim error {worst} phone px: {after:?}");
+    assert!(worst <= 2.0, "worst aim error {worst} phone px: {after:?}; calibration: {cal}");
 
     // Persisted: a reset forgets it and the error comes back.
     let reset = drv.ok("calibrate", json!({"reset": true})).await;

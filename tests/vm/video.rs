@@ -109,7 +109,12 @@ pub fn sim_frame(w: u32, h: u32) -> anyhow::Result<Vec<u8>> {
     let start = Instant::now();
     loop {
         if let Some(f) = reader.latest() {
-            return Ok(f.data.to_vec());
+            // The sim draws NV12 like a capture; the output device is fed RGB.
+            let mut rgb = vec![0u8; w as usize * h as usize * 3];
+            for (y, row) in (0..h).zip(rgb.chunks_exact_mut(w as usize * 3)) {
+                ensure!(f.row_rgb(y, 0, w, row), "sim frame {}x{} is not {w}x{h}", f.width, f.height);
+            }
+            return Ok(rgb);
         }
         ensure!(start.elapsed() < Duration::from_secs(10), "sim rendered nothing");
         std::thread::sleep(Duration::from_millis(20));

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::{Daemon, DaemonError, InputStep, Role, Session};
-use crate::device::calibration::{locate_pointer, Affine, CalibrationPoint};
+use crate::device::calibration::{locate_pointer, Affine, CalibrationPoint, PointerSample};
 use crate::device::geometry::PixelRect;
 use crate::device::hid::{HidReport, PointerReport, POINTER_MAX};
 use crate::protocol::params::CalibrateParams;
@@ -124,8 +124,11 @@ impl Daemon {
             return Err(DaemonError::PermissionDenied { method: "calibrate", needed: Role::Operate, have: role });
         }
         let mut turn = self.acquire_device(session, token, None, cancel).await?;
-        let frame = self.frame_after(None, Duration::from_secs(2), cancel).await?;
-        let active = self.active_rect(&frame);
+        let active = {
+            // Only its geometry is needed: holding the frame would hold a capture buffer.
+            let frame = self.frame_after(None, Duration::from_secs(2), cancel).await?;
+            self.active_rect(&frame)
+        };
         let orientation = Orientation::of(&active);
         if p.reset.unwrap_or(false) {
             self.lock_calibrations().set(orientation, None);
@@ -136,30 +139,39 @@ impl Daemon {
         }
         let grid = p.grid.unwrap_or(DEFAULT_GRID);
         let targets: Vec<(u16, u16)> = grid_points(grid);
-        let frames = {
-            let mut frames = Vec::with_capacity(targets.len());
-            // Twice the settle time: the pointer must have fully arrived before the frame.
-            let settle = Duration::from_millis(self.inner.timings.settle_ms.max(50).saturating_mul(2));
-            for &(x, y) in &targets {
-                let step = InputStep::Report(HidReport::Pointer(PointerReport::new(0, x, y, 0)));
-                turn.run(&[step, InputStep::Wait(settle)]).await?;
-                let seen = self.inner.frames.latest().map(|f| f.sequence);
-                frames.push(self.frame_after(seen, Duration::from_secs(2), cancel).await?);
+        // Each frame is reduced to a small sample of the active area as soon as it arrives
+        // (the capture buffer goes back at once), and each point is located as soon as its
+        // next neighbour exists: samples 0 and 1 (needed again at the end, the grid is a
+        // cycle) plus a window of three are all that is ever held.
+        let count = targets.len();
+        let mut samples: Vec<Option<PointerSample>> = vec![None; count];
+        let mut located: Vec<Option<(f64, f64)>> = vec![None; count];
+        // Twice the settle time: the pointer must have fully arrived before the frame.
+        let settle = Duration::from_millis(self.inner.timings.settle_ms.max(50).saturating_mul(2));
+        for (k, &(x, y)) in targets.iter().enumerate() {
+            let step = InputStep::Report(HidReport::Pointer(PointerReport::new(0, x, y, 0)));
+            turn.run(&[step, InputStep::Wait(settle)]).await?;
+            let seen = self.inner.frames.latest().map(|f| f.sequence);
+            let frame = self.frame_after(seen, Duration::from_secs(2), cancel).await?;
+            samples[k] = Some(PointerSample::take(&frame, active));
+            drop(frame);
+            if k >= 2 {
+                located[k - 1] = Some(locate_at(&samples, k - 1)?);
+                if k - 2 >= 2 {
+                    samples[k - 2] = None;
+                }
             }
-            frames
-        };
+        }
         drop(turn);
-        let count = frames.len();
+        // The cycle closes: the last point against its predecessor and point 0, point 0
+        // against the last point and point 1.
+        for k in [count - 1, 0] {
+            located[k] = Some(locate_at(&samples, k)?);
+        }
         let mut points = Vec::with_capacity(count);
-        for (k, &(hx, hy)) in targets.iter().enumerate() {
-            let (prev, next) = (&frames[(k + count - 1) % count], &frames[(k + 1) % count]);
-            let Some((cx, cy)) = locate_pointer(prev, &frames[k], next, active) else {
-                return Err(DaemonError::Calibration(format!(
-                    "the pointer was not found at calibration point {} of {count}: is AssistiveTouch on, the \
-                     pointer visible, and the screen still?",
-                    k + 1
-                )));
-            };
+        for (&(hx, hy), at) in targets.iter().zip(located) {
+            // Every index was filled above: 1..count-1 in the loop, count-1 and 0 after it.
+            let (cx, cy) = at.ok_or_else(|| DaemonError::Calibration("a calibration point was skipped".into()))?;
             let n = (
                 (cx - f64::from(active.x)) / f64::from(active.width),
                 (cy - f64::from(active.y)) / f64::from(active.height),
@@ -226,6 +238,23 @@ impl Residual {
 
 /// `n`x`n` HID points spanning the middle of the screen, in a serpentine order so that
 /// consecutive points are neighbours (never far apart, never the same).
+/// Finds the pointer in sample `k` against its neighbours on the cycle of grid points.
+fn locate_at(samples: &[Option<PointerSample>], k: usize) -> Result<(f64, f64), DaemonError> {
+    let count = samples.len();
+    let get = |i: usize| samples.get(i).and_then(Option::as_ref);
+    let found = match (get((k + count - 1) % count), get(k), get((k + 1) % count)) {
+        (Some(prev), Some(current), Some(next)) => locate_pointer(prev, current, next),
+        _ => None,
+    };
+    found.ok_or_else(|| {
+        DaemonError::Calibration(format!(
+            "the pointer was not found at calibration point {} of {count}: is AssistiveTouch on, the pointer \
+             visible, and the screen still?",
+            k + 1
+        ))
+    })
+}
+
 fn grid_points(n: u32) -> Vec<(u16, u16)> {
     let n = n.max(2);
     let full = f64::from(POINTER_MAX) + 1.0;

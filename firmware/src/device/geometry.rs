@@ -47,15 +47,21 @@ impl PixelRect {
 }
 
 /// Channel value below which a pixel counts as black border.
+/// RGB channel value at or below which a pixel counts as black border.
 const BLACK: u8 = 16;
+/// Luma (limited range, black = 16) at or below which an NV12 pixel counts as black.
+/// Luma, not colour: in 4:2:0 the border pixel next to the picture shares its chroma and
+/// turns coloured while its own luma stays black.
+const BLACK_LUMA: u8 = 24;
 /// Lines scanned in each direction.
 const SCAN_LINES: u32 = 9;
 
 fn is_lit(frame: &Frame, x: u32, y: u32) -> bool {
     match frame.format {
+        PixelFormat::Nv12 => frame.luma(x, y).is_some_and(|l| l > BLACK_LUMA),
         PixelFormat::Rgb24 => {
-            let i = (y as usize * frame.width as usize + x as usize) * 3;
-            frame.data.get(i..i + 3).is_some_and(|p| p.iter().any(|&c| c > BLACK))
+            let mut px = [0u8; 3];
+            frame.row_rgb(y, x, x.saturating_add(1), &mut px) && px.iter().any(|&c| c > BLACK)
         }
     }
 }
@@ -171,6 +177,26 @@ mod tests {
         assert_eq!(detect_active_rect(&frame_with_box(640, 800, letter)), letter);
         let black = frame_with_box(64, 64, PixelRect { x: 0, y: 0, width: 0, height: 0 });
         assert_eq!(detect_active_rect(&black), PixelRect { x: 0, y: 0, width: 64, height: 64 });
+    }
+
+    #[test]
+    fn chroma_bleeding_into_the_border_is_not_picture() {
+        // NV12, picture from x = 5 (odd): border pixel 4 shares the picture's chroma. The
+        // sim's wallpaper at its most saturated: Y 16 with that chroma is RGB (0, 8, 89).
+        let (w, h) = (16usize, 4usize);
+        let mut data = vec![16u8; w * h];
+        for row in data.chunks_exact_mut(w) {
+            row[5..].fill(120);
+        }
+        for _ in 0..h / 2 {
+            for cx in 0..w / 2 {
+                data.extend_from_slice(if cx >= 2 { &[172, 97] } else { &[128, 128] });
+            }
+        }
+        let frame = Frame { format: PixelFormat::Nv12, data: data.into(), ..Frame::rgb(1, 1, 16, 4, Vec::new()) };
+        let mut px = [0u8; 3];
+        assert!(frame.row_rgb(1, 4, 5, &mut px) && px.iter().any(|&c| c > 16), "the border pixel is coloured: {px:?}");
+        assert_eq!(detect_active_rect(&frame).x, 5);
     }
 
     #[test]

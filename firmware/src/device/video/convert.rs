@@ -4,7 +4,7 @@
 
 /// Converts one limited-range BT.601 YUV sample to RGB.
 #[inline]
-fn yuv_to_rgb(y: u8, u: u8, v: u8) -> [u8; 3] {
+pub(crate) fn yuv_to_rgb(y: u8, u: u8, v: u8) -> [u8; 3] {
     let c = (i32::from(y) - 16) * 298;
     let d = i32::from(u) - 128;
     let e = i32::from(v) - 128;
@@ -185,25 +185,61 @@ pub fn pad_i420(src: &[u8], width: usize, height: usize, stride: usize, rows: us
     out
 }
 
+/// RGB → limited-range BT.601 luma.
+#[inline]
+fn luma(r: i32, g: i32, b: i32) -> u8 {
+    u8::try_from(((66 * r + 129 * g + 25 * b + 128) >> 8) + 16).unwrap_or(235)
+}
+
+/// RGB → limited-range BT.601 (U, V).
+#[inline]
+fn chroma(r: i32, g: i32, b: i32) -> (u8, u8) {
+    let u = u8::try_from(((-38 * r - 74 * g + 112 * b + 128) >> 8) + 128).unwrap_or(128);
+    let v = u8::try_from(((112 * r - 94 * g - 18 * b + 128) >> 8) + 128).unwrap_or(128);
+    (u, v)
+}
+
+/// One RGB colour as limited-range BT.601 (Y, U, V): how renderers that draw in NV12
+/// (the sim) pick their samples.
+pub fn rgb_to_yuv([r, g, b]: [u8; 3]) -> [u8; 3] {
+    let (r, g, b) = (i32::from(r), i32::from(g), i32::from(b));
+    let (u, v) = chroma(r, g, b);
+    [luma(r, g, b), u, v]
+}
+
 /// RGB24 → YUYV (for writing test frames to an output device, and for the encoder path).
 pub fn rgb_to_yuyv(rgb: &[u8], width: usize, height: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(width * height * 2);
-    let luma = |p: &[u8]| {
-        let (r, g, b) = (i32::from(p[0]), i32::from(p[1]), i32::from(p[2]));
-        u8::try_from(((66 * r + 129 * g + 25 * b + 128) >> 8) + 16).unwrap_or(235)
-    };
+    let y_of = |p: &[u8]| luma(i32::from(p[0]), i32::from(p[1]), i32::from(p[2]));
     for row in rgb.chunks_exact(width * 3).take(height) {
         for pair in row.chunks_exact(6) {
             let (a, b) = (&pair[..3], &pair[3..]);
             let r = (i32::from(a[0]) + i32::from(b[0])) / 2;
             let g = (i32::from(a[1]) + i32::from(b[1])) / 2;
             let bl = (i32::from(a[2]) + i32::from(b[2])) / 2;
-            let u = u8::try_from(((-38 * r - 74 * g + 112 * bl + 128) >> 8) + 128).unwrap_or(128);
-            let v = u8::try_from(((112 * r - 94 * g - 18 * bl + 128) >> 8) + 128).unwrap_or(128);
-            out.extend_from_slice(&[luma(a), u, luma(b), v]);
+            let (u, v) = chroma(r, g, bl);
+            out.extend_from_slice(&[y_of(a), u, y_of(b), v]);
         }
     }
     out
+}
+
+/// NV12 (tight, even sizes) → I420: the same planes, chroma de-interleaved. `None` when
+/// `src` is not `width * height * 3 / 2` bytes.
+pub fn nv12_to_i420(src: &[u8], width: usize, height: usize) -> Option<Vec<u8>> {
+    let luma_len = width.checked_mul(height)?;
+    if width % 2 != 0 || height % 2 != 0 || src.len() != luma_len.checked_add(luma_len / 2)? {
+        return None;
+    }
+    let quarter = luma_len / 4;
+    let mut out = vec![0u8; src.len()];
+    out[..luma_len].copy_from_slice(&src[..luma_len]);
+    let (u_plane, v_plane) = out[luma_len..].split_at_mut(quarter);
+    for ((pair, u), v) in src[luma_len..].chunks_exact(2).zip(u_plane).zip(v_plane) {
+        *u = pair[0];
+        *v = pair[1];
+    }
+    Some(out)
 }
 
 /// RGB24 → I420 (planar Y, then U and V at half resolution), BT.601 limited range; even
@@ -233,6 +269,26 @@ pub fn rgb_to_i420(rgb: &[u8], width: usize, height: usize) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nv12_to_i420_deinterleaves_chroma_and_refuses_wrong_sizes() {
+        let nv12 = [1, 2, 3, 4, 5, 6, 7, 8, 10, 20, 30, 40];
+        assert_eq!(nv12_to_i420(&nv12, 4, 2), Some(vec![1, 2, 3, 4, 5, 6, 7, 8, 10, 30, 20, 40]));
+        assert_eq!(nv12_to_i420(&nv12[..11], 4, 2), None);
+        assert_eq!(nv12_to_i420(&nv12, 3, 2), None);
+        assert_eq!(nv12_to_i420(&[], usize::MAX, 2), None);
+    }
+
+    #[test]
+    fn one_colour_survives_yuv_within_a_level() {
+        for rgb in [[0, 0, 0], [255, 255, 255], [200, 200, 200], [0, 122, 255], [52, 199, 89], [20, 60, 120]] {
+            let [y, u, v] = rgb_to_yuv(rgb);
+            let back = yuv_to_rgb(y, u, v);
+            for (a, b) in rgb.iter().zip(back) {
+                assert!(a.abs_diff(b) <= 3, "{rgb:?} -> {back:?}");
+            }
+        }
+    }
 
     #[test]
     fn i420_round_trips_and_honours_padded_rows() {

@@ -111,6 +111,8 @@ pub fn start_encoder(
                 let frame = frames.latest();
                 let fresh = frame.as_ref().is_some_and(|f| Some((f.generation, f.sequence)) != last);
                 if !fresh || !hub.has_viewers() {
+                    // Never sleep holding a frame: it pins one of the capture's buffers.
+                    drop(frame);
                     // Frames arrive at most every few ms; polling keeps this thread simple
                     // and never makes the capture side wait.
                     std::thread::sleep(Duration::from_millis(3));

@@ -1,6 +1,6 @@
 //! Turning a frame region into a PNG observation: crop, scale to fit, encode fast.
 
-use super::{Frame, PixelFormat};
+use super::Frame;
 use crate::device::geometry::PixelRect;
 
 /// Errors producing an image.
@@ -44,36 +44,44 @@ pub fn crop_scale(frame: &Frame, region: PixelRect, size: (u32, u32)) -> Result<
     if region.width == 0 || region.height == 0 || !full.contains_rect(&region) {
         return Err(ImageError::Region(region));
     }
-    let PixelFormat::Rgb24 = frame.format;
     let (ow, oh) = (size.0 as usize, size.1 as usize);
     let (rw, rh) = (region.width as usize, region.height as usize);
-    let stride = frame.width as usize * 3;
     let mut out = vec![0u8; ow * oh * 3];
-    // Source span of each output column, computed once.
+    // Source span of each output column, relative to the region, computed once.
     let xs: Vec<(usize, usize)> = (0..ow)
         .map(|ox| {
-            let a = region.x as usize + ox * rw / ow;
-            let b = (region.x as usize + (ox + 1) * rw / ow).max(a + 1);
+            let a = ox * rw / ow;
+            let b = ((ox + 1) * rw / ow).max(a + 1);
             (a, b)
         })
         .collect();
+    // One region row in RGB (each source row is converted once: output rows partition them).
+    let mut row = vec![0u8; rw * 3];
+    let mut sums = vec![0u32; ow * 3];
     for oy in 0..oh {
         let y0 = region.y as usize + oy * rh / oh;
         let y1 = (region.y as usize + (oy + 1) * rh / oh).max(y0 + 1);
-        for (ox, &(x0, x1)) in xs.iter().enumerate() {
-            let mut sum = [0u32; 3];
-            for y in y0..y1 {
-                let row = &frame.data[y * stride..(y + 1) * stride];
+        sums.fill(0);
+        for y in y0..y1 {
+            // y < region.y + region.height ≤ frame.height, checked above; a short frame
+            // (data not matching its size) is an error, not a panic.
+            let y = u32::try_from(y).map_err(|_| ImageError::Region(region))?;
+            if !frame.row_rgb(y, region.x, region.x + region.width, &mut row) {
+                return Err(ImageError::Region(region));
+            }
+            for (&(x0, x1), sum) in xs.iter().zip(sums.chunks_exact_mut(3)) {
                 for px in row[x0 * 3..x1 * 3].chunks_exact(3) {
                     sum[0] += u32::from(px[0]);
                     sum[1] += u32::from(px[1]);
                     sum[2] += u32::from(px[2]);
                 }
             }
+        }
+        for (ox, &(x0, x1)) in xs.iter().enumerate() {
             let n = u32::try_from((y1 - y0) * (x1 - x0)).unwrap_or(1).max(1);
             let o = (oy * ow + ox) * 3;
             for c in 0..3 {
-                out[o + c] = u8::try_from(sum[c] / n).unwrap_or(255);
+                out[o + c] = u8::try_from(sums[ox * 3 + c] / n).unwrap_or(255);
             }
         }
     }
@@ -123,6 +131,33 @@ mod tests {
             }
         }
         Frame::rgb(1, 1, w, h, data)
+    }
+
+    #[test]
+    fn nv12_frames_crop_and_scale_like_their_rgb_conversion() {
+        let f = gradient(64, 48);
+        let nv12 = crate::device::video::convert::rgb_to_yuyv(&f.data, 64, 48);
+        // YUYV → NV12: luma as is, chroma from even rows.
+        let mut data: Vec<u8> = nv12.chunks_exact(2).map(|p| p[0]).collect();
+        for row in nv12.chunks_exact(64 * 2).step_by(2) {
+            for quad in row.chunks_exact(4) {
+                data.extend_from_slice(&[quad[1], quad[3]]);
+            }
+        }
+        let yuv = Frame { format: super::super::PixelFormat::Nv12, data: data.into(), ..f.clone() };
+        let mut as_rgb = Vec::new();
+        for y in 0..48 {
+            let mut row = vec![0u8; 64 * 3];
+            assert!(yuv.row_rgb(y, 0, 64, &mut row));
+            as_rgb.extend_from_slice(&row);
+        }
+        let converted = Frame::rgb(1, 1, 64, 48, as_rgb);
+        let region = PixelRect { x: 3, y: 5, width: 40, height: 30 };
+        for size in [(40, 30), (17, 13)] {
+            assert_eq!(crop_scale(&yuv, region, size).unwrap(), crop_scale(&converted, region, size).unwrap());
+        }
+        let short = Frame { data: yuv.data[..100].into(), ..yuv };
+        assert!(crop_scale(&short, region, (40, 30)).is_err(), "short data is an error, not a panic");
     }
 
     #[test]

@@ -5,10 +5,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use openh264::encoder::{BitRate, Encoder, EncoderConfig, FrameRate, FrameType, IntraFramePeriod, Profile, UsageType};
-use openh264::formats::{RgbSliceU8, YUVBuffer};
+use openh264::formats::{RgbSliceU8, YUVBuffer, YUVSlices};
 use openh264::OpenH264API;
 use serde::{Deserialize, Serialize};
 
+use crate::device::video::convert::{nv12_to_i420, rgb_to_i420};
 use crate::device::video::{Frame, PixelFormat};
 
 /// Encoder settings (config `[encoder]`).
@@ -65,17 +66,29 @@ pub enum EncoderError {
     },
 }
 
-/// Checks that `frame` is an RGB24 picture of the encoder's `size`; returns the size.
+/// Checks that `frame` is a whole picture of the encoder's `size`; returns the size.
 pub(super) fn check_frame(frame: &Frame, size: (u32, u32)) -> Result<(u32, u32), EncoderError> {
     let (w, h) = (frame.width, frame.height);
     if (w, h) != size {
         return Err(EncoderError::Frame { width: w, height: h, why: "size differs from the encoder's" });
     }
-    let PixelFormat::Rgb24 = frame.format;
-    if frame.data.len() != w as usize * h as usize * 3 {
+    if frame.format.frame_len(w, h) != Some(frame.data.len()) {
         return Err(EncoderError::Frame { width: w, height: h, why: "data length does not match the size" });
     }
     Ok((w, h))
+}
+
+/// The frame as tight I420 (what encoders take). The frame was checked by [`check_frame`].
+pub(super) fn frame_i420(frame: &Frame) -> Result<Vec<u8>, EncoderError> {
+    let (w, h) = (frame.width as usize, frame.height as usize);
+    match frame.format {
+        PixelFormat::Rgb24 => Ok(rgb_to_i420(&frame.data, w, h)),
+        PixelFormat::Nv12 => nv12_to_i420(&frame.data, w, h).ok_or(EncoderError::Frame {
+            width: frame.width,
+            height: frame.height,
+            why: "NV12 data length does not match the size",
+        }),
+    }
 }
 
 /// The software encoder, bound to one frame size (a new size needs a new encoder).
@@ -127,10 +140,20 @@ impl SoftwareH264 {
     /// Encodes one frame; `None` when the encoder produced nothing for it.
     pub fn encode(&mut self, frame: &Frame) -> Result<Option<AccessUnit>, EncoderError> {
         let (w, h) = check_frame(frame, (self.width, self.height))?;
-        // Sizes were checked even and the length matches, so the slice wrapper's
-        // assertions hold.
-        let yuv = YUVBuffer::from_rgb_source(RgbSliceU8::new(&frame.data, (w as usize, h as usize)));
-        let stream = self.encoder.encode(&yuv).map_err(|e| EncoderError::OpenH264(e.to_string()))?;
+        let (w, h) = (w as usize, h as usize);
+        // Sizes were checked even and the lengths match, so the wrappers' assertions hold.
+        let encoded = match frame.format {
+            PixelFormat::Rgb24 => {
+                self.encoder.encode(&YUVBuffer::from_rgb_source(RgbSliceU8::new(&frame.data, (w, h))))
+            }
+            PixelFormat::Nv12 => {
+                let i420 = frame_i420(frame)?;
+                let (luma, chroma) = i420.split_at(w * h);
+                let (u, v) = chroma.split_at(w * h / 4);
+                self.encoder.encode(&YUVSlices::new((luma, u, v), (w, h), (w, w / 2, w / 2)))
+            }
+        };
+        let stream = encoded.map_err(|e| EncoderError::OpenH264(e.to_string()))?;
         let keyframe = matches!(stream.frame_type(), FrameType::IDR);
         if matches!(stream.frame_type(), FrameType::Skip | FrameType::Invalid) {
             return Ok(None);

@@ -74,4 +74,27 @@ mod tests {
         assert!(mean_err < 12, "mean error {mean_err}");
         assert!(dec.decode(b"\x00\x00\x00\x01garbage").map_or(true, |p| p.is_none()));
     }
+
+    #[test]
+    fn nv12_frames_encode_to_the_same_picture() {
+        let (w, h) = (64usize, 48usize);
+        // Smooth luma, one colour of chroma: what the sim draws.
+        let mut data: Vec<u8> = (0..h).flat_map(|y| (0..w).map(move |x| u8::try_from(40 + x + y).unwrap())).collect();
+        data.extend(std::iter::repeat_n([90u8, 180], w * h / 4).flatten());
+        let frame = Frame {
+            format: crate::device::video::PixelFormat::Nv12,
+            data: data.into(),
+            ..Frame::rgb(1, 1, 64, 48, vec![0; w * h * 3])
+        };
+        let mut want = vec![0u8; w * h * 3];
+        for (y, row) in want.chunks_exact_mut(w * 3).enumerate() {
+            assert!(frame.row_rgb(u32::try_from(y).unwrap(), 0, 64, row));
+        }
+        let mut enc =
+            SoftwareH264::new(64, 48, EncoderSettings { bitrate_bps: 2_000_000, ..Default::default() }).unwrap();
+        let au = enc.encode(&frame).unwrap().unwrap();
+        let (_, _, rgb) = SoftwareH264Decoder::new().unwrap().decode(&au.data).unwrap().unwrap();
+        let mean_err = rgb.iter().zip(&want).map(|(a, b)| u64::from(a.abs_diff(*b))).sum::<u64>() / rgb.len() as u64;
+        assert!(mean_err < 6, "mean error {mean_err}");
+    }
 }

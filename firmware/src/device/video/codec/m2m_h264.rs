@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::h264::{check_frame, AccessUnit, EncoderError, EncoderSettings};
-use crate::device::video::convert::{pad_i420, rgb_to_i420};
+use super::h264::{check_frame, frame_i420, AccessUnit, EncoderError, EncoderSettings};
+use crate::device::video::convert::pad_i420;
 use crate::device::video::m2m::{find_node, M2mCodec};
 use crate::device::video::v4l2::FourCc;
 use crate::device::video::Frame;
@@ -94,7 +94,7 @@ impl HardwareH264 {
     /// Encodes one frame.
     pub fn encode(&mut self, frame: &Frame) -> Result<Option<AccessUnit>, EncoderError> {
         let (w, h) = check_frame(frame, (self.width, self.height))?;
-        let mut i420 = rgb_to_i420(&frame.data, w as usize, h as usize);
+        let mut i420 = frame_i420(frame)?;
         if let Some(layout) =
             self.codec.output_format().filter(|f| (f.width, f.height) != (w, h) || f.bytes_per_line != w)
         {
