@@ -21,3 +21,4 @@ pub mod daemon;
 pub mod device;
 pub mod protocol;
 pub mod server;
+pub mod sync;

@@ -250,3 +250,90 @@ macro_rules! wait_for {
         }
     }};
 }
+
+/// A test's view of one connection: numbers its own requests, adds a task token when it
+/// has one, and panics with the request on anything unexpected (a failed test). Built on
+/// [`RawClient`], so replies to other ids and events that arrive early are kept, not lost.
+#[derive(Debug)]
+pub struct Caller {
+    /// The connection underneath, for raw lines.
+    pub c: RawClient,
+    next: u64,
+    token: Option<String>,
+}
+
+impl Caller {
+    /// Connects to `d`. Request ids start above 1000, clear of ids a test picks itself.
+    pub async fn new(d: &SimDaemon) -> Caller {
+        #[allow(clippy::expect_used)] // test helper: no connection is a failed test
+        let c = d.connect().await.expect("connect to the sim daemon");
+        Caller { c, next: 1000, token: None }
+    }
+
+    /// Sends every later request with `task_token`.
+    #[must_use]
+    pub fn with_token(mut self, token: &str) -> Caller {
+        self.token = Some(token.to_string());
+        self
+    }
+
+    /// Sends a request under the next id without waiting; returns the id.
+    pub async fn send(&mut self, method: &str, params: Value) -> u64 {
+        self.next += 1;
+        self.send_as(self.next, method, params).await;
+        self.next
+    }
+
+    /// Sends a request under a chosen id (duplicate-id tests) without waiting.
+    pub async fn send_as(&mut self, id: u64, method: &str, params: Value) {
+        let mut params = match params {
+            Value::Object(m) => m,
+            _ => serde_json::Map::new(),
+        };
+        if let Some(t) = &self.token {
+            params.insert("task_token".into(), t.clone().into());
+        }
+        if let Err(e) = self.c.send_request(id, method, Value::Object(params)).await {
+            panic!("send {method} as {id}: {e:#}");
+        }
+    }
+
+    /// The reply to `id`, however much else arrives first.
+    pub async fn reply(&mut self, id: u64, within: Duration) -> Value {
+        self.c.reply(id, within).await.unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    /// The next event, however many replies arrive first.
+    pub async fn event(&mut self, within: Duration) -> Value {
+        self.c.event(within).await.unwrap_or_else(|e| panic!("no event: {e:#}"))
+    }
+
+    /// Sends and waits for the whole reply.
+    pub async fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send(method, params).await;
+        self.reply(id, REPLY_TIMEOUT).await
+    }
+
+    /// Calls and returns `result`; panics when the reply is an error.
+    pub async fn ok(&mut self, method: &str, params: Value) -> Value {
+        let r = self.call(method, params.clone()).await;
+        assert_eq!(r["ok"], true, "{method} {params}: {r}");
+        r["result"].clone()
+    }
+
+    /// Calls and returns `error`; panics when the call succeeds.
+    pub async fn err(&mut self, method: &str, params: Value) -> Value {
+        let r = self.call(method, params.clone()).await;
+        assert_eq!(r["ok"], false, "{method} {params} should fail: {r}");
+        r["error"].clone()
+    }
+
+    /// A screenshot's observation id.
+    pub async fn shot(&mut self) -> String {
+        let r = self.ok("screenshot", serde_json::json!({})).await;
+        match r["metadata"]["observation_id"].as_str() {
+            Some(id) => id.to_string(),
+            None => panic!("screenshot without an observation id: {r}"),
+        }
+    }
+}

@@ -5,95 +5,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed unwrap is a failed test
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tether::daemon::{DaemonLimits, DaemonOptions};
 use tether::device::input::InputTimings;
 use tether::device::sim::SimConfig;
-use tether_tests::harness::{RawClient, SimDaemon};
-
-/// A connection that keeps every message it has not been asked for yet (replies to other
-/// ids, events), so nothing that arrives early is lost.
-struct Conn {
-    c: RawClient,
-    next: u64,
-    token: Option<String>,
-    pending: VecDeque<Value>,
-}
-
-impl Conn {
-    async fn new(d: &SimDaemon) -> Conn {
-        Conn { c: d.connect().await.unwrap(), next: 1000, token: None, pending: VecDeque::new() }
-    }
-
-    fn with_token(mut self, token: &str) -> Conn {
-        self.token = Some(token.to_string());
-        self
-    }
-
-    async fn send(&mut self, method: &str, params: Value) -> u64 {
-        self.next += 1;
-        self.send_as(self.next, method, params).await;
-        self.next
-    }
-
-    async fn send_as(&mut self, id: u64, method: &str, params: Value) {
-        let mut req = params.as_object().cloned().unwrap_or_default();
-        req.insert("id".into(), id.into());
-        req.insert("method".into(), method.into());
-        if let Some(t) = &self.token {
-            req.insert("task_token".into(), t.clone().into());
-        }
-        self.c.send(&Value::Object(req).to_string()).await.unwrap();
-    }
-
-    /// The next message matching `pred`, from what arrived earlier or from the socket.
-    async fn next_matching(&mut self, within: Duration, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        if let Some(i) = self.pending.iter().position(&pred) {
-            return self.pending.remove(i).unwrap();
-        }
-        let deadline = Instant::now() + within;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let msg = self.c.recv_within(left).await.unwrap_or_else(|e| panic!("no {what}: {e}"));
-            if pred(&msg) {
-                return msg;
-            }
-            self.pending.push_back(msg);
-        }
-    }
-
-    async fn reply(&mut self, id: u64, within: Duration) -> Value {
-        self.next_matching(within, &format!("reply to {id}"), |m| m["id"] == id && m.get("event").is_none()).await
-    }
-
-    async fn event(&mut self, within: Duration) -> Value {
-        self.next_matching(within, "event", |m| m.get("event").is_some()).await
-    }
-
-    async fn call(&mut self, method: &str, params: Value) -> Value {
-        let id = self.send(method, params).await;
-        self.reply(id, Duration::from_secs(30)).await
-    }
-
-    async fn ok(&mut self, method: &str, params: Value) -> Value {
-        let r = self.call(method, params.clone()).await;
-        assert_eq!(r["ok"], true, "{method} {params}: {r}");
-        r["result"].clone()
-    }
-
-    async fn err(&mut self, method: &str, params: Value) -> Value {
-        let r = self.call(method, params.clone()).await;
-        assert_eq!(r["ok"], false, "{method} {params} should fail: {r}");
-        r["error"].clone()
-    }
-
-    async fn shot(&mut self) -> String {
-        self.ok("screenshot", json!({})).await["metadata"]["observation_id"].as_str().unwrap().to_string()
-    }
-}
+use tether_tests::harness::{Caller, SimDaemon};
 
 fn tap(obs: &str, op: &str) -> Value {
     json!({"operation_id": op, "observation_id": obs, "action": {"type": "tap", "x": 100, "y": 400}})
@@ -104,14 +22,14 @@ fn drag(obs: &str, op: &str, ms: u64) -> Value {
            "action": {"type": "drag", "path": [{"x": 100, "y": 300}, {"x": 100, "y": 600}], "duration_ms": ms}})
 }
 
-async fn open(owner: &mut Conn, params: Value) -> (i64, String) {
+async fn open(owner: &mut Caller, params: Value) -> (i64, String) {
     let mut p = params.as_object().cloned().unwrap_or_default();
     p.insert("title".into(), "hardening".into());
     let r = owner.ok("task_open", Value::Object(p)).await;
     (r["id"].as_i64().unwrap(), r["token"].as_str().unwrap().to_string())
 }
 
-async fn touches(c: &mut Conn) -> u64 {
+async fn touches(c: &mut Caller) -> u64 {
     let st = c.ok("sim_state", json!({})).await;
     st["touches"].as_array().and_then(|t| t.last()).and_then(|t| t["seq"].as_u64()).unwrap_or(0)
 }
@@ -126,14 +44,14 @@ async fn wait_until(mut cond: impl FnMut() -> bool, what: &str) {
 }
 
 async fn alive(d: &SimDaemon) {
-    let mut c = Conn::new(d).await;
+    let mut c = Caller::new(d).await;
     assert!(c.ok("status", json!({})).await["daemon"]["uptime_ms"].is_u64(), "the daemon answers");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_numbers_are_refused_and_the_daemon_lives() {
     let d = SimDaemon::start().await.unwrap();
-    let mut c = Conn::new(&d).await;
+    let mut c = Caller::new(&d).await;
     // These wrapped u32 sums in the region check and crashed the daemon.
     for region in [
         json!({"x": 10, "y": 0, "width": 4_294_967_290u64, "height": 10}),
@@ -177,7 +95,7 @@ async fn huge_numbers_are_refused_and_the_daemon_lives() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_in_flight_request_with_the_same_id_is_refused() {
     let d = SimDaemon::start().await.unwrap();
-    let mut c = Conn::new(&d).await;
+    let mut c = Caller::new(&d).await;
     let obs = c.shot().await;
     let press =
         json!({"operation_id": "lp", "observation_id": obs, "action": {"type": "long_press", "x": 50, "y": 50}});
@@ -197,7 +115,7 @@ async fn a_second_in_flight_request_with_the_same_id_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_covers_a_screenshot_waiting_for_a_frame() {
     let d = SimDaemon::start().await.unwrap();
-    let mut c = Conn::new(&d).await;
+    let mut c = Caller::new(&d).await;
     let frame = c.ok("screenshot", json!({})).await["metadata"]["frame_id"].as_u64().unwrap();
     let shot = c.send("screenshot", json!({"after_frame_id": frame + 1_000_000, "timeout_ms": 5000})).await;
     let cancelled = c.ok("cancel", json!({"request_id": shot})).await;
@@ -210,7 +128,7 @@ async fn cancel_covers_a_screenshot_waiting_for_a_frame() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_covers_calibrate_and_task_confirm() {
     let d = SimDaemon::start().await.unwrap();
-    let mut human = Conn::new(&d).await;
+    let mut human = Caller::new(&d).await;
     let reports = d.phone.state().input.reports;
     let cal = human.send("calibrate", json!({"grid": 6})).await;
     wait_until(|| d.phone.state().input.reports > reports, "calibration to move the pointer").await;
@@ -219,9 +137,9 @@ async fn cancel_covers_calibrate_and_task_confirm() {
     assert_eq!(r["error"]["code"], "CANCELLED", "{r}");
 
     let (task, token) = open(&mut human, json!({})).await;
-    let mut agent = Conn::new(&d).await.with_token(&token);
+    let mut agent = Caller::new(&d).await.with_token(&token);
     let ask = agent.send("task_confirm", json!({"question": "ok?"})).await;
-    let mut watcher = Conn::new(&d).await;
+    let mut watcher = Caller::new(&d).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     while watcher.ok("status", json!({})).await["task"]["question"].is_null() {
         assert!(Instant::now() < deadline, "the question never showed");
@@ -238,7 +156,7 @@ async fn cancel_covers_calibrate_and_task_confirm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_action_checks_its_observation() {
     let d = SimDaemon::start().await.unwrap();
-    let mut c = Conn::new(&d).await;
+    let mut c = Caller::new(&d).await;
     let e = c
         .err(
             "action",
@@ -263,16 +181,16 @@ async fn every_action_checks_its_observation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_observation_is_checked_again_after_waiting_for_admission() {
     let d = SimDaemon::start().await.unwrap();
-    let mut human = Conn::new(&d).await;
+    let mut human = Caller::new(&d).await;
     let (task, token) = open(&mut human, json!({"events": false})).await;
-    let mut agent = Conn::new(&d).await.with_token(&token);
+    let mut agent = Caller::new(&d).await.with_token(&token);
     let obs = agent.shot().await;
     human.ok("task_control", json!({"task": task, "action": "pause"})).await;
     let before = touches(&mut human).await;
     let queued = agent.send("action", tap(&obs, "queued")).await;
     // While it waits, the picture changes generation (a replug): the observation dies.
     d.phone.replug();
-    let mut watcher = Conn::new(&d).await;
+    let mut watcher = Caller::new(&d).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     while watcher
         .call(
@@ -294,8 +212,8 @@ async fn the_observation_is_checked_again_after_waiting_for_admission() {
 async fn waiting_for_the_device_past_the_bound_is_busy() {
     let options = DaemonOptions { queue_timeout: Some(Duration::from_millis(300)), ..DaemonOptions::default() };
     let d = SimDaemon::start_options(SimConfig::default(), options).await.unwrap();
-    let mut a = Conn::new(&d).await;
-    let mut b = Conn::new(&d).await;
+    let mut a = Caller::new(&d).await;
+    let mut b = Caller::new(&d).await;
     let obs = a.shot().await;
     let long = a.send("action", drag(&obs, "long", 3000)).await;
     wait_until(|| d.phone.state().input.buttons != 0, "the drag to hold").await;
@@ -312,7 +230,7 @@ async fn waiting_for_the_device_past_the_bound_is_busy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calibrate_is_admitted_like_input() {
     let d = SimDaemon::start().await.unwrap();
-    let mut human = Conn::new(&d).await;
+    let mut human = Caller::new(&d).await;
     let (_task, _token) = open(&mut human, json!({"events": false})).await;
     let reports = d.phone.state().input.reports;
     for params in [json!({}), json!({"reset": true})] {
@@ -325,13 +243,13 @@ async fn calibrate_is_admitted_like_input() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn takeover_interrupts_long_typing_at_the_next_report() {
     let d = SimDaemon::start().await.unwrap();
-    let mut human = Conn::new(&d).await;
+    let mut human = Caller::new(&d).await;
     let (task, token) = open(&mut human, json!({"events": false})).await;
-    let mut agent = Conn::new(&d).await.with_token(&token);
+    let mut agent = Caller::new(&d).await.with_token(&token);
     let text = "a".repeat(2000);
     let typing =
         agent.send("action", json!({"operation_id": "type", "action": {"type": "type_text", "text": text}})).await;
-    let mut watcher = Conn::new(&d).await;
+    let mut watcher = Caller::new(&d).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     while watcher.ok("status", json!({})).await["input"]["busy"] != true {
         assert!(Instant::now() < deadline, "typing never started");
@@ -356,9 +274,9 @@ async fn takeover_interrupts_long_typing_at_the_next_report() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_interrupts_the_agents_running_input() {
     let d = SimDaemon::start().await.unwrap();
-    let mut human = Conn::new(&d).await;
+    let mut human = Caller::new(&d).await;
     let (task, token) = open(&mut human, json!({"events": false})).await;
-    let mut agent = Conn::new(&d).await.with_token(&token);
+    let mut agent = Caller::new(&d).await.with_token(&token);
     let obs = agent.shot().await;
     let long = agent.send("action", drag(&obs, "d", 5000)).await;
     wait_until(|| d.phone.state().input.buttons != 0, "the drag to hold").await;
@@ -377,7 +295,7 @@ async fn connections_beyond_the_limit_are_busy() {
         .unwrap();
     let mut held = Vec::new();
     for _ in 0..3 {
-        let mut c = Conn::new(&d).await;
+        let mut c = Caller::new(&d).await;
         c.ok("hello", json!({})).await;
         held.push(c);
     }
@@ -408,7 +326,7 @@ async fn screenshots_beyond_the_work_limit_are_busy() {
     let limits = DaemonLimits { max_screenshots_in_flight: 1, max_screenshots_waiting: 1, ..DaemonLimits::default() };
     let sim = SimConfig { capture_width: 3840, capture_height: 2160, ..SimConfig::default() };
     let d = SimDaemon::start_options(sim, DaemonOptions { limits, ..DaemonOptions::default() }).await.unwrap();
-    let mut c = Conn::new(&d).await;
+    let mut c = Caller::new(&d).await;
     let ids: Vec<u64> = {
         let mut ids = Vec::new();
         for _ in 0..12 {
@@ -432,16 +350,16 @@ async fn screenshots_beyond_the_work_limit_are_busy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repeated_refusals_are_journalled_with_counts() {
     let d = SimDaemon::start().await.unwrap();
-    let mut lease = Conn::new(&d).await;
+    let mut lease = Caller::new(&d).await;
     let (task, token) = open(&mut lease, json!({"events": false})).await;
-    let mut other = Conn::new(&d).await;
+    let mut other = Caller::new(&d).await;
     const N: usize = 300;
     for i in 0..N {
         let id = other.send("action", json!({"operation_id": format!("h{i}"), "action": {"type": "home"}})).await;
         let r = other.reply(id, Duration::from_secs(10)).await;
         assert_eq!(r["error"]["code"], "TASK_RUNNING");
     }
-    let mut agent = Conn::new(&d).await.with_token(&token);
+    let mut agent = Caller::new(&d).await.with_token(&token);
     agent.ok("task_finish", json!({"ok": true})).await;
     let events = lease.ok("task_events", json!({"task": task})).await["events"].as_array().unwrap().clone();
     let refused: Vec<&Value> = events.iter().filter(|e| e["kind"] == "refused").collect();
@@ -457,9 +375,9 @@ async fn repeated_refusals_are_journalled_with_counts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_opener_hears_its_task_and_can_opt_out() {
     let d = SimDaemon::start().await.unwrap();
-    let mut lease = Conn::new(&d).await;
+    let mut lease = Caller::new(&d).await;
     let (task, _token) = open(&mut lease, json!({})).await;
-    let mut human = Conn::new(&d).await;
+    let mut human = Caller::new(&d).await;
     human.ok("task_control", json!({"task": task, "action": "pause"})).await;
     let mut seen = Vec::new();
     while !seen.iter().any(|s: &String| s == "paused") {
@@ -473,21 +391,22 @@ async fn the_opener_hears_its_task_and_can_opt_out() {
     assert_eq!(seen, ["running", "paused"]);
     human.ok("task_control", json!({"task": task, "action": "stop"})).await;
     // The stream ends with the task; a new task opened with events:false streams nothing.
-    let mut quiet = Conn::new(&d).await;
+    let mut quiet = Caller::new(&d).await;
     let (task2, _) = open(&mut quiet, json!({"events": false})).await;
     human.ok("task_control", json!({"task": task2, "action": "pause"})).await;
     let r = quiet.call("status", json!({})).await;
     assert_eq!(r["ok"], true);
-    assert!(quiet.pending.is_empty(), "no events: {:?}", quiet.pending);
+    // An event for the pause would have been queued before this reply.
+    assert_eq!(quiet.c.buffered(), 0, "no events before the status reply");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_question_waits_and_answers_name_their_question() {
     let d = SimDaemon::start().await.unwrap();
-    let mut human = Conn::new(&d).await;
+    let mut human = Caller::new(&d).await;
     let (task, token) = open(&mut human, json!({"events": false})).await;
-    let mut first = Conn::new(&d).await.with_token(&token);
-    let mut second = Conn::new(&d).await.with_token(&token);
+    let mut first = Caller::new(&d).await.with_token(&token);
+    let mut second = Caller::new(&d).await.with_token(&token);
     let q1 = first.send("task_confirm", json!({"question": "first?"})).await;
     let question = |st: &Value| st["task"]["question"].clone();
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -523,7 +442,7 @@ async fn a_second_question_waits_and_answers_name_their_question() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_after_the_end_of_the_journal_are_refused() {
     let d = SimDaemon::start().await.unwrap();
-    let mut human = Conn::new(&d).await;
+    let mut human = Caller::new(&d).await;
     let (task, _) = open(&mut human, json!({"events": false})).await;
     let all = human.ok("task_events", json!({"task": task})).await["events"].as_array().unwrap().clone();
     let last = all.last().unwrap()["seq"].as_i64().unwrap();
@@ -543,7 +462,7 @@ async fn a_slow_fast_timing_phone_still_refuses_nothing_it_should_run() {
     // The bounds and gates must not get in the way of ordinary use: a tap, a key, a drag.
     let timings = InputTimings { settle_ms: 60, tap_hold_ms: 30, ..InputTimings::default() };
     let d = SimDaemon::start_phone(SimConfig { glide_ms: 30, ..SimConfig::default() }, timings).await.unwrap();
-    let mut c = Conn::new(&d).await;
+    let mut c = Caller::new(&d).await;
     let obs = c.shot().await;
     let before = touches(&mut c).await;
     c.ok("action", tap(&obs, "t1")).await;

@@ -21,6 +21,7 @@ use crate::protocol::params::{
 };
 use crate::protocol::task_params::BatchParams;
 use crate::protocol::ErrorBody;
+use crate::sync::LockPlain;
 
 /// Largest PNG returned by `screenshot`.
 pub const MAX_SCREENSHOT_BYTES: usize = 1 << 20;
@@ -86,7 +87,7 @@ impl Daemon {
             }
             tracing::warn!(?fixed, frame = ?(frame.width, frame.height), "configured active_rect is outside the frame; detecting");
         }
-        let mut cache = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = self.inner.active.lock_plain();
         match *cache {
             Some((generation, rect)) if generation == frame.generation => rect,
             _ => {
@@ -370,7 +371,7 @@ impl Daemon {
         drop(turn);
         if let (Err(_), Some(relative)) = (&result, &self.inner.relative) {
             // The pointer may have stopped anywhere: find it again by homing next time.
-            relative.lock().unwrap_or_else(|p| p.into_inner()).forget();
+            relative.lock_plain().forget();
         }
         (result, task)
     }
@@ -454,7 +455,7 @@ impl Daemon {
             }
         };
         if let Some(relative) = &self.inner.relative {
-            return Ok(relative.lock().unwrap_or_else(|p| p.into_inner()).plan(&gesture, t));
+            return Ok(relative.lock_plain().plan(&gesture, t));
         }
         if matches!(action, ActionSpec::AppSwitcher {}) {
             return Ok(input::app_switcher(t));

@@ -13,6 +13,7 @@ use crate::device::calibration::{locate_pointer, Affine, CalibrationPoint, Point
 use crate::device::geometry::PixelRect;
 use crate::device::hid::{HidReport, PointerReport, POINTER_MAX};
 use crate::protocol::params::CalibrateParams;
+use crate::sync::LockPlain;
 
 /// Which way the phone's picture is oriented; each has its own calibration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -92,7 +93,7 @@ impl Daemon {
 
     fn lock_calibrations(&self) -> std::sync::MutexGuard<'_, Calibrations> {
         // Plain data; a panic elsewhere cannot leave it inconsistent.
-        self.inner.calibrations.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.calibrations.lock_plain()
     }
 
     async fn persist_calibrations(&self) {

@@ -80,6 +80,7 @@ impl OutputBudget {
 #[derive(Debug)]
 pub struct WorkLimiter {
     running: Arc<Semaphore>,
+    max_running: usize,
     waiting: AtomicUsize,
     max_waiting: usize,
 }
@@ -95,6 +96,7 @@ impl WorkLimiter {
     pub fn new(running: usize, waiting: usize) -> WorkLimiter {
         WorkLimiter {
             running: Arc::new(Semaphore::new(running.max(1))),
+            max_running: running.max(1),
             waiting: AtomicUsize::new(0),
             max_waiting: waiting,
         }
@@ -121,8 +123,13 @@ impl WorkLimiter {
     }
 
     /// Work running or waiting now.
-    pub fn in_flight(&self, max_running: usize) -> usize {
-        max_running.saturating_sub(self.running.available_permits()) + self.waiting.load(Ordering::Acquire)
+    pub fn in_flight(&self) -> usize {
+        self.max_running.saturating_sub(self.running.available_permits()) + self.waiting.load(Ordering::Acquire)
+    }
+
+    /// The most work that can be running or waiting at once.
+    pub fn capacity(&self) -> usize {
+        self.max_running + self.max_waiting
     }
 }
 
@@ -152,18 +159,19 @@ mod tests {
     #[tokio::test]
     async fn work_limiter_runs_some_queues_some_refuses_the_rest() {
         let w = WorkLimiter::new(1, 1);
+        assert_eq!(w.capacity(), 2);
         let first = w.enter().await.unwrap();
-        assert_eq!(w.in_flight(1), 1);
+        assert_eq!(w.in_flight(), 1);
         let w = Arc::new(w);
         let w2 = w.clone();
         let queued = tokio::spawn(async move { w2.enter().await.is_some() });
-        while w.in_flight(1) < 2 {
+        while w.in_flight() < 2 {
             tokio::task::yield_now().await;
         }
         assert!(w.enter().await.is_none(), "a third is refused");
         drop(first);
         assert!(queued.await.unwrap());
-        assert_eq!(w.in_flight(1), 0);
+        assert_eq!(w.in_flight(), 0);
     }
 
     #[tokio::test]

@@ -52,6 +52,7 @@ use crate::device::video::encode::{start_encoder, EncoderKind};
 use crate::device::video::viewers::{ViewerHub, ViewerId};
 use crate::device::video::{FrameHub, FrameReader, FrameSource, SourceGuard, VideoError};
 use crate::protocol::{Call, HelloParams, Limits, Method, Request, RequestId, PROTOCOL_NAME};
+use crate::sync::LockPlain;
 use store::{Store, StoreError};
 use tasks::{DeviceIdentity, Tasks};
 
@@ -295,8 +296,8 @@ impl Daemon {
         LimitsStatus {
             connections: self.inner.sessions.load(Ordering::Relaxed),
             max_connections: l.max_sessions,
-            screenshots_in_flight: self.inner.screenshots.in_flight(l.max_screenshots_in_flight),
-            max_screenshots_in_flight: l.max_screenshots_in_flight + l.max_screenshots_waiting,
+            screenshots_in_flight: self.inner.screenshots.in_flight(),
+            max_screenshots_in_flight: self.inner.screenshots.capacity(),
             queued_output_bytes: self.inner.output.queued(),
             max_queued_output_bytes: self.inner.output.max(),
             refused_busy: self.inner.refused_busy.load(Ordering::Relaxed),
@@ -322,12 +323,12 @@ impl Daemon {
 
     fn lock_observations(&self) -> std::sync::MutexGuard<'_, ObservationStore> {
         // Plain data; a panic elsewhere cannot leave it inconsistent.
-        self.inner.observations.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.observations.lock_plain()
     }
 
     fn lock_operations(&self) -> std::sync::MutexGuard<'_, OperationCache> {
         // Plain data; a panic elsewhere cannot leave it inconsistent.
-        self.inner.operations.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.operations.lock_plain()
     }
 
     /// Handles request `id` of `session`, made without a task token (in-process callers).

@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Caller, Daemon, DaemonError, Inner};
 use crate::protocol::{Event, RequestId};
+use crate::sync::LockPlain;
 
 /// Events a session's stream may hold before the producer waits.
 const SESSION_EVENTS: usize = 64;
@@ -45,7 +46,7 @@ pub(super) type InFlight = HashMap<u64, CancellationToken>;
 
 fn lock(map: &std::sync::Mutex<InFlight>) -> std::sync::MutexGuard<'_, InFlight> {
     // Plain data; a panic elsewhere cannot leave it inconsistent.
-    map.lock().unwrap_or_else(|p| p.into_inner())
+    map.lock_plain()
 }
 
 /// One in-flight request of a session: its id is taken until this is dropped, and its
@@ -125,7 +126,7 @@ impl Session {
     /// The session's event stream (task events it follows), for its transport to forward.
     /// Once: later calls get `None`.
     pub fn take_events(&self) -> Option<tokio::sync::mpsc::Receiver<SessionMessage>> {
-        self.events_rx.lock().unwrap_or_else(|p| p.into_inner()).take()
+        self.events_rx.lock_plain().take()
     }
 }
 

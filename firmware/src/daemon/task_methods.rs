@@ -15,6 +15,7 @@ use crate::protocol::task_params::{
     TaskNoteParams, TaskOpenParams,
 };
 use crate::protocol::{ErrorBody, Event};
+use crate::sync::LockPlain;
 
 /// Events read from the store per round while streaming.
 const EVENTS_PER_READ: u32 = 256;
@@ -154,7 +155,7 @@ impl Daemon {
         let Some((task, _)) = self.inner.tasks.active() else { return };
         let key = (task, session.id, what.to_string(), e.code().as_str());
         let count = {
-            let mut windows = self.inner.refusals.lock().unwrap_or_else(|p| p.into_inner());
+            let mut windows = self.inner.refusals.lock_plain();
             windows.note(key.clone(), std::time::Instant::now())
         };
         let body = json!({"what": what, "code": e.code(), "message": e.to_string(), "by": by(session, token)});
@@ -165,12 +166,7 @@ impl Daemon {
                 let daemon = self.clone();
                 tokio::spawn(async move {
                     tokio::time::sleep(REFUSAL_WINDOW).await;
-                    let pending = daemon
-                        .inner
-                        .refusals
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .take_pending(&key, std::time::Instant::now());
+                    let pending = daemon.inner.refusals.lock_plain().take_pending(&key, std::time::Instant::now());
                     if pending > 0 {
                         daemon.append_refusal(task, body, pending).await;
                     }
@@ -188,7 +184,7 @@ impl Daemon {
     /// Writes the refusals still counted for `task` (it ended).
     async fn flush_refusals(&self, task: i64) {
         let pending = {
-            let mut windows = self.inner.refusals.lock().unwrap_or_else(|p| p.into_inner());
+            let mut windows = self.inner.refusals.lock_plain();
             windows.take_task(task)
         };
         for ((_, session, what, code), count) in pending {
@@ -355,7 +351,7 @@ impl Daemon {
         let (last, state) = self.stream_events(p.task, last, &session.events, cancel).await?;
         // The response must not overtake the events still in the session's queue.
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let forwarded = session.events_rx.lock().unwrap_or_else(|p| p.into_inner()).is_none();
+        let forwarded = session.events_rx.lock_plain().is_none();
         if forwarded && session.events.send(SessionMessage::Flush(tx)).await.is_ok() {
             let _ = rx.await;
         }

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Identity, Role, SessionId};
 use crate::protocol::task_params::{ControlAction, TaskScope};
 use crate::protocol::ErrorCode;
+use crate::sync::LockPlain;
 
 /// A task's state (DESIGN.md, "Tasks and leases").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -373,7 +374,7 @@ fn same_token(a: &str, b: &str) -> bool {
 impl Tasks {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<ActiveTask>> {
         // Plain data; every mutation completes before the guard drops.
-        self.active.lock().unwrap_or_else(|p| p.into_inner())
+        self.active.lock_plain()
     }
 
     /// Wakes everyone waiting on a task change (state, question, events).

@@ -13,6 +13,7 @@ use tokio::io::unix::AsyncFd;
 
 use super::gadget::{self, GadgetError};
 use super::{BoxFuture, HidError, HidInterface, HidReport, HidSink, HostState, PointerReport};
+use crate::sync::LockPlain;
 
 /// How long one report may wait for the host before the write counts as failed.
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -72,9 +73,7 @@ impl Drop for HostWatch {
 
 /// Reads the host state and stores it, serialised with every other update.
 fn store_fresh(update: &Mutex<()>, state: &AtomicU8, udc_file: &Path) -> HostState {
-    // A poisoned lock only means another update panicked; the `()` it guards cannot be
-    // left inconsistent, so carry on with it.
-    let _serial = update.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _serial = update.lock_plain();
     let now = read_host_state(udc_file);
     state.store(encode(now), Ordering::Relaxed);
     now

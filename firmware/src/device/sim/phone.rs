@@ -9,6 +9,7 @@ use super::ui::{Element, Screen, Touch, Ui};
 use crate::device::hid::{
     BoxFuture, HidError, HidInterface, HidReport, HidSink, HostState, Keymap, Layout, MOD_GUI, POINTER_MAX,
 };
+use crate::sync::LockPlain;
 
 /// Shape and behaviour of the virtual phone and of the capture frame around it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -216,7 +217,7 @@ impl SimPhone {
     fn lock(&self) -> MutexGuard<'_, PhoneState> {
         // A poisoned lock means a panic while holding it; the state is plain data and stays
         // usable, so recover it rather than propagate the panic into the daemon.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_plain()
     }
 
     /// Counters and the visible pointer now.

@@ -7,6 +7,8 @@ use std::time::Instant;
 use serde::Serialize;
 use tokio::sync::watch;
 
+use crate::sync::LockPlain;
+
 /// Pixel layout of a frame's data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -197,7 +199,7 @@ impl FrameHub {
     /// Records which decoder turns the capture into pictures (`none` for raw formats,
     /// `software`, `v4l2-m2m`).
     pub fn set_decoder(&self, name: &'static str) {
-        *self.decoder.lock().unwrap_or_else(|p| p.into_inner()) = name;
+        *self.decoder.lock_plain() = name;
     }
 
     /// Publishes a new latest frame. Never waits on readers.
@@ -227,7 +229,7 @@ impl FrameReader {
 
     /// The decoder in use for compressed capture (`none` for raw formats).
     pub fn decoder(&self) -> &'static str {
-        *self.decoder.lock().unwrap_or_else(|p| p.into_inner())
+        *self.decoder.lock_plain()
     }
 
     /// Waits for the next state change (signal, size, generation); `false` when the source

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use super::codec::AccessUnit;
+use crate::sync::LockPlain;
 
 /// Frames kept in the tap.
 pub const TAP_FRAMES: usize = 60;
@@ -87,7 +88,7 @@ pub struct ViewerHub {
 impl ViewerHub {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // Plain queues; a panic elsewhere cannot leave them inconsistent.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock_plain()
     }
 
     /// Adds a viewer; it receives nothing until the next IDR, which is requested now.
