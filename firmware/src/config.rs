@@ -415,6 +415,12 @@ impl Config {
                 s.capture_width, s.capture_height
             ));
         }
+        if s.capture_width % 2 != 0 || s.capture_height % 2 != 0 {
+            return Err(format!(
+                "sim_phone capture {}x{}: width and height must be even (the sim draws 4:2:0 frames, like an HDMI capture)",
+                s.capture_width, s.capture_height
+            ));
+        }
         if !(100..=4000).contains(&s.phone_width) || !(100..=4000).contains(&s.phone_height) || s.glide_ms > 5000 {
             return Err("sim_phone: phone_width/phone_height must be 100..=4000 and glide_ms at most 5000".into());
         }
@@ -469,6 +475,7 @@ mod tests {
             ("[input]\nreport_interval_ms = 0", "report_interval_ms"),
             ("[limits]\nmax_connections = 0", "max_connections"),
             ("[sim_phone]\ncapture_width = 4294967295", "capture"),
+            ("[sim_phone]\ncapture_width = 1921", "must be even"),
             ("relative_counts_per_screen = [0.0, 1.0]", "relative_counts"),
             ("active_rect = { x = 4294967295, y = 0, width = 2, height = 2 }", "active_rect"),
         ] {
