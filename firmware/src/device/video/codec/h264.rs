@@ -147,10 +147,10 @@ impl SoftwareH264 {
                 self.encoder.encode(&YUVBuffer::from_rgb_source(RgbSliceU8::new(&frame.data, (w, h))))
             }
             PixelFormat::Nv12 => {
-                let i420 = frame_i420(frame)?;
-                let (luma, chroma) = i420.split_at(w * h);
-                let (u, v) = chroma.split_at(w * h / 4);
-                self.encoder.encode(&YUVSlices::new((luma, u, v), (w, h), (w, w / 2, w / 2)))
+                // The luma plane is used in place; only chroma is de-interleaved.
+                let (luma, chroma) = frame.data.split_at(w * h);
+                let (u, v): (Vec<u8>, Vec<u8>) = chroma.chunks_exact(2).map(|p| (p[0], p[1])).unzip();
+                self.encoder.encode(&YUVSlices::new((luma, &u, &v), (w, h), (w, w / 2, w / 2)))
             }
         };
         let stream = encoded.map_err(|e| EncoderError::OpenH264(e.to_string()))?;
