@@ -279,12 +279,18 @@ impl HidSink for HidgSink {
 mod tests {
     use super::*;
 
-    #[test]
-    fn host_state_follows_the_binding_file_through_the_watcher() {
+    /// A gadget `UDC` binding file holding `contents`, and a watcher started on it.
+    fn watched_udc(contents: &str) -> (tempfile::TempDir, PathBuf, HostWatch) {
         let dir = tempfile::tempdir().unwrap();
         let udc = dir.path().join("UDC");
-        std::fs::write(&udc, "\n").unwrap();
+        std::fs::write(&udc, contents).unwrap();
         let watch = HostWatch::start(udc.clone());
+        (dir, udc, watch)
+    }
+
+    #[test]
+    fn host_state_follows_the_binding_file_through_the_watcher() {
+        let (_dir, udc, watch) = watched_udc("\n");
         assert_eq!(watch.get(), HostState::NotAttached, "read at start");
         // Bound to a UDC sysfs does not know: the state cannot be read.
         std::fs::write(&udc, "no-such-udc.0\n").unwrap();
@@ -300,10 +306,7 @@ mod tests {
 
     #[test]
     fn refresh_reads_sysfs_now_without_waiting_for_the_poll() {
-        let dir = tempfile::tempdir().unwrap();
-        let udc = dir.path().join("UDC");
-        std::fs::write(&udc, "no-such-udc.0\n").unwrap();
-        let watch = HostWatch::start(udc.clone());
+        let (_dir, udc, watch) = watched_udc("no-such-udc.0\n");
         assert_eq!(watch.get(), HostState::Unknown);
         // Unbound (what `set_udc("")` does): the very next read must say so.
         std::fs::write(&udc, "\n").unwrap();
