@@ -1,15 +1,22 @@
-//! Untrusted MJPEG frames (what a UVC dongle hands us) → Huffman-table insertion and decode.
+//! Untrusted MJPEG frames (what a UVC dongle hands us) → Huffman-table insertion, header
+//! size and decode.
 //!
 //! Invariants: a frame with tables is passed through untouched; otherwise the standard DHT
-//! segment is inserted before SOS and nothing else changes; a decoded frame's RGB buffer is
-//! exactly width × height × 3.
+//! segment is inserted before SOS and nothing else changes; a frame whose markers do not
+//! scan never decodes; a frame is decoded only at the size its header names (any other
+//! announced size is refused with `Size` or a decode error, before pixels are allocated);
+//! a decoded frame's RGB buffer is exactly width × height × 3.
 #![no_main]
 #![forbid(unsafe_code)]
 
 use std::borrow::Cow;
 
 use libfuzzer_sys::fuzz_target;
-use tether::device::video::codec::{decode_mjpeg, with_huffman_tables, STANDARD_DHT};
+use tether::device::video::codec::{decode_mjpeg, mjpeg_size, with_huffman_tables, MjpegError, STANDARD_DHT};
+
+/// Pixels above which a header's own size is not decoded here: the decode path is the same
+/// at any size, and a 16384x16384 picture per input would make every execution a second.
+const DECODE_PIXELS_MAX: u64 = 1 << 20;
 
 fuzz_target!(|data: &[u8]| {
     match with_huffman_tables(data) {
@@ -27,12 +34,29 @@ fuzz_target!(|data: &[u8]| {
             assert!((0..data.len()).any(inserted_at), "table not inserted right before SOS");
         }
         Err(_) => {
-            assert!(decode_mjpeg(data).is_err(), "decoded a frame whose markers do not scan");
+            assert!(mjpeg_size(data).is_err(), "read the header of a frame whose markers do not scan");
+            assert!(decode_mjpeg(data, (64, 48)).is_err(), "decoded a frame whose markers do not scan");
             return;
         }
     }
-    if let Ok((w, h, rgb)) = decode_mjpeg(data) {
-        assert!(w > 0 && h > 0);
-        assert_eq!(rgb.len(), w as usize * h as usize * 3);
+    let Ok((w, h)) = mjpeg_size(data) else {
+        assert!(decode_mjpeg(data, (64, 48)).is_err(), "decoded a frame without a readable header");
+        return;
+    };
+    // Any other announced size is refused, whatever the header says.
+    let other = (w.wrapping_add(1).max(1), h);
+    assert!(decode_mjpeg(data, other).is_err(), "decoded {w}x{h} as {other:?}");
+    let smaller = (w / 2, h);
+    if smaller != (w, h) {
+        assert!(
+            matches!(decode_mjpeg(data, smaller), Err(MjpegError::Size { .. } | MjpegError::Decode(_))),
+            "decoded {w}x{h} as {smaller:?}"
+        );
+    }
+    if u64::from(w) * u64::from(h) <= DECODE_PIXELS_MAX {
+        if let Ok(rgb) = decode_mjpeg(data, (w, h)) {
+            assert!(w > 0 && h > 0);
+            assert_eq!(rgb.len(), w as usize * h as usize * 3);
+        }
     }
 });

@@ -285,8 +285,8 @@ fn mjpeg_bench(n: usize) -> anyhow::Result<Option<(f64, f64, usize)>> {
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
-        let (w, h, _) = tether::device::video::codec::decode_mjpeg(&jpeg)?;
-        anyhow::ensure!((w, h) == (1920, 1080), "decoded {w}x{h}");
+        let rgb = tether::device::video::codec::decode_mjpeg(&jpeg, (1920, 1080))?;
+        anyhow::ensure!(rgb.len() == 1920 * 1080 * 3, "decoded {} bytes", rgb.len());
         times.push(t.elapsed().as_secs_f64() * 1000.0);
     }
     let (p50, p99) = summary(times);

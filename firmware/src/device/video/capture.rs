@@ -146,12 +146,8 @@ impl<'a> Decoders<'a> {
                 }
             };
         }
-        match super::codec::decode_mjpeg(data) {
-            Ok((dw, dh, rgb)) if (dw, dh) == (fmt.width, fmt.height) => Some(rgb),
-            Ok((dw, dh, _)) => {
-                tracing::warn!(got = ?(dw, dh), want = ?(fmt.width, fmt.height), "MJPEG frame of the wrong size");
-                None
-            }
+        match super::codec::decode_mjpeg(data, (fmt.width, fmt.height)) {
+            Ok(rgb) => Some(rgb),
             Err(e) => {
                 tracing::warn!(error = %e, "dropping an undecodable MJPEG frame");
                 None

@@ -32,6 +32,14 @@ impl PixelFormat {
             PixelFormat::Nv12 => None,
         }
     }
+
+    /// One pixel of [`Frame::row_samples`] as RGB.
+    pub fn to_rgb(self, sample: [u8; 3]) -> [u8; 3] {
+        match self {
+            PixelFormat::Rgb24 => sample,
+            PixelFormat::Nv12 => super::convert::yuv_to_rgb(sample[0], sample[1], sample[2]),
+        }
+    }
 }
 
 /// One captured (or rendered) picture of the capture frame, shared read-only.
@@ -88,6 +96,18 @@ impl Frame {
     /// one way readers see pixels whatever the layout. `false` (and `out` untouched) when
     /// the span is outside the frame, `out` has the wrong length or the data is short.
     pub fn row_rgb(&self, y: u32, x0: u32, x1: u32, out: &mut [u8]) -> bool {
+        self.row(y, x0, x1, out, true)
+    }
+
+    /// Like [`Frame::row_rgb`] but in the layout's own three channels: R, G, B for RGB24;
+    /// Y, U, V for NV12 (each pixel with its shared chroma). Averaging these and converting
+    /// the average with [`PixelFormat::to_rgb`] is how a scaler avoids converting every
+    /// source pixel (the conversion is affine, so only clamping differs).
+    pub fn row_samples(&self, y: u32, x0: u32, x1: u32, out: &mut [u8]) -> bool {
+        self.row(y, x0, x1, out, false)
+    }
+
+    fn row(&self, y: u32, x0: u32, x1: u32, out: &mut [u8], rgb: bool) -> bool {
         if y >= self.height || x0 > x1 || x1 > self.width || out.len() != (x1 - x0) as usize * 3 {
             return false;
         }
@@ -104,7 +124,8 @@ impl Frame {
                 let chroma = &self.data[chroma_row..chroma_row + w];
                 for (x, px) in (x0..x1).zip(out.chunks_exact_mut(3)) {
                     let uv = x & !1;
-                    px.copy_from_slice(&super::convert::yuv_to_rgb(luma[x], chroma[uv], chroma[uv + 1]));
+                    let sample = [luma[x], chroma[uv], chroma[uv + 1]];
+                    px.copy_from_slice(&if rgb { PixelFormat::Nv12.to_rgb(sample) } else { sample });
                 }
             }
         }

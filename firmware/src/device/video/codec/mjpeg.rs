@@ -58,6 +58,14 @@ pub enum MjpegError {
     /// The decoder rejected the frame.
     #[error("JPEG decode: {0}")]
     Decode(String),
+    /// The frame's header announces another picture size than the capture format's.
+    #[error("the JPEG header says {got:?}, the capture format {want:?}")]
+    Size {
+        /// Width and height in the frame's header.
+        got: (u32, u32),
+        /// Width and height the capture format announced.
+        want: (u32, u32),
+    },
 }
 
 /// Where the frame's SOS marker is, and whether a DHT segment precedes it.
@@ -99,18 +107,52 @@ pub fn with_huffman_tables(jpeg: &[u8]) -> Result<Cow<'_, [u8]>, MjpegError> {
     Ok(Cow::Owned(out))
 }
 
-/// Decodes one MJPEG frame to (width, height, RGB24).
-pub fn decode_mjpeg(jpeg: &[u8]) -> Result<(u32, u32, Vec<u8>), MjpegError> {
+/// The picture size in a frame's header (SOF), read without decoding any pixels.
+pub fn mjpeg_size(jpeg: &[u8]) -> Result<(u32, u32), MjpegError> {
     let data = with_huffman_tables(jpeg)?;
-    let options = DecoderOptions::default().jpeg_set_out_colorspace(ColorSpace::RGB);
-    let mut decoder = JpegDecoder::new_with_options(ZCursor::new(&data[..]), options);
-    let rgb = decoder.decode().map_err(|e| MjpegError::Decode(format!("{e:?}")))?;
+    let mut decoder = JpegDecoder::new(ZCursor::new(&data[..]));
+    header_size(&mut decoder)
+}
+
+fn header_size<T: zune_jpeg::zune_core::bytestream::ZByteReaderTrait>(
+    decoder: &mut JpegDecoder<T>,
+) -> Result<(u32, u32), MjpegError> {
+    decoder.decode_headers().map_err(|e| MjpegError::Decode(format!("{e:?}")))?;
     let info = decoder.info().ok_or(MjpegError::Truncated)?;
-    let (w, h) = (u32::from(info.width), u32::from(info.height));
-    if rgb.len() != w as usize * h as usize * 3 {
+    Ok((u32::from(info.width), u32::from(info.height)))
+}
+
+/// Decodes one MJPEG frame of the capture format's `size` to RGB24.
+///
+/// The header's size is checked before any pixel memory exists: the frame's own word is
+/// the dongle's, and a broken or hostile one claiming 16384x16384 would otherwise cost
+/// 805 MB of RGB (an out-of-memory on a 1 GB board) only to be dropped for its size.
+pub fn decode_mjpeg(jpeg: &[u8], size: (u32, u32)) -> Result<Vec<u8>, MjpegError> {
+    let data = with_huffman_tables(jpeg)?;
+    let (w, h) = size;
+    let options = DecoderOptions::default()
+        .jpeg_set_out_colorspace(ColorSpace::RGB)
+        .set_max_width(w as usize)
+        .set_max_height(h as usize);
+    let mut decoder = JpegDecoder::new_with_options(ZCursor::new(&data[..]), options);
+    // The limits above make zune refuse a larger header; a smaller one is refused here.
+    match header_size(&mut decoder) {
+        Ok(got) if got != size => return Err(MjpegError::Size { got, want: size }),
+        Ok(_) => {}
+        Err(e) => {
+            // Over the limits: say which size it claimed (read again without them).
+            return Err(match mjpeg_size(jpeg) {
+                Ok(got) if got != size => MjpegError::Size { got, want: size },
+                _ => e,
+            });
+        }
+    }
+    let rgb = decoder.decode().map_err(|e| MjpegError::Decode(format!("{e:?}")))?;
+    let want = usize::try_from(u64::from(w) * u64::from(h) * 3).unwrap_or(usize::MAX);
+    if rgb.len() != want {
         return Err(MjpegError::Decode(format!("{} bytes for {w}x{h} RGB", rgb.len())));
     }
-    Ok((w, h, rgb))
+    Ok(rgb)
 }
 
 #[cfg(test)]
@@ -146,18 +188,42 @@ mod tests {
 
     #[test]
     fn frames_without_tables_decode_like_the_original() {
-        let (w, h, rgb) = decode_mjpeg(FIXTURE).unwrap();
-        assert_eq!((w, h), (64, 48));
+        assert_eq!(mjpeg_size(FIXTURE).unwrap(), (64, 48));
+        let rgb = decode_mjpeg(FIXTURE, (64, 48)).unwrap();
         let stripped = without_dht(FIXTURE);
         assert!(matches!(with_huffman_tables(&stripped).unwrap(), Cow::Owned(_)));
-        let (_, _, rgb2) = decode_mjpeg(&stripped).unwrap();
+        let rgb2 = decode_mjpeg(&stripped, (64, 48)).unwrap();
         assert_eq!(rgb, rgb2);
     }
 
     #[test]
     fn garbage_is_an_error() {
-        assert!(decode_mjpeg(b"not a jpeg").is_err());
-        assert!(decode_mjpeg(&FIXTURE[..40]).is_err());
-        assert!(decode_mjpeg(&[]).is_err());
+        assert!(decode_mjpeg(b"not a jpeg", (64, 48)).is_err());
+        assert!(decode_mjpeg(&FIXTURE[..40], (64, 48)).is_err());
+        assert!(decode_mjpeg(&[], (64, 48)).is_err());
+    }
+
+    /// The SOF0 segment's height and width fields, rewritten.
+    fn with_header_size(jpeg: &[u8], w: u16, h: u16) -> Vec<u8> {
+        let mut out = jpeg.to_vec();
+        let sof = out.windows(2).position(|m| m == [0xFF, 0xC0]).unwrap();
+        out[sof + 5..sof + 7].copy_from_slice(&h.to_be_bytes());
+        out[sof + 7..sof + 9].copy_from_slice(&w.to_be_bytes());
+        out
+    }
+
+    #[test]
+    fn a_header_of_another_size_is_refused_before_decoding() {
+        // 16384x16384 would be 805 MB of RGB: refused from the header, nothing allocated.
+        let huge = with_header_size(FIXTURE, 16384, 16384);
+        assert_eq!(mjpeg_size(&huge).unwrap(), (16384, 16384));
+        match decode_mjpeg(&huge, (64, 48)) {
+            Err(MjpegError::Size { got, want }) => assert_eq!((got, want), ((16384, 16384), (64, 48))),
+            other => panic!("{other:?}"),
+        }
+        // Smaller than announced is refused too (a frame of the last mode after a switch).
+        let small = with_header_size(FIXTURE, 32, 48);
+        assert!(matches!(decode_mjpeg(&small, (64, 48)), Err(MjpegError::Size { got: (32, 48), .. })));
+        assert!(matches!(decode_mjpeg(FIXTURE, (1920, 1080)), Err(MjpegError::Size { got: (64, 48), .. })));
     }
 }
