@@ -83,6 +83,8 @@ pub struct ViewerStats {
 #[derive(Debug, Clone, Default)]
 pub struct ViewerHub {
     inner: Arc<Mutex<Inner>>,
+    /// Woken when a viewer joins, so an idle encoder sleeps instead of polling.
+    joined: Arc<Notify>,
 }
 
 impl ViewerHub {
@@ -102,7 +104,16 @@ impl ViewerHub {
         // A joining viewer always gets its keyframe, whatever the rate limit says.
         inner.keyframe_wanted = true;
         inner.last_keyframe_request = Some(Instant::now());
+        drop(inner);
+        // A stored permit when nobody waits: the encoder's next wait returns at once.
+        self.joined.notify_one();
         (id, notify)
+    }
+
+    /// For the encoder: waits until a viewer joins (returns at once if one joined since
+    /// the last wait; callers check [`ViewerHub::has_viewers`] again).
+    pub async fn viewer_joined(&self) {
+        self.joined.notified().await;
     }
 
     /// Removes a viewer.
