@@ -160,6 +160,8 @@ async fn every_transition_is_journalled_in_order() {
     // Terminal: nothing applies any more, and the token is dead.
     assert_eq!(human.err("task_control", json!({"task": task, "action": "resume"})).await, "INVALID_TRANSITION");
     assert_eq!(agent.err("screenshot", json!({})).await, "TASK_ENDED");
+    // Cancel touches only the caller's own connection: a dead token does not stop it.
+    assert_eq!(agent.ok("cancel", json!({"request_id": 1})).await["cancelled"], false);
     // Stop, reject-with-end and a second task.
     let (t2, token2) = open(&mut human, json!({})).await;
     let mut agent2 = Conn::new(&d).await.with_token(&token2);

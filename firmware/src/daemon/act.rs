@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::limits;
 use super::observations::FrameRef;
 use super::operations::{Begin, OperationState};
-use super::{Daemon, DaemonError, Identity, InputStep, Observation, Session};
+use super::{Daemon, DaemonError, InputStep, Observation, Principal, Session};
 use crate::device::geometry::{detect_active_rect, ObservationMapping, PixelRect};
 use crate::device::hid::{named_key, KeyStroke, UntypeableText};
 use crate::device::input::{self, plan, Gesture, HidPoint};
@@ -208,10 +208,9 @@ impl Daemon {
     /// task it acts for, so nobody receives another caller's cached result.
     fn operation_key(&self, session: &Session, token: Option<&str>, operation_id: &str) -> String {
         let task = token.and_then(|t| self.inner.tasks.by_token(t).ok());
-        let who = match session.caller.identity {
-            Identity::Unix(c) => format!("uid:{}", c.uid),
-            // In-process callers carry no identity of their own yet: one scope per session.
-            Identity::InProcess => format!("session:{}", session.id.0),
+        let who = match session.caller.principal(session.id.0) {
+            Principal::Uid { uid } => format!("uid:{uid}"),
+            Principal::Session { session } => format!("session:{session}"),
         };
         let task = task.map_or_else(|| "-".to_string(), |t| t.to_string());
         format!("{who}/{:?}/task:{task}/{operation_id}", session.caller.role)

@@ -51,6 +51,25 @@ pub enum Identity {
     InProcess,
 }
 
+/// Whom a caller acts as, for ownership (a task's opener, operation ids): the same person
+/// from another process or connection is the same principal. The transport's details
+/// (pid, gid, which socket) are not part of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Principal {
+    /// A Unix user, by uid.
+    Uid {
+        /// The user id.
+        uid: u32,
+    },
+    /// An in-process caller (console routes, MCP) carries no identity of its own yet: its
+    /// session is its principal.
+    Session {
+        /// The session's id.
+        session: u64,
+    },
+}
+
 /// An authenticated caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Caller {
@@ -58,6 +77,16 @@ pub struct Caller {
     pub identity: Identity,
     /// What it may do.
     pub role: Role,
+}
+
+impl Caller {
+    /// Whom this caller acts as, on session `session`.
+    pub fn principal(&self, session: u64) -> Principal {
+        match self.identity {
+            Identity::Unix(c) => Principal::Uid { uid: c.uid },
+            Identity::InProcess => Principal::Session { session },
+        }
+    }
 }
 
 /// Maps Unix credentials to roles (DESIGN.md "Identities and security").
@@ -107,6 +136,27 @@ mod tests {
         assert_eq!(p.role_for(&creds(1001, 1001), &[7]), None);
         // The agent uid stays agent even in the operator group.
         assert_eq!(p.role_for(&creds(999, 50), &[50]), Some(Role::Agent));
+    }
+
+    #[test]
+    fn a_principal_is_the_user_not_the_process() {
+        let a = Caller {
+            identity: Identity::Unix(PeerCredentials { pid: Some(10), uid: 1001, gid: 1001 }),
+            role: Role::Operate,
+        };
+        let b = Caller {
+            identity: Identity::Unix(PeerCredentials { pid: Some(11), uid: 1001, gid: 50 }),
+            role: Role::Operate,
+        };
+        assert_ne!(a.identity, b.identity);
+        assert_eq!(a.principal(1), b.principal(2), "another process of the same user, on another session");
+        let other = Caller {
+            identity: Identity::Unix(PeerCredentials { pid: Some(10), uid: 1002, gid: 1001 }),
+            role: Role::Operate,
+        };
+        assert_ne!(a.principal(1), other.principal(1));
+        let console = Caller { identity: Identity::InProcess, role: Role::Operate };
+        assert_ne!(console.principal(1), console.principal(2), "in-process: one principal per session");
     }
 
     #[test]

@@ -29,7 +29,7 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 pub use calibrate::{calibration_file, Calibrations, Orientation};
-pub use caller::{Caller, Identity, PeerCredentials, Role, RolePolicy};
+pub use caller::{Caller, Identity, PeerCredentials, Principal, Role, RolePolicy};
 pub use error::DaemonError;
 pub use input::{InputError, InputLane, InputStep};
 pub use limits::{DaemonLimits, LimitsStatus, OutputBudget};
@@ -360,9 +360,13 @@ impl Daemon {
             return Err(DaemonError::ShuttingDown);
         }
         // A token must name the active task, whatever the request (reading task history
-        // and the daemon's state excepted): an agent whose task ended learns it at once.
-        let reads = matches!(call, Call::Hello(_) | Call::Status(_) | Call::TaskList(_) | Call::TaskEvents(_));
-        if let (Some(t), false) = (token, reads) {
+        // and the daemon's state excepted, and `cancel`, which touches only the caller's
+        // own connection): an agent whose task ended learns it at once.
+        let token_free = matches!(
+            call,
+            Call::Hello(_) | Call::Status(_) | Call::TaskList(_) | Call::TaskEvents(_) | Call::Cancel(_)
+        );
+        if let (Some(t), false) = (token, token_free) {
             self.inner.tasks.by_token(t)?;
         }
         let value = match call {
@@ -728,7 +732,12 @@ mod tests {
     async fn notes_and_finish_come_from_the_agent_the_opener_or_an_admin() {
         use crate::protocol::task_params::{TaskFinishParams, TaskNoteParams, TaskOpenParams};
         let d = daemon_with(&RecordingSink::default());
-        let opener = d.open_session(unix(1001, Role::Operate));
+        // Peers as SO_PEERCRED reports them: `tether task open` from one shell...
+        let process = |pid: i32, uid: u32, gid: u32| Caller {
+            identity: Identity::Unix(PeerCredentials { pid: Some(pid), uid, gid }),
+            role: Role::Operate,
+        };
+        let opener = d.open_session(process(4241, 1001, 1001));
         let open = TaskOpenParams { title: "t".into(), owner: None, scope: Default::default(), events: Some(false) };
         let task = d.handle(&opener, RequestId(1), &Call::TaskOpen(open)).await.unwrap()["id"].as_i64().unwrap();
         let note = |text: &str| Call::TaskNote(TaskNoteParams { task: Some(task), text: text.into() });
@@ -737,8 +746,9 @@ mod tests {
         assert_eq!(crate::protocol::ErrorBody::from(&refused).code, crate::protocol::ErrorCode::PermissionDenied);
         let finish = Call::TaskFinish(TaskFinishParams { task: Some(task), ok: true, summary: None, exit_code: None });
         assert!(d.handle(&other, RequestId(3), &finish).await.is_err(), "another operator cannot finish it");
-        // The opener (same uid, another connection) and an admin may.
-        let opener_again = d.open_session(unix(1001, Role::Operate));
+        // ...and `tether task finish` from another (same uid, another process and primary
+        // group, another connection) is the opener too; so is an admin.
+        let opener_again = d.open_session(process(4242, 1001, 50));
         d.handle(&opener_again, RequestId(4), &note("mine")).await.unwrap();
         let admin = d.open_session(unix(0, Role::Admin));
         d.handle(&admin, RequestId(5), &note("admin")).await.unwrap();

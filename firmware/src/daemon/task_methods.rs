@@ -256,7 +256,7 @@ impl Daemon {
             lease: session.id,
             scope: p.scope.clone(),
             device,
-            opener: session.caller.identity,
+            opener: session.caller.principal(session.id.0),
         };
         if let Err(e) = self.inner.tasks.install(new) {
             // Another task won the race between the check and the store write.
@@ -599,7 +599,9 @@ impl Daemon {
                     return Err(self.not_active(id, what).await);
                 };
                 let role = session.caller.role;
-                if role == Role::Admin || (role.includes(Role::Operate) && opener == session.caller.identity) {
+                if role == Role::Admin
+                    || (role.includes(Role::Operate) && opener == session.caller.principal(session.id.0))
+                {
                     Ok(id)
                 } else {
                     Err(TaskError::NotAllowed(format!(

@@ -12,7 +12,7 @@ use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::{Identity, Role, SessionId};
+use super::{Principal, Role, SessionId};
 use crate::protocol::task_params::{ControlAction, TaskScope};
 use crate::protocol::ErrorCode;
 use crate::sync::LockPlain;
@@ -251,7 +251,7 @@ pub struct ActiveTask {
     gate: CancellationToken,
     device: DeviceIdentity,
     /// Who opened it (may note and finish it, like its agent and admins).
-    pub opener: Identity,
+    pub opener: Principal,
 }
 
 /// How an input request was admitted.
@@ -334,7 +334,7 @@ pub struct NewTask {
     /// The device it is bound to.
     pub device: DeviceIdentity,
     /// Who opened it.
-    pub opener: Identity,
+    pub opener: Principal,
 }
 
 /// Who asks, as admission sees it.
@@ -465,7 +465,7 @@ impl Tasks {
     }
 
     /// Who opened the active task `id`, while it is unfinished.
-    pub fn opener(&self, id: i64) -> Option<Identity> {
+    pub fn opener(&self, id: i64) -> Option<Principal> {
         self.lock().as_ref().filter(|t| t.id == id && !t.state.is_terminal()).map(|t| t.opener)
     }
 
@@ -828,7 +828,7 @@ mod tests {
                 lease: SessionId(1),
                 scope,
                 device: device(Some((1920, 1080))),
-                opener: Identity::InProcess,
+                opener: Principal::Session { session: 1 },
             })
             .unwrap();
     }
