@@ -58,6 +58,11 @@ pub enum MjpegError {
     /// The decoder rejected the frame.
     #[error("JPEG decode: {0}")]
     Decode(String),
+    /// A kind of JPEG no capture dongle sends: refused before the decoder sees it, because
+    /// the decoder's rarely used paths (progressive scans, odd chroma subsampling) can
+    /// panic on a broken frame, and a panic aborts the daemon.
+    #[error("unsupported JPEG frame: {0}; capture dongles send baseline YCbCr")]
+    Unsupported(&'static str),
     /// The frame's header announces another picture size than the capture format's.
     #[error("the JPEG header says {got:?}, the capture format {want:?}")]
     Size {
@@ -68,13 +73,51 @@ pub enum MjpegError {
     },
 }
 
-/// Where the frame's SOS marker is, and whether a DHT segment precedes it.
+/// Checks a frame header (SOFn marker `marker`, `segment` = its bytes after the length):
+/// only what UVC MJPEG is, baseline or extended sequential 8-bit Huffman, one component
+/// (gray) or three, the first sampled 1 or 2 in each direction (4:4:4, 4:2:2, 4:4:0,
+/// 4:2:0) and the others once. zune-jpeg has panicked on frames outside this (fuzzing
+/// found a progressive 4:2:0 with the subsampling on a chroma component).
+fn check_frame_header(marker: u8, segment: &[u8]) -> Result<(), MjpegError> {
+    match marker {
+        0xC0 | 0xC1 => {}
+        0xC2 | 0xC6 | 0xCA | 0xCE => return Err(MjpegError::Unsupported("progressive")),
+        0xC3 | 0xC7 | 0xCB | 0xCF => return Err(MjpegError::Unsupported("lossless")),
+        _ => return Err(MjpegError::Unsupported("arithmetic coding")),
+    }
+    let (&precision, rest) = segment.split_first().ok_or(MjpegError::Truncated)?;
+    if precision != 8 {
+        return Err(MjpegError::Unsupported("not 8 bits per sample"));
+    }
+    let (&count, components) = rest.get(4..).and_then(<[u8]>::split_first).ok_or(MjpegError::Truncated)?;
+    if !(count == 1 || count == 3) || components.len() != 3 * usize::from(count) {
+        return Err(MjpegError::Unsupported("neither one nor three components"));
+    }
+    let mut ids = [None; 3];
+    for (k, c) in components.chunks_exact(3).enumerate() {
+        let (id, h, v) = (c[0], c[1] >> 4, c[1] & 0x0F);
+        let allowed =
+            if k == 0 && count == 3 { (1..=2).contains(&h) && (1..=2).contains(&v) } else { h == 1 && v == 1 };
+        if !allowed {
+            return Err(MjpegError::Unsupported("a chroma subsampling other than 4:4:4, 4:2:2, 4:4:0 or 4:2:0"));
+        }
+        if ids.contains(&Some(id)) {
+            return Err(MjpegError::Unsupported("two components with one id"));
+        }
+        ids[k] = Some(id);
+    }
+    Ok(())
+}
+
+/// Where the frame's SOS marker is, and whether a DHT segment precedes it. The frame
+/// header must come before it, once, and be one [`check_frame_header`] allows.
 fn scan_markers(jpeg: &[u8]) -> Result<(usize, bool), MjpegError> {
     if jpeg.get(..2) != Some(&[0xFF, 0xD8]) {
         return Err(MjpegError::Truncated);
     }
     let mut i = 2;
     let mut has_dht = false;
+    let mut has_sof = false;
     while i + 4 <= jpeg.len() {
         if jpeg[i] != 0xFF {
             return Err(MjpegError::Truncated);
@@ -85,10 +128,22 @@ fn scan_markers(jpeg: &[u8]) -> Result<(usize, bool), MjpegError> {
             continue;
         }
         if marker == 0xDA {
+            if !has_sof {
+                return Err(MjpegError::Unsupported("no frame header before the scan"));
+            }
             return Ok((i, has_dht));
         }
         has_dht |= marker == 0xC4;
         let len = usize::from(u16::from_be_bytes([jpeg[i + 2], jpeg[i + 3]]));
+        // SOF0..SOF15 but DHT (C4), JPG (C8) and DAC (CC).
+        if (0xC0..=0xCF).contains(&marker) && !matches!(marker, 0xC4 | 0xC8 | 0xCC) {
+            if has_sof {
+                return Err(MjpegError::Unsupported("two frame headers"));
+            }
+            let segment = jpeg.get(i + 4..i + 2 + len.max(2)).ok_or(MjpegError::Truncated)?;
+            check_frame_header(marker, segment)?;
+            has_sof = true;
+        }
         i += 2 + len;
     }
     Err(MjpegError::Truncated)
@@ -225,5 +280,43 @@ mod tests {
         let small = with_header_size(FIXTURE, 32, 48);
         assert!(matches!(decode_mjpeg(&small, (64, 48)), Err(MjpegError::Size { got: (32, 48), .. })));
         assert!(matches!(decode_mjpeg(FIXTURE, (1920, 1080)), Err(MjpegError::Size { got: (64, 48), .. })));
+    }
+
+    /// Found by the `mjpeg` fuzz target: a progressive 2x720 frame whose second component
+    /// carries the 2x2 sampling. zune-jpeg 0.5.15 panicked on it in its upsampler
+    /// (`input.len() * 2 <= scratch_space.len()`), which aborts the daemon.
+    const PROGRESSIVE_CRASH: &[u8] = include_bytes!("../../../../../tests/fixtures/fuzz-mjpeg-progressive-chroma.jpg");
+
+    #[test]
+    fn frames_no_dongle_sends_are_refused_before_the_decoder() {
+        for size in [(2, 720), (64, 48)] {
+            assert!(
+                matches!(decode_mjpeg(PROGRESSIVE_CRASH, size), Err(MjpegError::Unsupported("progressive"))),
+                "{size:?}"
+            );
+        }
+        assert!(matches!(mjpeg_size(PROGRESSIVE_CRASH), Err(MjpegError::Unsupported(_))));
+        let sof = FIXTURE.windows(2).position(|m| m == [0xFF, 0xC0]).unwrap();
+        let with = |at: usize, byte: u8| {
+            let mut f = FIXTURE.to_vec();
+            f[at] = byte;
+            f
+        };
+        // The same frame marked progressive, or lossless, or 12-bit.
+        assert!(matches!(decode_mjpeg(&with(sof + 1, 0xC2), (64, 48)), Err(MjpegError::Unsupported("progressive"))));
+        assert!(matches!(decode_mjpeg(&with(sof + 1, 0xC3), (64, 48)), Err(MjpegError::Unsupported("lossless"))));
+        assert!(matches!(decode_mjpeg(&with(sof + 4, 12), (64, 48)), Err(MjpegError::Unsupported(_))));
+        // Components: [id, sampling, table] from sof + 10. Subsampling moved to a chroma
+        // component, or a luma sampled 4x, is refused; the fixture's own 4:2:0 decodes.
+        assert_eq!(FIXTURE[sof + 11], 0x22, "the fixture is 4:2:0");
+        assert!(matches!(decode_mjpeg(&with(sof + 14, 0x22), (64, 48)), Err(MjpegError::Unsupported(_))));
+        assert!(matches!(decode_mjpeg(&with(sof + 11, 0x41), (64, 48)), Err(MjpegError::Unsupported(_))));
+        assert!(matches!(decode_mjpeg(&with(sof + 13, FIXTURE[sof + 10]), (64, 48)), Err(MjpegError::Unsupported(_))));
+        assert_eq!(decode_mjpeg(&with(sof + 1, 0xC1), (64, 48)).map(|rgb| rgb.len()).ok(), Some(64 * 48 * 3));
+        // A scan with no frame header before it, and two frame headers.
+        let no_sof: Vec<u8> = [&FIXTURE[..sof], &FIXTURE[sof + 2 + 17..]].concat();
+        assert!(matches!(with_huffman_tables(&no_sof), Err(MjpegError::Unsupported(_))));
+        let two: Vec<u8> = [&FIXTURE[..sof], &FIXTURE[sof..sof + 19], &FIXTURE[sof..]].concat();
+        assert!(matches!(with_huffman_tables(&two), Err(MjpegError::Unsupported("two frame headers"))));
     }
 }
