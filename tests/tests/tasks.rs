@@ -237,13 +237,27 @@ async fn every_admission_refusal_has_its_code_and_is_recorded() {
         .collect();
     assert!(refused.iter().any(|(c, _)| c == "TASK_RUNNING"), "{refused:?}");
     let refused: Vec<String> = refused.into_iter().map(|(c, _)| c).collect();
-    assert_eq!(refused.iter().filter(|c| *c == "PERMISSION_DENIED").count(), 4, "{refused:?}");
+    // Four controls and the task_open: every refusal of the role table is journalled.
+    assert_eq!(refused.iter().filter(|c| *c == "PERMISSION_DENIED").count(), 5, "{refused:?}");
     assert!(refused.contains(&"NEEDS_OBSERVATION".to_string()), "{refused:?}");
     // The human's takeover step counts for the task, marked as a human's.
     let steps: Vec<Value> = events(&mut human, task).await.into_iter().filter(|e| e["kind"] == "step").collect();
     assert_eq!(steps.len(), 2, "one human step, one agent step");
     assert_eq!(steps[0]["data"]["by"]["with_task_token"], false);
     assert_eq!(steps[1]["data"]["by"]["with_task_token"], true);
+    // The agent reads its own journal, without what the human's step carried.
+    let seen = agent.ok("task_events", json!({"task": task})).await;
+    let agent_steps: Vec<&Value> = seen["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "step").collect();
+    assert_eq!(agent_steps.len(), 2);
+    assert_eq!(agent_steps[0]["data"]["args"]["redacted"], "a human's input during the task", "{seen}");
+    assert_eq!(agent_steps[1]["data"]["args"], steps[1]["data"]["args"], "its own step is whole");
+    assert_ne!(steps[0]["data"]["args"]["redacted"], "a human's input during the task", "humans see it whole");
+    // ...but no other task's, and not the simulator's insides.
+    assert_eq!(agent.err("task_events", json!({"task": task + 100})).await, "PERMISSION_DENIED");
+    assert_eq!(agent.err("sim_state", json!({})).await, "PERMISSION_DENIED");
+    // A human's screenshot never authorizes the agent's action: only its own do.
+    let humans = human.shot().await;
+    assert_eq!(agent.err("action", Conn::tap(&humans, 6)).await, "STALE_OBSERVATION");
     // The agent may stop its own task.
     agent.ok("task_control", json!({"task": task, "action": "stop"})).await;
     assert_eq!(states(&mut human, task).await.last().unwrap(), "cancelled");

@@ -20,7 +20,7 @@ use crate::protocol::params::{
     ActionParams, ActionSpec, Direction, PreviewParams, ScreenshotParams, DEFAULT_MAX_EDGE, DEFAULT_PREVIEW_EDGE,
 };
 use crate::protocol::task_params::BatchParams;
-use crate::protocol::ErrorBody;
+use crate::protocol::{Acting, ErrorBody};
 use crate::sync::LockPlain;
 
 /// Largest PNG returned by `screenshot`.
@@ -206,9 +206,9 @@ impl Daemon {
 
     /// The cache key of an operation id: scoped to the caller's identity, role and the
     /// task it acts for, so nobody receives another caller's cached result.
-    fn operation_key(&self, session: &Session, token: Option<&str>, operation_id: &str) -> String {
-        let task = token.and_then(|t| self.inner.tasks.by_token(t).ok());
-        let who = match session.caller.principal(session.id.0) {
+    fn operation_key(&self, session: &Session, acting: Acting, operation_id: &str) -> String {
+        let task = acting.task();
+        let who = match session.principal() {
             Principal::Uid { uid } => format!("uid:{uid}"),
             Principal::Session { session } => format!("session:{session}"),
         };
@@ -249,17 +249,17 @@ impl Daemon {
     pub(super) async fn action(
         &self,
         session: &Session,
-        token: Option<&str>,
+        acting: Acting,
         p: &ActionParams,
         cancel: &CancellationToken,
     ) -> Result<Value, DaemonError> {
         let args = json!({"observation_id": p.observation_id, "action": p.action});
-        let key = self.operation_key(session, token, &p.operation_id);
+        let key = self.operation_key(session, acting, &p.operation_id);
         if let Some(known) = self.begin_operation(&key, &p.operation_id, &args) {
             return known.map_err(|e| with_operation(e, &p.operation_id));
         }
         let started = Instant::now();
-        let (outcome, task) = self.run_action(session, token, p.observation_id.as_deref(), &p.action, cancel).await;
+        let (outcome, task) = self.run_action(session, acting, p.observation_id.as_deref(), &p.action, cancel).await;
         let result = outcome.map(|reports| {
             let latest = self.inner.frames.latest();
             json!({
@@ -272,7 +272,7 @@ impl Daemon {
             })
         });
         let result = result.map_err(|e| DaemonError::ActionFailed(action_error(&e, &p.operation_id)));
-        self.record_step(session, token, task, "action", &args, &result, started.elapsed()).await;
+        self.record_step(session, acting, task, "action", &args, &result, started.elapsed()).await;
         self.finish_operation(&key, &result);
         result
     }
@@ -283,12 +283,12 @@ impl Daemon {
     pub(super) async fn batch(
         &self,
         session: &Session,
-        token: Option<&str>,
+        acting: Acting,
         p: &BatchParams,
         cancel: &CancellationToken,
     ) -> Result<Value, DaemonError> {
         let args = json!({"observation_id": p.observation_id, "actions": p.actions});
-        let key = self.operation_key(session, token, &p.operation_id);
+        let key = self.operation_key(session, acting, &p.operation_id);
         if let Some(known) = self.begin_operation(&key, &p.operation_id, &args) {
             return known.map_err(|e| with_operation(e, &p.operation_id));
         }
@@ -298,13 +298,13 @@ impl Daemon {
         let mut failure = None;
         for (i, action) in p.actions.iter().enumerate() {
             let step_started = Instant::now();
-            let (outcome, task) = self.run_action(session, token, p.observation_id.as_deref(), action, cancel).await;
+            let (outcome, task) = self.run_action(session, acting, p.observation_id.as_deref(), action, cancel).await;
             let sub_args = json!({"observation_id": p.observation_id, "action": action, "index": i});
             let sub = match &outcome {
                 Ok(n) => Ok(json!({"status": "submitted", "reports": n})),
                 Err(e) => Err(DaemonError::ActionFailed(ErrorBody::from(e))),
             };
-            self.record_step(session, token, task, "batch", &sub_args, &sub, step_started.elapsed()).await;
+            self.record_step(session, acting, task, "batch", &sub_args, &sub, step_started.elapsed()).await;
             match outcome {
                 Ok(n) => {
                     done += 1;
@@ -343,21 +343,21 @@ impl Daemon {
     async fn run_action(
         &self,
         session: &Session,
-        token: Option<&str>,
+        acting: Acting,
         observation_id: Option<&str>,
         action: &ActionSpec,
         cancel: &CancellationToken,
     ) -> (Result<usize, DaemonError>, Option<i64>) {
-        let steps = match self.plan_action(observation_id, action) {
+        let steps = match self.plan_action(acting, observation_id, action) {
             Ok(steps) => steps,
             Err(e) => return (Err(e), None),
         };
-        if let (ActionSpec::OpenApp { name }, Some(t)) = (action, token) {
-            if let Err(e) = self.check_app_scope(session, t, name, cancel).await {
+        if let (ActionSpec::OpenApp { name }, Some(task)) = (action, acting.task()) {
+            if let Err(e) = self.check_app_scope(session, task, name, cancel).await {
                 return (Err(e), None);
             }
         }
-        let mut turn = match self.acquire_device(session, token, observation_id, cancel).await {
+        let mut turn = match self.acquire_device(session, acting, observation_id, cancel).await {
             Ok(turn) => turn,
             Err(e) => return (Err(e), None),
         };
@@ -375,19 +375,26 @@ impl Daemon {
         (result, task)
     }
 
-    /// The observation `id`, if it may still authorize an action now.
-    pub(super) fn check_observation(&self, id: &str) -> Result<Observation, DaemonError> {
+    /// The observation `id`, if it may still authorize an action of `acting` now.
+    pub(super) fn check_observation(&self, id: &str, acting: Acting) -> Result<Observation, DaemonError> {
         let generation = self.inner.frames.state().generation;
         let epoch = self.geometry_epoch();
-        Ok(self.lock_observations().get(id, generation, epoch, Instant::now())?)
+        let observation = self.lock_observations().get(id, generation, epoch, Instant::now())?;
+        observation.authorizes(acting)?;
+        Ok(observation)
     }
 
     /// The report steps of one action. A given observation is checked whatever the
     /// action (a key press on an expired screenshot is refused like a tap).
-    fn plan_action(&self, observation_id: Option<&str>, action: &ActionSpec) -> Result<Vec<InputStep>, DaemonError> {
+    fn plan_action(
+        &self,
+        acting: Acting,
+        observation_id: Option<&str>,
+        action: &ActionSpec,
+    ) -> Result<Vec<InputStep>, DaemonError> {
         let t = &self.inner.timings;
         let mapping = match observation_id {
-            Some(id) => Some(self.check_observation(id)?.mapping),
+            Some(id) => Some(self.check_observation(id, acting)?.mapping),
             None => None,
         };
         let point = |x: f64, y: f64| -> Result<HidPoint, DaemonError> {

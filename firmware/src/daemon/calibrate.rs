@@ -8,11 +8,12 @@ use serde_json::{json, Value};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Daemon, DaemonError, InputStep, Role, Session};
+use super::{Daemon, DaemonError, InputStep, Session};
 use crate::device::calibration::{locate_pointer, Affine, CalibrationPoint, PointerSample};
 use crate::device::geometry::PixelRect;
 use crate::device::hid::{HidReport, PointerReport, POINTER_MAX};
 use crate::protocol::params::CalibrateParams;
+use crate::protocol::Acting;
 use crate::sync::LockPlain;
 
 /// Which way the phone's picture is oriented; each has its own calibration.
@@ -116,15 +117,11 @@ impl Daemon {
     pub(super) async fn calibrate(
         &self,
         session: &Session,
-        token: Option<&str>,
+        acting: Acting,
         p: &CalibrateParams,
         cancel: &CancellationToken,
     ) -> Result<Value, DaemonError> {
-        let role = session.caller.role;
-        if token.is_none() && !role.includes(Role::Operate) {
-            return Err(DaemonError::PermissionDenied { method: "calibrate", needed: Role::Operate, have: role });
-        }
-        let mut turn = self.acquire_device(session, token, None, cancel).await?;
+        let mut turn = self.acquire_device(session, acting, None, cancel).await?;
         let active = {
             // Only its geometry is needed: holding the frame would hold a capture buffer.
             let frame = self.frame_after(None, Duration::from_secs(2), cancel).await?;

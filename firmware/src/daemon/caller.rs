@@ -2,33 +2,7 @@
 
 use serde::Serialize;
 
-/// What a caller may do. `Admin` ⊃ `Operate` ⊃ `View`; `Agent` acts only for its own task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// Tokens, pairing, settings, and everything `Operate` may do.
-    Admin,
-    /// Drive the phone, open and control tasks, and everything `View` may do.
-    Operate,
-    /// Watch only.
-    View,
-    /// Bound to one task by its task token: may act and finish/stop its own task, never
-    /// pause, resume, approve or take over.
-    Agent,
-}
-
-impl Role {
-    /// Whether this role includes `other` (`Agent` includes only itself).
-    pub fn includes(self, other: Role) -> bool {
-        match (self, other) {
-            (Role::Admin, Role::Agent) | (Role::Operate, Role::Agent) | (Role::View, Role::Agent) => false,
-            (Role::Admin, _) => true,
-            (Role::Operate, r) => r != Role::Admin,
-            (Role::View, r) => r == Role::View,
-            (Role::Agent, r) => r == Role::Agent,
-        }
-    }
-}
+pub use crate::protocol::Role;
 
 /// Process credentials of a Unix-socket peer, from SO_PEERCRED.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -157,15 +131,5 @@ mod tests {
         assert_ne!(a.principal(1), other.principal(1));
         let console = Caller { identity: Identity::InProcess, role: Role::Operate };
         assert_ne!(console.principal(1), console.principal(2), "in-process: one principal per session");
-    }
-
-    #[test]
-    fn role_inclusion() {
-        assert!(Role::Admin.includes(Role::Operate));
-        assert!(Role::Operate.includes(Role::View));
-        assert!(!Role::Operate.includes(Role::Admin));
-        assert!(!Role::View.includes(Role::Operate));
-        assert!(!Role::Admin.includes(Role::Agent));
-        assert!(!Role::Agent.includes(Role::View));
     }
 }

@@ -6,26 +6,18 @@ use super::input::InputError;
 use super::observations::ObservationError;
 use super::store::StoreError;
 use super::tasks::TaskError;
-use super::Role;
 use crate::device::geometry::{OutOfBounds, PixelRect};
 use crate::device::hid::UntypeableText;
 use crate::device::video::image::ImageError;
-use crate::protocol::{ErrorBody, ErrorCode, PROTOCOL_NAME};
+use crate::protocol::{Denied, ErrorBody, ErrorCode, PROTOCOL_NAME};
 
 /// Errors the daemon returns to callers. Mapped to wire codes in exactly one place:
 /// `impl From<&DaemonError> for ErrorBody` below.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
-    /// The caller's role does not allow the method.
-    #[error("{method} needs the {needed:?} role; this caller is {have:?}")]
-    PermissionDenied {
-        /// The method refused.
-        method: &'static str,
-        /// The role it needs.
-        needed: Role,
-        /// The caller's role.
-        have: Role,
-    },
+    /// The role table refused the call ([`crate::protocol::access`]).
+    #[error(transparent)]
+    PermissionDenied(#[from] Denied),
     /// `hello` asked for another protocol.
     #[error("protocol {requested:?} is not supported; this daemon speaks {PROTOCOL_NAME}")]
     UnsupportedProtocol {
@@ -158,7 +150,7 @@ impl DaemonError {
     /// The stable wire code, and whether input may have reached the phone.
     pub fn code(&self) -> (ErrorCode, bool) {
         match self {
-            DaemonError::PermissionDenied { .. } => (ErrorCode::PermissionDenied, false),
+            DaemonError::PermissionDenied(_) => (ErrorCode::PermissionDenied, false),
             DaemonError::UnsupportedProtocol { .. } => (ErrorCode::UnsupportedProtocol, false),
             DaemonError::Input(InputError::HostNotConnected) => (ErrorCode::HostNotConnected, false),
             DaemonError::Input(InputError::Cancelled { reports_sent }) => (ErrorCode::Cancelled, *reports_sent > 0),

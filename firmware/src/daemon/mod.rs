@@ -51,7 +51,7 @@ use crate::device::video::codec::EncoderSettings;
 use crate::device::video::encode::{start_encoder, EncoderKind};
 use crate::device::video::viewers::{ViewerHub, ViewerId};
 use crate::device::video::{FrameHub, FrameReader, FrameSource, SourceGuard, VideoError};
-use crate::protocol::{Call, HelloParams, Limits, Method, Request, RequestId, PROTOCOL_NAME};
+use crate::protocol::{Acting, Call, HelloParams, Limits, Method, Request, RequestId, TokenRule, PROTOCOL_NAME};
 use crate::sync::LockPlain;
 use store::{Store, StoreError};
 use tasks::{DeviceIdentity, Tasks};
@@ -306,8 +306,14 @@ impl Daemon {
 
     /// Adds a video viewer (for the WebSocket transport): it receives H.264 access units,
     /// starting with an IDR, through [`Daemon::viewer_hub`].
-    pub fn join_viewer(&self) -> (ViewerId, std::sync::Arc<tokio::sync::Notify>) {
-        self.inner.viewers.join()
+    /// Watching live video is looking: the caller needs `preview`'s rule (view and up).
+    pub fn join_viewer(
+        &self,
+        session: &Session,
+    ) -> Result<(ViewerId, std::sync::Arc<tokio::sync::Notify>), DaemonError> {
+        let acting = Acting::Human { role: session.caller.role };
+        Method::Preview.access().check(Method::Preview, acting, None, |_| true)?;
+        Ok(self.inner.viewers.join())
     }
 
     /// The viewer queues (take, ack, keyframe requests, leave).
@@ -359,21 +365,12 @@ impl Daemon {
         if self.inner.shutdown.is_cancelled() {
             return Err(DaemonError::ShuttingDown);
         }
-        // A token must name the active task, whatever the request (reading task history
-        // and the daemon's state excepted, and `cancel`, which touches only the caller's
-        // own connection): an agent whose task ended learns it at once.
-        let token_free = matches!(
-            call,
-            Call::Hello(_) | Call::Status(_) | Call::TaskList(_) | Call::TaskEvents(_) | Call::Cancel(_)
-        );
-        if let (Some(t), false) = (token, token_free) {
-            self.inner.tasks.by_token(t)?;
-        }
+        let acting = self.authorize(session, token, call).await?;
         let value = match call {
-            Call::Hello(params) => to_value(&self.hello(session, params)?),
+            Call::Hello(params) => to_value(&self.hello(session, token.is_some(), params)?),
             Call::Status(_) => to_value(&self.status().await),
             Call::Screenshot(p) => {
-                let task = token.and_then(|t| self.inner.tasks.by_token(t).ok());
+                let task = acting.task();
                 let shot = self.screenshot(p, task, cancel).await?;
                 if let Some(task) = task {
                     self.inner.tasks.observed(task);
@@ -381,23 +378,52 @@ impl Daemon {
                 shot
             }
             Call::Preview(p) => self.preview(p, cancel).await?,
-            Call::Action(p) => self.action(session, token, p, cancel).await?,
-            Call::Batch(p) => self.batch(session, token, p, cancel).await?,
+            Call::Action(p) => self.action(session, acting, p, cancel).await?,
+            Call::Batch(p) => self.batch(session, acting, p, cancel).await?,
             Call::Cancel(p) => serde_json::json!({"cancelled": session.cancel_request(p.request_id)}),
             Call::SimState(_) => to_value(&self.inner.sim.as_ref().ok_or(DaemonError::NotSim)?.state()),
-            Call::Calibrate(p) => self.calibrate(session, token, p, cancel).await?,
-            Call::TaskOpen(p) => self.task_open(session, token, p).await?,
+            Call::Calibrate(p) => self.calibrate(session, acting, p, cancel).await?,
+            Call::TaskOpen(p) => self.task_open(session, p).await?,
             Call::TaskList(p) => self.task_list(p).await?,
-            Call::TaskEvents(p) => self.task_events(session, p, cancel).await?,
-            Call::TaskControl(p) => self.task_control(session, token, p).await?,
-            Call::TaskConfirm(p) => self.task_confirm(session, token, p, cancel).await?,
-            Call::TaskNote(p) => self.task_note(session, token, p).await?,
-            Call::TaskFinish(p) => self.task_finish(session, token, p).await?,
+            Call::TaskEvents(p) => self.task_events(session, acting, p, cancel).await?,
+            Call::TaskControl(p) => self.task_control(session, acting, p).await?,
+            Call::TaskConfirm(p) => self.task_confirm(session, acting, p, cancel).await?,
+            Call::TaskNote(p) => self.task_note(session, acting, p).await?,
+            Call::TaskFinish(p) => self.task_finish(session, acting, p).await?,
         };
         Ok(value)
     }
 
-    fn hello(&self, session: &Session, params: &HelloParams) -> Result<HelloResult, DaemonError> {
+    /// The one authorization check of every request: resolves the task token (once) where
+    /// the method's rule looks at it, and checks the rule ([`crate::protocol::access`]).
+    /// A refusal while a task is active is journalled in it.
+    pub(super) async fn authorize(
+        &self,
+        session: &Session,
+        token: Option<&str>,
+        call: &Call,
+    ) -> Result<Acting, DaemonError> {
+        let rule = call.access();
+        let acting = match (token, rule.token) {
+            // A dead token is TASK_ENDED whatever the method: its agent learns it at once.
+            (Some(t), TokenRule::Refused | TokenRule::OwnTask) => Acting::Agent { task: self.inner.tasks.by_token(t)? },
+            _ => Acting::Human { role: session.caller.role },
+        };
+        let principal = session.principal();
+        let opener = |id| self.inner.tasks.opener(id).is_none_or(|o| o == principal);
+        if let Err(denied) = rule.check(call.method(), acting, call.task_id(), opener) {
+            let e = DaemonError::PermissionDenied(denied);
+            let what = match call {
+                Call::TaskControl(p) => format!("task_control {}", p.action.as_str()),
+                _ => call.method().as_str().to_string(),
+            };
+            self.record_refusal(session, acting, &what, &e).await;
+            return Err(e);
+        }
+        Ok(acting)
+    }
+
+    fn hello(&self, session: &Session, with_token: bool, params: &HelloParams) -> Result<HelloResult, DaemonError> {
         if let Some(requested) = &params.protocol {
             if requested != PROTOCOL_NAME {
                 return Err(DaemonError::UnsupportedProtocol { requested: requested.clone() });
@@ -410,7 +436,15 @@ impl Daemon {
             protocol: PROTOCOL_NAME,
             version: env!("CARGO_PKG_VERSION"),
             capabilities: Capabilities {
-                methods: Method::ALL.iter().map(|m| m.as_str()).collect(),
+                // What this caller may call (a task's agent may also stop its task).
+                methods: Method::ALL
+                    .iter()
+                    .filter(|m| {
+                        m.access().lists_for(Some(session.caller.role), with_token)
+                            || (with_token && **m == Method::TaskControl)
+                    })
+                    .map(|m| m.as_str())
+                    .collect(),
                 sim: self.inner.options.sim,
                 hid_backend: self.inner.hid_backend,
                 video_backend: self.inner.video_backend,
@@ -611,7 +645,10 @@ mod tests {
     #[tokio::test]
     async fn a_viewer_joined_through_the_daemon_gets_an_idr() {
         let d = daemon_with(&RecordingSink::default());
-        let (id, _notify) = d.join_viewer();
+        let agent = d.open_session(Caller { identity: Identity::InProcess, role: Role::Agent });
+        assert!(matches!(d.join_viewer(&agent), Err(DaemonError::PermissionDenied(_))), "watching needs view");
+        let viewer = d.open_session(Caller { identity: Identity::InProcess, role: Role::View });
+        let (id, _notify) = d.join_viewer(&viewer).unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
         let first = loop {
             if let Some(f) = d.viewer_hub().take(id) {
@@ -756,5 +793,97 @@ mod tests {
         // The journal of a finished task is closed.
         let late = d.handle(&opener_again, RequestId(7), &note("too late")).await.unwrap_err();
         assert_eq!(crate::protocol::ErrorBody::from(&late).code, crate::protocol::ErrorCode::InvalidTransition);
+    }
+
+    /// One call of each method, naming task `task` where it takes one.
+    fn sample_calls(task: i64) -> Vec<Call> {
+        let params = |m: Method| match m {
+            Method::Hello | Method::Status | Method::Screenshot | Method::Preview | Method::SimState => "{}".into(),
+            Method::TaskList => "{}".into(),
+            Method::Action => r#"{"operation_id":"walk","action":{"type":"home"}}"#.into(),
+            Method::Batch => r#"{"operation_id":"walk-b","actions":[{"type":"home"}]}"#.into(),
+            Method::Cancel => r#"{"request_id":99}"#.into(),
+            Method::Calibrate => r#"{"reset":true}"#.into(),
+            Method::TaskOpen => r#"{"title":"walk","events":false}"#.into(),
+            Method::TaskEvents => format!(r#"{{"task":{task}}}"#),
+            Method::TaskControl => format!(r#"{{"task":{task},"action":"pause"}}"#),
+            Method::TaskConfirm => r#"{"question":"ok?"}"#.into(),
+            Method::TaskNote => format!(r#"{{"task":{task},"text":"n"}}"#),
+            Method::TaskFinish => format!(r#"{{"task":{task},"ok":true}}"#),
+        };
+        Method::ALL
+            .iter()
+            .map(|&m| {
+                // The envelope carries the parameters beside `id` and `method`.
+                let params = params(m);
+                let fields = &params[1..params.len() - 1];
+                let sep = if fields.is_empty() { "" } else { "," };
+                let line = format!(r#"{{"id":1,"method":"{}"{sep}{fields}}}"#, m.as_str());
+                crate::protocol::parse_request(line.as_bytes()).unwrap().call
+            })
+            .collect()
+    }
+
+    fn denied(r: &Result<Value, DaemonError>) -> bool {
+        matches!(r, Err(DaemonError::PermissionDenied(_)))
+    }
+
+    /// Every method by every role, through the whole request path: refused with
+    /// PERMISSION_DENIED exactly where the role table says so, and nowhere else (no
+    /// handler has a check of its own).
+    #[tokio::test]
+    async fn every_method_by_every_role_is_refused_only_where_the_table_says() {
+        for role in Role::ALL {
+            let d = daemon_with(&RecordingSink::default());
+            let s = d.open_session(Caller { identity: Identity::InProcess, role });
+            // Task 1 is opened by this caller's own task_open where the role may.
+            for (n, call) in sample_calls(1).iter().enumerate() {
+                let expected = call.access().check(call.method(), Acting::Human { role }, call.task_id(), |_| true);
+                let got = d.handle(&s, RequestId(n as u64 + 1), call).await;
+                assert_eq!(denied(&got), expected.is_err(), "{} by {role}: {got:?}", call.method().as_str());
+            }
+        }
+    }
+
+    /// The same walk for a task's agent (its live token), for an agent holding the token
+    /// of an ended task, and for one naming another task.
+    #[tokio::test]
+    async fn every_method_by_a_tasks_agent_is_refused_only_where_the_table_says() {
+        use crate::protocol::task_params::TaskOpenParams;
+        let d = daemon_with(&RecordingSink::default());
+        let human = d.open_session(operator());
+        let open = TaskOpenParams { title: "t".into(), owner: None, scope: Default::default(), events: Some(false) };
+        let opened = d.handle(&human, RequestId(1), &Call::TaskOpen(open)).await.unwrap();
+        let (task, token) = (opened["id"].as_i64().unwrap(), opened["token"].as_str().unwrap().to_string());
+        let agent = d.open_session(Caller { identity: Identity::InProcess, role: Role::Agent });
+        for call in sample_calls(task) {
+            let rule = call.access();
+            let expected = match rule.token {
+                TokenRule::Ignored => rule.check(call.method(), Acting::Human { role: Role::Agent }, None, |_| true),
+                _ => rule.check(call.method(), Acting::Agent { task }, call.task_id(), |_| true),
+            };
+            let got = d.authorize(&agent, Some(&token), &call).await;
+            assert_eq!(got.is_err(), expected.is_err(), "{} by the agent: {got:?}", call.method().as_str());
+            if let (Ok(acting), TokenRule::OwnTask | TokenRule::Refused) = (got, rule.token) {
+                assert_eq!(acting, Acting::Agent { task }, "the token resolved to its task");
+            }
+        }
+        // Another task's id with this token: refused for every task-scoped method.
+        for call in sample_calls(task + 1).into_iter().filter(|c| c.task_id().is_some()) {
+            let got = d.authorize(&agent, Some(&token), &call).await;
+            assert!(matches!(got, Err(DaemonError::PermissionDenied(_))), "{}: {got:?}", call.method().as_str());
+        }
+        // The task ends: the token is dead for every method that looks at it.
+        let stop = crate::protocol::parse_request(
+            format!(r#"{{"id":1,"method":"task_control","task":{task},"action":"stop"}}"#).as_bytes(),
+        )
+        .unwrap()
+        .call;
+        d.handle(&human, RequestId(2), &stop).await.unwrap();
+        for call in sample_calls(task) {
+            let got = d.authorize(&agent, Some(&token), &call).await;
+            let ended = matches!(&got, Err(DaemonError::Task(TaskError::Ended)));
+            assert_eq!(ended, call.access().token != TokenRule::Ignored, "{}: {got:?}", call.method().as_str());
+        }
     }
 }

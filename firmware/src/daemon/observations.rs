@@ -4,6 +4,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::device::geometry::ObservationMapping;
+use crate::protocol::Acting;
 
 /// Observations older than this are refused.
 pub const OBSERVATION_TTL: Duration = Duration::from_secs(30);
@@ -48,6 +49,20 @@ pub enum ObservationError {
         /// What changed.
         why: &'static str,
     },
+}
+
+impl Observation {
+    /// Whether it may authorize an action of `acting`: a task's agent acts only on what it
+    /// saw with its own token (a screenshot taken without it, or by a human, may predate a
+    /// takeover and would skip the re-observation a handback demands).
+    pub fn authorizes(&self, acting: Acting) -> Result<(), ObservationError> {
+        match acting {
+            Acting::Agent { task } if self.task != Some(task) => {
+                Err(ObservationError::Stale { id: self.id.clone(), why: "it was not taken with this task's token" })
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Which frame an observation shows.

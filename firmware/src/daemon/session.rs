@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Caller, Daemon, DaemonError, Inner};
+use super::{Caller, Daemon, DaemonError, Inner, Principal};
 use crate::protocol::{Event, RequestId};
 use crate::sync::LockPlain;
 
@@ -83,6 +83,11 @@ impl Session {
             events_rx: std::sync::Mutex::new(Some(events_rx)),
             inner,
         }
+    }
+
+    /// Whom this session's caller acts as (a task's opener, operation ids).
+    pub fn principal(&self) -> Principal {
+        self.caller.principal(self.id.0)
     }
 
     /// Registers request `id` as in flight. Refused with `DUPLICATE_ID` while another

@@ -9,12 +9,12 @@ use super::store::{StepRecord, Store};
 use tokio_util::sync::CancellationToken;
 
 use super::tasks::{Change, NewTask, TaskError, TaskState};
-use super::{Daemon, DaemonError, Role, Session, SessionMessage};
+use super::{Daemon, DaemonError, Session, SessionMessage};
 use crate::protocol::task_params::{
     ControlAction, TaskConfirmParams, TaskControlParams, TaskEventsParams, TaskFinishParams, TaskListParams,
     TaskNoteParams, TaskOpenParams,
 };
-use crate::protocol::{ErrorBody, Event};
+use crate::protocol::{Acting, Denied, ErrorBody, ErrorCode, Event};
 use crate::sync::LockPlain;
 
 /// Events read from the store per round while streaming.
@@ -116,13 +116,24 @@ fn new_token() -> Result<String, DaemonError> {
 }
 
 /// Who did something, for the journal.
-fn by(session: &Session, token: Option<&str>) -> Value {
+fn by(session: &Session, acting: Acting) -> Value {
     let identity = serde_json::to_value(session.caller.identity).unwrap_or(Value::Null);
     json!({
         "role": session.caller.role,
         "identity": identity,
-        "with_task_token": token.is_some(),
+        "with_task_token": acting.is_agent(),
     })
+}
+
+/// What a task's agent may read of its own journal: a human's steps during a takeover
+/// keep their tool and outcome but not their arguments (what a person typed is theirs).
+fn redacted_for_agent(kind: &str, mut body: Value) -> Value {
+    if kind == "step" && body["by"]["with_task_token"] != json!(true) {
+        if let Some(args) = body.get_mut("args") {
+            *args = json!({"redacted": "a human's input during the task"});
+        }
+    }
+    body
 }
 
 impl Daemon {
@@ -148,17 +159,18 @@ impl Daemon {
     /// of the same refusal by the same connection within [`REFUSAL_WINDOW`] are counted,
     /// not written one by one: each `refused` event carries the `count` of refusals it
     /// stands for, and what is still counted is written when the task ends.
-    pub(super) async fn record_refusal(&self, session: &Session, token: Option<&str>, what: &str, e: &TaskError) {
-        if matches!(e, TaskError::Ended) {
+    pub(super) async fn record_refusal(&self, session: &Session, acting: Acting, what: &str, e: &DaemonError) {
+        let e = ErrorBody::from(e);
+        if e.code == ErrorCode::TaskEnded {
             return; // no task to record it in
         }
         let Some((task, _)) = self.inner.tasks.active() else { return };
-        let key = (task, session.id, what.to_string(), e.code().as_str());
+        let key = (task, session.id, what.to_string(), e.code.as_str());
         let count = {
             let mut windows = self.inner.refusals.lock_plain();
             windows.note(key.clone(), std::time::Instant::now())
         };
-        let body = json!({"what": what, "code": e.code(), "message": e.to_string(), "by": by(session, token)});
+        let body = json!({"what": what, "code": e.code, "message": e.message, "by": by(session, acting)});
         match count {
             Noted::Write(count) => self.append_refusal(task, body, count).await,
             Noted::CountedFirst => {
@@ -198,7 +210,7 @@ impl Daemon {
     pub(super) async fn record_step(
         &self,
         session: &Session,
-        token: Option<&str>,
+        acting: Acting,
         task: Option<i64>,
         tool: &str,
         args: &Value,
@@ -215,7 +227,7 @@ impl Daemon {
             args: args.clone(),
             result,
             duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
-            caller: by(session, token),
+            caller: by(session, acting),
         };
         if let Err(e) = self.inner.store.append_step(task, step).await {
             tracing::error!(task, error = %e, "could not record a step");
@@ -223,19 +235,7 @@ impl Daemon {
         self.inner.tasks.notify();
     }
 
-    pub(super) async fn task_open(
-        &self,
-        session: &Session,
-        token: Option<&str>,
-        p: &TaskOpenParams,
-    ) -> Result<Value, DaemonError> {
-        let role = session.caller.role;
-        if token.is_some() || !role.includes(Role::Operate) {
-            return Err(TaskError::NotAllowed(format!(
-                "opening a task needs the operate role without a task token; this caller is {role:?}"
-            ))
-            .into());
-        }
+    pub(super) async fn task_open(&self, session: &Session, p: &TaskOpenParams) -> Result<Value, DaemonError> {
         if let Some(active) = self.inner.tasks.busy() {
             return Err(TaskError::Active(active).into());
         }
@@ -256,7 +256,7 @@ impl Daemon {
             lease: session.id,
             scope: p.scope.clone(),
             device,
-            opener: session.caller.principal(session.id.0),
+            opener: session.principal(),
         };
         if let Err(e) = self.inner.tasks.install(new) {
             // Another task won the race between the check and the store write.
@@ -272,7 +272,7 @@ impl Daemon {
             // task ends or the connection closes, as if it had followed `task_events`.
             let (daemon, events, cancel) = (self.clone(), session.events.clone(), session.cancel.clone());
             tokio::spawn(async move {
-                if let Err(e) = daemon.stream_events(id, 0, &events, &cancel).await {
+                if let Err(e) = daemon.stream_events(id, 0, false, &events, &cancel).await {
                     tracing::debug!(task = id, error = %e, "the lease's event stream ended");
                 }
             });
@@ -319,9 +319,11 @@ impl Daemon {
     pub(super) async fn task_events(
         &self,
         session: &Session,
+        acting: Acting,
         p: &TaskEventsParams,
         cancel: &CancellationToken,
     ) -> Result<Value, DaemonError> {
+        let redact = acting.is_agent();
         let last = p.after_seq.unwrap_or(0).max(0);
         let task = self.inner.store.task(p.task).await.map_err(|_| TaskError::NoSuch(p.task))?;
         let last_seq = self.inner.store.last_seq(p.task).await?;
@@ -332,7 +334,10 @@ impl Daemon {
             let events = self.inner.store.events_after(p.task, last, 10_000).await?;
             let list: Vec<Value> = events
                 .into_iter()
-                .map(|e| json!({"seq": e.seq, "at_ms": e.at_ms, "kind": e.kind, "data": e.body}))
+                .map(|e| {
+                    let data = if redact { redacted_for_agent(&e.kind, e.body) } else { e.body };
+                    json!({"seq": e.seq, "at_ms": e.at_ms, "kind": e.kind, "data": data})
+                })
                 .collect();
             let approvals: Vec<Value> = self
                 .inner
@@ -348,7 +353,7 @@ impl Daemon {
                 "approvals": approvals,
             }));
         }
-        let (last, state) = self.stream_events(p.task, last, &session.events, cancel).await?;
+        let (last, state) = self.stream_events(p.task, last, redact, &session.events, cancel).await?;
         // The response must not overtake the events still in the session's queue.
         let (tx, rx) = tokio::sync::oneshot::channel();
         let forwarded = session.events_rx.lock_plain().is_none();
@@ -359,11 +364,13 @@ impl Daemon {
     }
 
     /// Streams task `task`'s events after `after` into `events` until the task has ended
-    /// and everything was sent; returns the last seq sent and the final state.
+    /// and everything was sent; returns the last seq sent and the final state. `redact`:
+    /// for the task's agent ([`redacted_for_agent`]).
     pub(super) async fn stream_events(
         &self,
         task: i64,
         after: i64,
+        redact: bool,
         events: &tokio::sync::mpsc::Sender<SessionMessage>,
         cancel: &CancellationToken,
     ) -> Result<(i64, String), DaemonError> {
@@ -378,7 +385,8 @@ impl Daemon {
                 body.insert("task".into(), json!(task));
                 body.insert("kind".into(), json!(e.kind));
                 body.insert("at_ms".into(), json!(e.at_ms));
-                body.insert("data".into(), e.body);
+                let data = if redact { redacted_for_agent(&e.kind, e.body) } else { e.body };
+                body.insert("data".into(), data);
                 let event = Event { event: "task".into(), seq: u64::try_from(e.seq).unwrap_or(0), body };
                 tokio::select! {
                     r = events.send(SessionMessage::Event(event)) => if r.is_err() { return Err(DaemonError::Cancelled) },
@@ -413,36 +421,15 @@ impl Daemon {
         }
     }
 
+    /// `task_control`: any operator may control the active task (a human can always stop
+    /// what an agent does); a task's agent may only stop its own (the role table).
     pub(super) async fn task_control(
         &self,
         session: &Session,
-        token: Option<&str>,
+        acting: Acting,
         p: &TaskControlParams,
     ) -> Result<Value, DaemonError> {
-        let role = session.caller.role;
-        // Agents (by token kind or by uid) may only stop their own task.
-        let refusal = if token.is_some() && p.action != ControlAction::Stop {
-            Some("a task token may only stop its own task; pause, resume, takeover, handback, approve and reject are for humans")
-        } else if role == Role::Agent && token.is_none() {
-            Some("the agent user may not control tasks; only humans (operate role) pause, resume, take over, hand back, approve or reject")
-        } else if token.is_none() && !role.includes(Role::Operate) {
-            Some("controlling tasks needs the operate role")
-        } else {
-            None
-        };
-        if let Some(why) = refusal {
-            let e = TaskError::NotAllowed(why.into());
-            if self.inner.tasks.active().is_some_and(|(id, _)| id == p.task) {
-                self.record_refusal(session, token, &format!("task_control {}", p.action.as_str()), &e).await;
-            }
-            return Err(e.into());
-        }
-        if let Some(t) = token {
-            if self.inner.tasks.by_token(t)? != p.task {
-                return Err(TaskError::NotAllowed("a task token may only stop its own task".into()).into());
-            }
-        }
-        let mut detail = json!({"by": by(session, token), "action": p.action.as_str()});
+        let mut detail = json!({"by": by(session, acting), "action": p.action.as_str()});
         if let Some(r) = &p.reason {
             detail["reason"] = json!(r);
         }
@@ -537,16 +524,14 @@ impl Daemon {
     pub(super) async fn task_confirm(
         &self,
         session: &Session,
-        token: Option<&str>,
+        acting: Acting,
         p: &TaskConfirmParams,
         cancel: &CancellationToken,
     ) -> Result<Value, DaemonError> {
-        let Some(token) = token else {
-            return Err(
-                TaskError::NotAllowed("task_confirm is asked by a task's agent: send its task_token".into()).into()
-            );
+        // The table admits only a task's agent; a human here would be a table bug.
+        let Some(id) = acting.task() else {
+            return Err(Denied::AgentOnly { method: "task_confirm" }.into());
         };
-        let id = self.inner.tasks.by_token(token)?;
         let approved = self.ask_human(session, id, p.question.clone(), "confirm", cancel).await?;
         // A `reject` with end_task ends the task: the agent learns it here.
         let state = self.inner.tasks.active().map(|(_, s)| s).unwrap_or(TaskState::Cancelled);
@@ -557,11 +542,10 @@ impl Daemon {
     pub(super) async fn check_app_scope(
         &self,
         session: &Session,
-        token: &str,
+        id: i64,
         name: &str,
         cancel: &CancellationToken,
     ) -> Result<(), DaemonError> {
-        let id = self.inner.tasks.by_token(token)?;
         if self.inner.tasks.app_allowed(id, name) {
             return Ok(());
         }
@@ -570,58 +554,35 @@ impl Daemon {
             self.inner.tasks.allow_app(id, name);
             Ok(())
         } else {
-            let e = TaskError::Rejected(format!("opening {name:?}"));
-            self.record_refusal(session, Some(token), "open_app", &e).await;
-            Err(e.into())
+            let e = TaskError::Rejected(format!("opening {name:?}")).into();
+            self.record_refusal(session, Acting::Agent { task: id }, "open_app", &e).await;
+            Err(e)
         }
     }
 
-    /// The task a note or finish is for: the token's (its agent), or the id given by the
-    /// caller that opened it or an admin. Only an unfinished task: the journal of a
-    /// finished one is closed.
-    async fn target(
-        &self,
-        session: &Session,
-        token: Option<&str>,
-        id: Option<i64>,
-        what: &'static str,
-    ) -> Result<i64, DaemonError> {
-        match (token, id) {
-            (Some(t), given) => {
-                let own = self.inner.tasks.by_token(t)?;
-                if given.is_some_and(|g| g != own) {
-                    return Err(TaskError::NotAllowed(format!("a task token may only {what} its own task")).into());
-                }
-                Ok(own)
-            }
-            (None, Some(id)) => {
-                let Some(opener) = self.inner.tasks.opener(id) else {
-                    return Err(self.not_active(id, what).await);
-                };
-                let role = session.caller.role;
-                if role == Role::Admin
-                    || (role.includes(Role::Operate) && opener == session.caller.principal(session.id.0))
-                {
-                    Ok(id)
-                } else {
-                    Err(TaskError::NotAllowed(format!(
-                        "only the task's agent (with its token), the caller that opened it, or an admin may {what} it"
-                    ))
-                    .into())
-                }
-            }
-            (None, None) => Err(DaemonError::MissingTask(what)),
+    /// The task a note or finish is for: the agent's own, or the id a human gave (the
+    /// role table checked that it is the opener or an admin). Only an unfinished task: the
+    /// journal of a finished one is closed.
+    async fn target(&self, acting: Acting, id: Option<i64>, what: &'static str) -> Result<i64, DaemonError> {
+        match (acting, id) {
+            (Acting::Agent { task }, _) => Ok(task),
+            (Acting::Human { .. }, Some(id)) => match self.inner.tasks.opener(id) {
+                Some(_) => Ok(id),
+                None => Err(self.not_active(id, what).await),
+            },
+            (Acting::Human { .. }, None) => Err(DaemonError::MissingTask(what)),
         }
     }
 
     pub(super) async fn task_note(
         &self,
         session: &Session,
-        token: Option<&str>,
+        acting: Acting,
         p: &TaskNoteParams,
     ) -> Result<Value, DaemonError> {
-        let id = self.target(session, token, p.task, "note").await?;
-        let seq = self.inner.store.append(id, "note".into(), json!({"text": p.text, "by": by(session, token)})).await?;
+        let id = self.target(acting, p.task, "note").await?;
+        let seq =
+            self.inner.store.append(id, "note".into(), json!({"text": p.text, "by": by(session, acting)})).await?;
         self.inner.tasks.notify();
         Ok(json!({"id": id, "seq": seq}))
     }
@@ -629,12 +590,12 @@ impl Daemon {
     pub(super) async fn task_finish(
         &self,
         session: &Session,
-        token: Option<&str>,
+        acting: Acting,
         p: &TaskFinishParams,
     ) -> Result<Value, DaemonError> {
-        let id = self.target(session, token, p.task, "finish").await?;
+        let id = self.target(acting, p.task, "finish").await?;
         let state = if p.ok { TaskState::Completed } else { TaskState::Failed };
-        let detail = json!({"summary": p.summary, "exit_code": p.exit_code, "ok": p.ok, "by": by(session, token)});
+        let detail = json!({"summary": p.summary, "exit_code": p.exit_code, "ok": p.ok, "by": by(session, acting)});
         let journal = self.inner.journal.lock().await;
         let Some(change) = self.inner.tasks.end(id, state, detail) else {
             drop(journal);

@@ -12,9 +12,9 @@ use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::{Principal, Role, SessionId};
+use super::{Principal, SessionId};
 use crate::protocol::task_params::{ControlAction, TaskScope};
-use crate::protocol::ErrorCode;
+use crate::protocol::{Acting, ErrorCode};
 use crate::sync::LockPlain;
 
 /// A task's state (DESIGN.md, "Tasks and leases").
@@ -126,9 +126,9 @@ pub enum TaskError {
     /// Limits reached; the task was stopped.
     #[error("the task reached its {0} and was stopped")]
     ScopeExceeded(String),
-    /// The caller's role or token kind does not allow this.
-    #[error("{0}")]
-    NotAllowed(String),
+    /// The request was cancelled while it waited for the task to run.
+    #[error("the request was cancelled while waiting for the task to run")]
+    Cancelled,
     /// A question is already waiting for an answer.
     #[error("task {0} already has a question waiting for a human; ask one at a time")]
     QuestionPending(i64),
@@ -156,7 +156,7 @@ impl TaskError {
             TaskError::NeedsObservation => ErrorCode::NeedsObservation,
             TaskError::Rejected(_) => ErrorCode::Rejected,
             TaskError::ScopeExceeded(_) => ErrorCode::ScopeExceeded,
-            TaskError::NotAllowed(_) => ErrorCode::PermissionDenied,
+            TaskError::Cancelled => ErrorCode::Cancelled,
             TaskError::QuestionPending(_) => ErrorCode::Busy,
             TaskError::NotWaiting { .. } => ErrorCode::InvalidTransition,
         }
@@ -337,15 +337,14 @@ pub struct NewTask {
     pub opener: Principal,
 }
 
-/// Who asks, as admission sees it.
+/// Who asks, as admission sees it. Its role was checked against the method's rule
+/// already ([`crate::protocol::access`]); admission decides by task state alone.
 #[derive(Debug, Clone, Copy)]
-pub struct Asker<'a> {
+pub struct Asker {
     /// The connection.
     pub session: SessionId,
-    /// Its role.
-    pub role: Role,
-    /// The task token it sent.
-    pub token: Option<&'a str>,
+    /// A human, or the agent of a task (its token resolved).
+    pub acting: Acting,
 }
 
 /// The registry of the active task.
@@ -641,16 +640,12 @@ impl Tasks {
 
     /// One admission decision without waiting. `Ok(None)`: wait for a change.
     /// `Err((e, change))`: refused, possibly after ending the task (limits, device change).
-    fn decide(
-        &self,
-        asker: &Asker<'_>,
-        device: &DeviceIdentity,
-    ) -> Result<Option<Admission>, (TaskError, Option<Change>)> {
+    fn decide(&self, asker: &Asker, device: &DeviceIdentity) -> Result<Option<Admission>, (TaskError, Option<Change>)> {
         let mut active = self.lock();
         let Some(t) = active.as_mut().filter(|t| !t.state.is_terminal()) else {
-            return match asker.token {
-                Some(_) => Err((TaskError::Ended, None)),
-                None => Ok(Some(Admission::Free)),
+            return match asker.acting {
+                Acting::Agent { .. } => Err((TaskError::Ended, None)),
+                Acting::Human { .. } => Ok(Some(Admission::Free)),
             };
         };
         if t.device.source_size.is_none() {
@@ -661,8 +656,8 @@ impl Tasks {
             let change = Self::set_state(t, TaskState::Interrupted, detail);
             return Err((TaskError::Ended, Some(change)));
         }
-        match asker.token {
-            Some(token) if same_token(&t.token, token) => match t.state {
+        match asker.acting {
+            Acting::Agent { task } if task == t.id => match t.state {
                 TaskState::Running if t.needs_observation => Err((TaskError::NeedsObservation, None)),
                 TaskState::Running => {
                     if let Some(max) = t.scope.max_steps {
@@ -685,14 +680,14 @@ impl Tasks {
                 // Paused, taken over, or a question pending: the task's input waits.
                 _ => Ok(None),
             },
-            Some(_) => Err((TaskError::Ended, None)),
-            None if asker.role == Role::Agent => {
-                Err((TaskError::NotAllowed("agents act only for their task: send its task_token".into()), None))
-            }
-            None if t.state == TaskState::TakenOver && asker.role.includes(Role::Operate) => {
+            Acting::Agent { .. } => Err((TaskError::Ended, None)),
+            // Taken over: the humans drive (the table let only operators this far).
+            Acting::Human { .. } if t.state == TaskState::TakenOver => {
                 Ok(Some(Admission::Human { id: t.id, gate: t.gate.clone() }))
             }
-            None => Err((TaskError::Running { task: t.id, title: t.title.clone(), state: t.state.as_str() }, None)),
+            Acting::Human { .. } => {
+                Err((TaskError::Running { task: t.id, title: t.title.clone(), state: t.state.as_str() }, None))
+            }
         }
     }
 
@@ -705,7 +700,7 @@ impl Tasks {
     /// admission, and the caller gives it back (`unreserve`) if it does not run.
     pub async fn admit_input(
         &self,
-        asker: &Asker<'_>,
+        asker: &Asker,
         device: impl Fn() -> DeviceIdentity,
         cancel: &CancellationToken,
     ) -> Result<Admission, (TaskError, Option<Change>)> {
@@ -724,7 +719,7 @@ impl Tasks {
             }
             tokio::select! {
                 r = changes.changed() => if r.is_err() { return Err((TaskError::Ended, None)) },
-                () = cancel.cancelled() => return Err((TaskError::NotAllowed("the request was cancelled while waiting for the task to run".into()), None)),
+                () = cancel.cancelled() => return Err((TaskError::Cancelled, None)),
             }
         }
     }
@@ -765,6 +760,7 @@ impl Tasks {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::Role;
     use ControlAction as A;
     use TaskState as S;
 
@@ -833,54 +829,56 @@ mod tests {
             .unwrap();
     }
 
-    fn decide(tasks: &Tasks, role: Role, token: Option<&str>) -> Result<Option<Admission>, TaskError> {
-        tasks.decide(&Asker { session: SessionId(2), role, token }, &device(Some((1920, 1080)))).map_err(|(e, _)| e)
+    const HUMAN: Acting = Acting::Human { role: Role::Operate };
+    const AGENT: Acting = Acting::Agent { task: 1 };
+
+    fn decide(tasks: &Tasks, acting: Acting) -> Result<Option<Admission>, TaskError> {
+        tasks.decide(&Asker { session: SessionId(2), acting }, &device(Some((1920, 1080)))).map_err(|(e, _)| e)
     }
 
     #[test]
     fn admission_rules() {
         let tasks = Tasks::default();
-        // No task: free for operators; any token is an ended task's.
-        assert!(matches!(decide(&tasks, Role::Operate, None), Ok(Some(Admission::Free))));
-        assert_eq!(decide(&tasks, Role::Operate, Some("x")).unwrap_err(), TaskError::Ended);
+        // No task: free for humans; an agent's task has ended.
+        assert!(matches!(decide(&tasks, HUMAN), Ok(Some(Admission::Free))));
+        assert_eq!(decide(&tasks, AGENT).unwrap_err(), TaskError::Ended);
         open(&tasks, TaskScope::default());
-        assert!(matches!(decide(&tasks, Role::Operate, Some("secret")), Ok(Some(Admission::Task { id: 1, .. }))));
-        assert!(matches!(decide(&tasks, Role::Operate, None), Err(TaskError::Running { task: 1, .. })));
-        assert!(matches!(decide(&tasks, Role::Agent, None), Err(TaskError::NotAllowed(_))));
-        assert_eq!(decide(&tasks, Role::Operate, Some("secreT")).unwrap_err(), TaskError::Ended);
+        assert!(matches!(decide(&tasks, AGENT), Ok(Some(Admission::Task { id: 1, .. }))));
+        assert!(matches!(decide(&tasks, HUMAN), Err(TaskError::Running { task: 1, .. })));
+        // The agent of another (earlier) task.
+        assert_eq!(decide(&tasks, Acting::Agent { task: 2 }).unwrap_err(), TaskError::Ended);
         // Paused: the task waits, humans are refused.
         tasks.control(1, A::Pause, false, serde_json::json!({})).unwrap();
-        assert!(matches!(decide(&tasks, Role::Agent, Some("secret")), Ok(None)));
-        assert!(matches!(decide(&tasks, Role::Admin, None), Err(TaskError::Running { .. })));
-        // Taken over: humans drive, the task waits; views may not drive.
+        assert!(matches!(decide(&tasks, AGENT), Ok(None)));
+        assert!(matches!(decide(&tasks, Acting::Human { role: Role::Admin }), Err(TaskError::Running { .. })));
+        // Taken over: humans drive, the task waits.
         tasks.control(1, A::Takeover, false, serde_json::json!({})).unwrap();
-        assert!(matches!(decide(&tasks, Role::Operate, None), Ok(Some(Admission::Human { id: 1, .. }))));
-        assert!(matches!(decide(&tasks, Role::View, None), Err(TaskError::Running { .. })));
-        assert!(matches!(decide(&tasks, Role::Agent, Some("secret")), Ok(None)));
+        assert!(matches!(decide(&tasks, HUMAN), Ok(Some(Admission::Human { id: 1, .. }))));
+        assert!(matches!(decide(&tasks, AGENT), Ok(None)));
         // Handed back: the task must observe first.
         tasks.control(1, A::Handback, false, serde_json::json!({})).unwrap();
-        assert_eq!(decide(&tasks, Role::Agent, Some("secret")).unwrap_err(), TaskError::NeedsObservation);
+        assert_eq!(decide(&tasks, AGENT).unwrap_err(), TaskError::NeedsObservation);
         tasks.observed(1);
-        assert!(matches!(decide(&tasks, Role::Agent, Some("secret")), Ok(Some(Admission::Task { .. }))));
-        // Ended: the token is dead, humans are free again.
+        assert!(matches!(decide(&tasks, AGENT), Ok(Some(Admission::Task { .. }))));
+        // Ended: the agent's task is over, humans are free again.
         tasks.end(1, S::Completed, serde_json::json!({})).unwrap();
-        assert_eq!(decide(&tasks, Role::Agent, Some("secret")).unwrap_err(), TaskError::Ended);
-        assert!(matches!(decide(&tasks, Role::Operate, None), Ok(Some(Admission::Free))));
+        assert_eq!(decide(&tasks, AGENT).unwrap_err(), TaskError::Ended);
+        assert!(matches!(decide(&tasks, HUMAN), Ok(Some(Admission::Free))));
     }
 
     #[test]
     fn limits_and_device_changes_end_the_task() {
         let tasks = Tasks::default();
         open(&tasks, TaskScope { max_steps: Some(2), ..TaskScope::default() });
-        assert!(decide(&tasks, Role::Agent, Some("secret")).is_ok());
-        assert!(decide(&tasks, Role::Agent, Some("secret")).is_ok());
-        assert!(matches!(decide(&tasks, Role::Agent, Some("secret")), Err(TaskError::ScopeExceeded(_))));
+        assert!(decide(&tasks, AGENT).is_ok());
+        assert!(decide(&tasks, AGENT).is_ok());
+        assert!(matches!(decide(&tasks, AGENT), Err(TaskError::ScopeExceeded(_))));
         assert_eq!(tasks.active(), Some((1, S::Failed)));
 
         let tasks = Tasks::default();
         open(&tasks, TaskScope::default());
         let other = device(Some((1280, 720)));
-        let r = tasks.decide(&Asker { session: SessionId(2), role: Role::Agent, token: Some("secret") }, &other);
+        let r = tasks.decide(&Asker { session: SessionId(2), acting: AGENT }, &other);
         let (e, change) = r.unwrap_err();
         assert_eq!(e, TaskError::Ended);
         assert_eq!(change.unwrap().state, S::Interrupted);
@@ -950,17 +948,17 @@ mod tests {
     fn every_state_change_fires_the_gate_of_input_admitted_before_it() {
         let tasks = Tasks::default();
         open(&tasks, TaskScope::default());
-        let agent = decide(&tasks, Role::Agent, Some("secret")).unwrap().unwrap();
+        let agent = decide(&tasks, AGENT).unwrap().unwrap();
         let gate = agent.gate().unwrap().clone();
         assert!(!gate.is_cancelled());
         tasks.control(1, A::Takeover, false, serde_json::json!({})).unwrap();
         assert!(gate.is_cancelled(), "takeover interrupts the agent's running input");
-        let human = decide(&tasks, Role::Operate, None).unwrap().unwrap();
+        let human = decide(&tasks, HUMAN).unwrap().unwrap();
         let human_gate = human.gate().unwrap().clone();
         tasks.control(1, A::Handback, false, serde_json::json!({})).unwrap();
         assert!(human_gate.is_cancelled(), "handback interrupts the human's running input");
         tasks.observed(1);
-        let again = decide(&tasks, Role::Agent, Some("secret")).unwrap().unwrap();
+        let again = decide(&tasks, AGENT).unwrap().unwrap();
         assert!(!again.gate().unwrap().is_cancelled());
         tasks.control(1, A::Pause, false, serde_json::json!({})).unwrap();
         assert!(again.gate().unwrap().is_cancelled(), "pause interrupts");
@@ -971,12 +969,12 @@ mod tests {
     fn still_rechecks_after_the_lock() {
         let tasks = Tasks::default();
         open(&tasks, TaskScope::default());
-        let admission = decide(&tasks, Role::Agent, Some("secret")).unwrap().unwrap();
+        let admission = decide(&tasks, AGENT).unwrap().unwrap();
         assert!(matches!(tasks.still(&admission), Still::Go));
         tasks.control(1, A::Pause, false, serde_json::json!({})).unwrap();
         assert!(matches!(tasks.still(&admission), Still::Wait));
         tasks.control(1, A::Takeover, false, serde_json::json!({})).unwrap();
-        let human = decide(&tasks, Role::Operate, None).unwrap().unwrap();
+        let human = decide(&tasks, HUMAN).unwrap().unwrap();
         assert!(matches!(tasks.still(&human), Still::Go));
         tasks.control(1, A::Handback, false, serde_json::json!({})).unwrap();
         assert!(matches!(tasks.still(&human), Still::Refuse(TaskError::Running { .. })));

@@ -13,7 +13,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::tasks::{Admission, Asker, Still};
-use super::{Daemon, DaemonError, InputError, InputLane, InputStep, Role, Session};
+use super::{Daemon, DaemonError, InputError, InputLane, InputStep, Session};
+use crate::protocol::{Acting, Method};
 
 /// The device, held for one caller after admission. Dropping it gives the device back.
 #[derive(Debug)]
@@ -77,15 +78,13 @@ impl Daemon {
     pub(super) async fn acquire_device<'a>(
         &'a self,
         session: &Session,
-        token: Option<&str>,
+        acting: Acting,
         observation: Option<&str>,
         cancel: &CancellationToken,
     ) -> Result<DeviceTurn<'a>, DaemonError> {
-        let role = session.caller.role;
-        if token.is_none() && !role.includes(Role::Operate) && role != Role::Agent {
-            return Err(DaemonError::PermissionDenied { method: "input", needed: Role::Operate, have: role });
-        }
-        let asker = Asker { session: session.id, role, token };
+        // Who may drive at all was decided by the role table; admission decides by the
+        // task's state.
+        let asker = Asker { session: session.id, acting };
         loop {
             let admission = match self.inner.tasks.admit_input(&asker, || self.device_identity(), cancel).await {
                 Ok(a) => a,
@@ -96,13 +95,11 @@ impl Daemon {
                     if cancel.is_cancelled() {
                         return Err(InputError::Cancelled { reports_sent: 0 }.into());
                     }
-                    self.record_refusal(session, token, "input", &e).await;
-                    return Err(e.into());
+                    let e = e.into();
+                    self.record_refusal(session, acting, "input", &e).await;
+                    return Err(e);
                 }
             };
-            if matches!(admission, Admission::Free) && !role.includes(Role::Operate) {
-                return Err(DaemonError::PermissionDenied { method: "input", needed: Role::Operate, have: role });
-            }
             let gate = admission.gate().cloned().unwrap_or_default();
             let queued = Instant::now();
             let limit = self.inner.queue_timeout;
@@ -136,14 +133,15 @@ impl Daemon {
                 Still::Refuse(e) => {
                     self.inner.tasks.unreserve(&admission);
                     drop(lane);
-                    self.record_refusal(session, token, "input", &e).await;
-                    return Err(e.into());
+                    let e = e.into();
+                    self.record_refusal(session, acting, "input", &e).await;
+                    return Err(e);
                 }
             }
             // The observation is checked again now: it may have expired or been invalidated
             // (someone else's input, a geometry change) while this request waited.
             if let Some(id) = observation {
-                if let Err(e) = self.check_observation(id) {
+                if let Err(e) = self.check_observation(id, acting) {
                     self.inner.tasks.unreserve(&admission);
                     return Err(e);
                 }
@@ -169,10 +167,13 @@ impl Daemon {
         }
     }
 
-    /// Runs one input sequence for `session`, after every sequence queued before it. The
-    /// session's cancellation (disconnect, shutdown) stops it and releases held input.
+    /// Runs one input sequence for `session`, after every sequence queued before it, under
+    /// `action`'s rule (operate and up). The session's cancellation (disconnect, shutdown)
+    /// stops it and releases held input.
     pub async fn run_input(&self, session: &Session, steps: &[InputStep]) -> Result<usize, DaemonError> {
-        let mut turn = self.acquire_device(session, None, None, &session.cancel).await?;
+        let acting = Acting::Human { role: session.caller.role };
+        Method::Action.access().check(Method::Action, acting, None, |_| true)?;
+        let mut turn = self.acquire_device(session, acting, None, &session.cancel).await?;
         turn.run(steps).await
     }
 

@@ -5,6 +5,7 @@
 //! bytes into validated [`Request`]s and never performs I/O itself.
 #![forbid(unsafe_code)]
 
+pub mod access;
 mod error;
 mod limits;
 mod message;
@@ -13,6 +14,7 @@ mod request;
 mod strict_json;
 pub mod task_params;
 
+pub use access::{Acting, Denied, Humans, Role, Rule, TokenRule};
 pub use error::{ErrorBody, ErrorCode};
 pub use limits::{
     Limits, MAX_NESTING_DEPTH, MAX_OUTPUT_BYTES, MAX_OUTPUT_MESSAGES, MAX_REQUEST_BYTES, PROTOCOL_NAME, STALL_TIMEOUT,
