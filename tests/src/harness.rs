@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tether::daemon::{Daemon, DaemonOptions, Devices, RolePolicy};
+use tether::daemon::{Daemon, DaemonOptions, Devices};
 use tether::device::input::InputTimings;
 use tether::device::sim::{SimConfig, SimPhone};
+use tether::server::RolePolicy;
 use tether::server::{UnixServer, UnixServerConfig};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};

@@ -7,11 +7,12 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use nix::unistd::{Group, Uid, User};
 use tether::config::{default_config_file, CodecChoice, Config, HidBackend, Profile, VideoBackend, DEFAULT_AGENT_USER};
-use tether::daemon::{Daemon, DaemonOptions, Devices, RolePolicy};
+use tether::daemon::{Daemon, DaemonOptions, Devices};
 use tether::device::hid::HidSink;
 use tether::device::sim::{SimConfig, SimPhone};
 use tether::device::video::encode::EncoderKind;
 use tether::device::video::{FrameSource, NoVideo};
+use tether::server::RolePolicy;
 use tether::server::{UnixServer, UnixServerConfig};
 use tokio_util::sync::CancellationToken;
 

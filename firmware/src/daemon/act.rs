@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::limits;
 use super::observations::FrameRef;
 use super::operations::{Begin, OperationState};
-use super::{Daemon, DaemonError, InputStep, Observation, Principal, Session};
+use super::{Daemon, DaemonError, InputStep, Observation, Session};
 use crate::device::geometry::{detect_active_rect, ObservationMapping, PixelRect};
 use crate::device::hid::{named_key, KeyStroke, UntypeableText};
 use crate::device::input::{self, plan, Gesture, HidPoint};
@@ -208,10 +208,7 @@ impl Daemon {
     /// task it acts for, so nobody receives another caller's cached result.
     fn operation_key(&self, session: &Session, acting: Acting, operation_id: &str) -> String {
         let task = acting.task();
-        let who = match session.principal() {
-            Principal::Uid { uid } => format!("uid:{uid}"),
-            Principal::Session { session } => format!("session:{session}"),
-        };
+        let who = session.principal().label();
         let task = task.map_or_else(|| "-".to_string(), |t| t.to_string());
         format!("{who}/{:?}/task:{task}/{operation_id}", session.caller.role)
     }

@@ -1,4 +1,5 @@
-//! Who is calling: identity from the transport, role from policy.
+//! Who is calling. The transport authenticates a caller (its principal, role and where it
+//! came from); the daemon compares principals and never decides by the transport.
 
 use serde::Serialize;
 
@@ -15,80 +16,83 @@ pub struct PeerCredentials {
     pub gid: u32,
 }
 
-/// How the caller reached the daemon; the daemon does not care beyond logging.
+/// Where the caller came from, for logs and the journal: the daemon records it and never
+/// decides by it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Identity {
     /// A Unix-socket peer.
     Unix(PeerCredentials),
-    /// Code inside the daemon process (console routes, MCP).
+    /// A network peer (HTTPS, WebSocket, MCP over the LAN).
+    Remote {
+        /// Its address and port.
+        addr: std::net::SocketAddr,
+    },
+    /// Code inside the daemon process (tests, future in-process routes).
     InProcess,
 }
 
 /// Whom a caller acts as, for ownership (a task's opener, operation ids): the same person
-/// from another process or connection is the same principal. The transport's details
-/// (pid, gid, which socket) are not part of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+/// from another process, connection or transport is the same principal. The transport
+/// names it when it authenticates the caller; the daemon only compares principals.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Principal {
-    /// A Unix user, by uid.
+    /// A Unix user, by uid (the control socket).
     Uid {
         /// The user id.
         uid: u32,
     },
-    /// An in-process caller (console routes, MCP) carries no identity of its own yet: its
-    /// session is its principal.
+    /// A named token (`tether token add NAME`), whichever transport presented it.
+    Token {
+        /// The token's name.
+        name: String,
+    },
+    /// A caller with no identity beyond its session (in-process callers): it owns only
+    /// what it did on that session. The daemon fills in the session's id when it opens it.
     Session {
         /// The session's id.
         session: u64,
     },
 }
 
-/// An authenticated caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Caller {
-    /// Where it came from.
-    pub identity: Identity,
-    /// What it may do.
-    pub role: Role,
-}
-
-impl Caller {
-    /// Whom this caller acts as, on session `session`.
-    pub fn principal(&self, session: u64) -> Principal {
-        match self.identity {
-            Identity::Unix(c) => Principal::Uid { uid: c.uid },
-            Identity::InProcess => Principal::Session { session },
+impl Principal {
+    /// A short stable name (`uid:1001`, `token:laptop`, `session:4`): operation-id keys
+    /// and a task's default owner.
+    pub fn label(&self) -> String {
+        match self {
+            Principal::Uid { uid } => format!("uid:{uid}"),
+            Principal::Token { name } => format!("token:{name}"),
+            Principal::Session { session } => format!("session:{session}"),
         }
     }
 }
 
-/// Maps Unix credentials to roles (DESIGN.md "Identities and security").
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RolePolicy {
-    /// The uid the daemon runs as; it and root are admins.
-    pub service_uid: u32,
-    /// The dedicated agent uid: agent-only, whatever groups it has.
-    pub agent_uid: Option<u32>,
-    /// Members of this group operate.
-    pub operator_gid: Option<u32>,
+/// An authenticated caller: whom it acts as, what it may do, where it came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Caller {
+    /// Where it came from (recorded, never decided by).
+    pub identity: Identity,
+    /// What it may do.
+    pub role: Role,
+    /// Whom it acts as.
+    pub principal: Principal,
 }
 
-impl RolePolicy {
-    /// The role of a peer with `creds` whose user belongs to `groups` (supplementary groups
-    /// plus primary). `None`: the peer has no role and is refused.
-    pub fn role_for(&self, creds: &PeerCredentials, groups: &[u32]) -> Option<Role> {
-        // The agent check comes first: the agent uid must never gain more through groups.
-        if self.agent_uid == Some(creds.uid) {
-            return Some(Role::Agent);
-        }
-        if creds.uid == 0 || creds.uid == self.service_uid {
-            return Some(Role::Admin);
-        }
-        match self.operator_gid {
-            Some(gid) if creds.gid == gid || groups.contains(&gid) => Some(Role::Operate),
-            _ => None,
-        }
+impl Caller {
+    /// A Unix-socket peer, acting as its uid.
+    pub fn unix(creds: PeerCredentials, role: Role) -> Caller {
+        Caller { identity: Identity::Unix(creds), role, principal: Principal::Uid { uid: creds.uid } }
+    }
+
+    /// A network peer that presented the named token `name`.
+    pub fn token(name: &str, role: Role, addr: std::net::SocketAddr) -> Caller {
+        Caller { identity: Identity::Remote { addr }, role, principal: Principal::Token { name: name.into() } }
+    }
+
+    /// An in-process caller: its session is its principal.
+    pub fn in_process(role: Role) -> Caller {
+        Caller { identity: Identity::InProcess, role, principal: Principal::Session { session: 0 } }
     }
 }
 
@@ -96,40 +100,20 @@ impl RolePolicy {
 mod tests {
     use super::*;
 
-    fn creds(uid: u32, gid: u32) -> PeerCredentials {
-        PeerCredentials { pid: Some(1), uid, gid }
-    }
-
-    #[test]
-    fn maps_uids_and_groups_to_roles() {
-        let p = RolePolicy { service_uid: 1000, agent_uid: Some(999), operator_gid: Some(50) };
-        assert_eq!(p.role_for(&creds(0, 0), &[]), Some(Role::Admin));
-        assert_eq!(p.role_for(&creds(1000, 1000), &[]), Some(Role::Admin));
-        assert_eq!(p.role_for(&creds(1001, 1001), &[50]), Some(Role::Operate));
-        assert_eq!(p.role_for(&creds(1001, 50), &[]), Some(Role::Operate));
-        assert_eq!(p.role_for(&creds(1001, 1001), &[7]), None);
-        // The agent uid stays agent even in the operator group.
-        assert_eq!(p.role_for(&creds(999, 50), &[50]), Some(Role::Agent));
-    }
-
     #[test]
     fn a_principal_is_the_user_not_the_process() {
-        let a = Caller {
-            identity: Identity::Unix(PeerCredentials { pid: Some(10), uid: 1001, gid: 1001 }),
-            role: Role::Operate,
-        };
-        let b = Caller {
-            identity: Identity::Unix(PeerCredentials { pid: Some(11), uid: 1001, gid: 50 }),
-            role: Role::Operate,
-        };
+        let a = Caller::unix(PeerCredentials { pid: Some(10), uid: 1001, gid: 1001 }, Role::Operate);
+        let b = Caller::unix(PeerCredentials { pid: Some(11), uid: 1001, gid: 50 }, Role::Operate);
         assert_ne!(a.identity, b.identity);
-        assert_eq!(a.principal(1), b.principal(2), "another process of the same user, on another session");
-        let other = Caller {
-            identity: Identity::Unix(PeerCredentials { pid: Some(10), uid: 1002, gid: 1001 }),
-            role: Role::Operate,
-        };
-        assert_ne!(a.principal(1), other.principal(1));
-        let console = Caller { identity: Identity::InProcess, role: Role::Operate };
-        assert_ne!(console.principal(1), console.principal(2), "in-process: one principal per session");
+        assert_eq!(a.principal, b.principal, "another process of the same user");
+        let other = Caller::unix(PeerCredentials { pid: Some(10), uid: 1002, gid: 1001 }, Role::Operate);
+        assert_ne!(a.principal, other.principal);
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 4000));
+        let laptop = Caller::token("laptop", Role::Operate, addr);
+        let again = Caller::token("laptop", Role::Operate, std::net::SocketAddr::from(([10, 0, 0, 2], 5000)));
+        assert_eq!(laptop.principal, again.principal, "one token from two addresses");
+        assert_ne!(laptop.principal, Caller::token("ci", Role::Operate, addr).principal);
+        assert_eq!(laptop.principal.label(), "token:laptop");
+        assert_eq!(a.principal.label(), "uid:1001");
     }
 }

@@ -29,7 +29,7 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 pub use calibrate::{calibration_file, Calibrations, Orientation};
-pub use caller::{Caller, Identity, PeerCredentials, Principal, Role, RolePolicy};
+pub use caller::{Caller, Identity, PeerCredentials, Principal, Role};
 pub use error::DaemonError;
 pub use input::{InputError, InputLane, InputStep};
 pub use limits::{DaemonLimits, LimitsStatus, OutputBudget};
@@ -410,7 +410,7 @@ impl Daemon {
             _ => Acting::Human { role: session.caller.role },
         };
         let principal = session.principal();
-        let opener = |id| self.inner.tasks.opener(id).is_none_or(|o| o == principal);
+        let opener = |id| self.inner.tasks.opener(id).is_none_or(|o| &o == principal);
         if let Err(denied) = rule.check(call.method(), acting, call.task_id(), opener) {
             let e = DaemonError::PermissionDenied(denied);
             let what = match call {
@@ -450,7 +450,7 @@ impl Daemon {
                 video_backend: self.inner.video_backend,
             },
             limits: Limits::CURRENT,
-            caller: session.caller,
+            caller: session.caller.clone(),
             session: session.id,
         })
     }
@@ -538,7 +538,7 @@ mod tests {
     }
 
     fn operator() -> Caller {
-        Caller { identity: Identity::InProcess, role: Role::Operate }
+        Caller::in_process(Role::Operate)
     }
 
     fn press() -> InputStep {
@@ -587,7 +587,7 @@ mod tests {
     async fn viewers_and_agents_without_a_task_cannot_send_input() {
         let d = daemon_with(&RecordingSink::default());
         for role in [Role::View, Role::Agent] {
-            let s = d.open_session(Caller { identity: Identity::InProcess, role });
+            let s = d.open_session(Caller::in_process(role));
             assert!(matches!(d.run_input(&s, &[press()]).await, Err(DaemonError::PermissionDenied { .. })));
         }
     }
@@ -645,9 +645,9 @@ mod tests {
     #[tokio::test]
     async fn a_viewer_joined_through_the_daemon_gets_an_idr() {
         let d = daemon_with(&RecordingSink::default());
-        let agent = d.open_session(Caller { identity: Identity::InProcess, role: Role::Agent });
+        let agent = d.open_session(Caller::in_process(Role::Agent));
         assert!(matches!(d.join_viewer(&agent), Err(DaemonError::PermissionDenied(_))), "watching needs view");
-        let viewer = d.open_session(Caller { identity: Identity::InProcess, role: Role::View });
+        let viewer = d.open_session(Caller::in_process(Role::View));
         let (id, _notify) = d.join_viewer(&viewer).unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
         let first = loop {
@@ -732,7 +732,7 @@ mod tests {
     }
 
     fn unix(uid: u32, role: Role) -> Caller {
-        Caller { identity: Identity::Unix(PeerCredentials { pid: None, uid, gid: uid }), role }
+        Caller::unix(PeerCredentials { pid: None, uid, gid: uid }, role)
     }
 
     #[tokio::test]
@@ -770,10 +770,8 @@ mod tests {
         use crate::protocol::task_params::{TaskFinishParams, TaskNoteParams, TaskOpenParams};
         let d = daemon_with(&RecordingSink::default());
         // Peers as SO_PEERCRED reports them: `tether task open` from one shell...
-        let process = |pid: i32, uid: u32, gid: u32| Caller {
-            identity: Identity::Unix(PeerCredentials { pid: Some(pid), uid, gid }),
-            role: Role::Operate,
-        };
+        let process =
+            |pid: i32, uid: u32, gid: u32| Caller::unix(PeerCredentials { pid: Some(pid), uid, gid }, Role::Operate);
         let opener = d.open_session(process(4241, 1001, 1001));
         let open = TaskOpenParams { title: "t".into(), owner: None, scope: Default::default(), events: Some(false) };
         let task = d.handle(&opener, RequestId(1), &Call::TaskOpen(open)).await.unwrap()["id"].as_i64().unwrap();
@@ -835,7 +833,7 @@ mod tests {
     async fn every_method_by_every_role_is_refused_only_where_the_table_says() {
         for role in Role::ALL {
             let d = daemon_with(&RecordingSink::default());
-            let s = d.open_session(Caller { identity: Identity::InProcess, role });
+            let s = d.open_session(Caller::in_process(role));
             // Task 1 is opened by this caller's own task_open where the role may.
             for (n, call) in sample_calls(1).iter().enumerate() {
                 let expected = call.access().check(call.method(), Acting::Human { role }, call.task_id(), |_| true);
@@ -855,7 +853,7 @@ mod tests {
         let open = TaskOpenParams { title: "t".into(), owner: None, scope: Default::default(), events: Some(false) };
         let opened = d.handle(&human, RequestId(1), &Call::TaskOpen(open)).await.unwrap();
         let (task, token) = (opened["id"].as_i64().unwrap(), opened["token"].as_str().unwrap().to_string());
-        let agent = d.open_session(Caller { identity: Identity::InProcess, role: Role::Agent });
+        let agent = d.open_session(Caller::in_process(Role::Agent));
         for call in sample_calls(task) {
             let rule = call.access();
             let expected = match rule.token {

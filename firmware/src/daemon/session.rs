@@ -72,7 +72,11 @@ impl Drop for RequestSlot {
 }
 
 impl Session {
-    pub(super) fn new(id: SessionId, caller: Caller, inner: Arc<Inner>) -> Session {
+    pub(super) fn new(id: SessionId, mut caller: Caller, inner: Arc<Inner>) -> Session {
+        // A caller with no identity of its own is its session.
+        if let Principal::Session { session } = &mut caller.principal {
+            *session = id.0;
+        }
         let (events, events_rx) = tokio::sync::mpsc::channel(SESSION_EVENTS);
         Session {
             id,
@@ -86,8 +90,8 @@ impl Session {
     }
 
     /// Whom this session's caller acts as (a task's opener, operation ids).
-    pub fn principal(&self) -> Principal {
-        self.caller.principal(self.id.0)
+    pub fn principal(&self) -> &Principal {
+        &self.caller.principal
     }
 
     /// Registers request `id` as in flight. Refused with `DUPLICATE_ID` while another

@@ -121,6 +121,7 @@ fn by(session: &Session, acting: Acting) -> Value {
     json!({
         "role": session.caller.role,
         "identity": identity,
+        "principal": session.principal(),
         "with_task_token": acting.is_agent(),
     })
 }
@@ -239,10 +240,7 @@ impl Daemon {
         if let Some(active) = self.inner.tasks.busy() {
             return Err(TaskError::Active(active).into());
         }
-        let owner = p.owner.clone().unwrap_or_else(|| match session.caller.identity {
-            super::Identity::Unix(c) => format!("uid {}", c.uid),
-            super::Identity::InProcess => "in-process".into(),
-        });
+        let owner = p.owner.clone().unwrap_or_else(|| session.principal().label());
         let token = new_token()?;
         let scope = serde_json::to_value(&p.scope).unwrap_or(Value::Null);
         let _journal = self.inner.journal.lock().await;
@@ -256,7 +254,7 @@ impl Daemon {
             lease: session.id,
             scope: p.scope.clone(),
             device,
-            opener: session.principal(),
+            opener: session.principal().clone(),
         };
         if let Err(e) = self.inner.tasks.install(new) {
             // Another task won the race between the check and the store write.

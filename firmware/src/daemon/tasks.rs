@@ -465,7 +465,7 @@ impl Tasks {
 
     /// Who opened the active task `id`, while it is unfinished.
     pub fn opener(&self, id: i64) -> Option<Principal> {
-        self.lock().as_ref().filter(|t| t.id == id && !t.state.is_terminal()).map(|t| t.opener)
+        self.lock().as_ref().filter(|t| t.id == id && !t.state.is_terminal()).map(|t| t.opener.clone())
     }
 
     /// Ends the active task if `id` is it and it is unfinished.

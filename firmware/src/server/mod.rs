@@ -2,8 +2,9 @@
 //! the caller, and calls the [`Daemon`](crate::daemon::Daemon). No transport touches a device.
 #![forbid(unsafe_code)]
 
+mod dispatch;
 mod lines;
 mod outbound;
 pub mod unix;
 
-pub use unix::{ServerError, UnixServer, UnixServerConfig};
+pub use unix::{RolePolicy, ServerError, UnixServer, UnixServerConfig};

@@ -11,21 +11,46 @@ use std::time::Duration;
 use nix::unistd::{Gid, Uid, User};
 use tokio::io::BufReader;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::dispatch::{Dispatcher, Flow};
 use super::lines::{next_line, Line};
 use super::outbound::{Outbound, QueueLimits};
-use crate::daemon::{Caller, Daemon, Identity, PeerCredentials, RolePolicy, Session, SessionMessage};
+use crate::daemon::{Caller, Daemon, PeerCredentials, Role};
 use crate::protocol::{
-    parse_request, ErrorBody, ErrorCode, Outgoing, RequestError, Response, MAX_OUTPUT_BYTES, MAX_OUTPUT_MESSAGES,
-    MAX_REQUEST_BYTES, STALL_TIMEOUT,
+    ErrorBody, ErrorCode, Outgoing, RequestError, Response, MAX_OUTPUT_BYTES, MAX_OUTPUT_MESSAGES, MAX_REQUEST_BYTES,
+    STALL_TIMEOUT,
 };
 
-/// Requests one connection may have in flight; reading pauses beyond this, which pushes
-/// back on a client that sends faster than it reads.
-const MAX_IN_FLIGHT: usize = 64;
+/// Maps Unix credentials to roles (DESIGN.md "Identities and security").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RolePolicy {
+    /// The uid the daemon runs as; it and root are admins.
+    pub service_uid: u32,
+    /// The dedicated agent uid: agent-only, whatever groups it has.
+    pub agent_uid: Option<u32>,
+    /// Members of this group operate.
+    pub operator_gid: Option<u32>,
+}
+
+impl RolePolicy {
+    /// The role of a peer with `creds` whose user belongs to `groups` (supplementary groups
+    /// plus primary). `None`: the peer has no role and is refused.
+    pub fn role_for(&self, creds: &PeerCredentials, groups: &[u32]) -> Option<Role> {
+        // The agent check comes first: the agent uid must never gain more through groups.
+        if self.agent_uid == Some(creds.uid) {
+            return Some(Role::Agent);
+        }
+        if creds.uid == 0 || creds.uid == self.service_uid {
+            return Some(Role::Admin);
+        }
+        match self.operator_gid {
+            Some(gid) if creds.gid == gid || groups.contains(&gid) => Some(Role::Operate),
+            _ => None,
+        }
+    }
+}
 
 /// Errors setting up the socket.
 #[derive(Debug, thiserror::Error)]
@@ -175,7 +200,7 @@ async fn identify(stream: &UnixStream, policy: &RolePolicy) -> io::Result<(PeerC
     let creds = PeerCredentials { pid: cred.pid(), uid: cred.uid(), gid: cred.gid() };
     let groups =
         tokio::task::spawn_blocking(move || groups_of(creds.uid, creds.gid)).await.unwrap_or_else(|_| vec![creds.gid]);
-    let caller = policy.role_for(&creds, &groups).map(|role| Caller { identity: Identity::Unix(creds), role });
+    let caller = policy.role_for(&creds, &groups).map(|role| Caller::unix(creds, role));
     Ok((creds, caller))
 }
 
@@ -205,47 +230,24 @@ async fn connection(daemon: Daemon, config: Arc<UnixServerConfig>, stream: UnixS
         let _ = writer.await;
         return;
     };
-    let session = match daemon.try_open_session(caller) {
-        Ok(session) => Arc::new(session),
-        Err(e) => {
-            tracing::warn!(uid = creds.uid, pid = ?creds.pid, "refused a connection: {e}");
-            let _ = out.push(Outgoing::Response(Response::err(None, ErrorBody::from(&e))).to_line()).await;
-            drop(out);
-            let _ = writer.await;
-            return;
-        }
+    let role = caller.role;
+    let Some(mut dispatcher) = Dispatcher::open(&daemon, caller, &out).await else {
+        drop(out);
+        let _ = writer.await;
+        return;
     };
-    tracing::info!(session = session.id().0, uid = creds.uid, pid = ?creds.pid, role = ?caller.role, "connected");
-    // Task events the session follows go out on the same bounded queue as responses.
-    let forwarder = session.take_events().map(|mut events| {
-        let out = out.clone();
-        tokio::spawn(async move {
-            while let Some(message) = events.recv().await {
-                match message {
-                    SessionMessage::Event(event) => {
-                        if out.push(Outgoing::Event(event).to_line()).await.is_err() {
-                            break;
-                        }
-                    }
-                    SessionMessage::Flush(done) => {
-                        let _ = done.send(());
-                    }
-                }
-            }
-        })
-    });
-    let eof = read_requests(&daemon, &session, read, &out, &closed).await;
-    if let Some(f) = forwarder {
-        f.abort();
-    }
+    let session = dispatcher.session().id().0;
+    tracing::info!(session, uid = creds.uid, pid = ?creds.pid, role = %role, "connected");
+    let eof = read_requests(&mut dispatcher, read, &closed).await;
     if eof {
-        tracing::debug!(session = session.id().0, "peer closed its side; finishing in-flight requests");
+        tracing::debug!(session, "peer closed its side; finished its requests");
     } else {
-        tracing::info!(session = session.id().0, "connection dropped");
+        tracing::info!(session, "connection dropped");
     }
+    dispatcher.close().await;
     drop(out);
     let _ = writer.await;
-    tracing::info!(session = session.id().0, "disconnected");
+    tracing::info!(session, "disconnected");
 }
 
 /// Resolves once the peer has closed both directions (POLLHUP), polling every 25 ms: a
@@ -267,95 +269,43 @@ async fn peer_hung_up(stream: &tokio::net::UnixStream) {
     }
 }
 
-/// Reads and dispatches requests until EOF (`true`) or the connection is closed (`false`).
-/// Returns only after every request it started has finished or been aborted.
+/// Reads lines into the dispatcher until EOF (`true`) or the connection is closed
+/// (`false`). After EOF the peer may still read: what it asked for finishes, unless it
+/// stalls or turns out to be gone altogether (then its long requests, a question or a
+/// followed event stream, must end, and its lease with them).
 async fn read_requests(
-    daemon: &Daemon,
-    session: &Arc<Session>,
+    dispatcher: &mut Dispatcher,
     read: tokio::net::unix::OwnedReadHalf,
-    out: &Outbound,
     closed: &CancellationToken,
 ) -> bool {
     let mut reader = BufReader::new(read);
-    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    let mut tasks = JoinSet::new();
-    let eof = loop {
+    loop {
         let line = tokio::select! {
-            () = closed.cancelled() => break false,
+            () = closed.cancelled() => return false,
             line = next_line(&mut reader, MAX_REQUEST_BYTES) => line,
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+            () = dispatcher.request_done() => continue,
         };
         let line = match line {
             Ok(Line::Complete(bytes)) => bytes,
             Ok(Line::TooLong(len)) => {
-                let err = RequestError::too_large(len);
-                let _ = out.push(Outgoing::Response(Response::err(err.id, err.error)).to_line()).await;
+                dispatcher.refuse(RequestError::too_large(len)).await;
                 continue;
             }
-            Ok(Line::Eof) => break true,
+            Ok(Line::Eof) => break,
             Err(e) => {
                 tracing::debug!(error = %e, "read failed");
-                break false;
+                return false;
             }
         };
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
+        if dispatcher.message(&line, closed).await == Flow::Closed {
+            return false;
         }
-        let request = match parse_request(&line) {
-            Ok(request) => request,
-            Err(err) => {
-                let _ = out.push(Outgoing::Response(Response::err(err.id, err.error)).to_line()).await;
-                continue;
-            }
-        };
-        let permit = tokio::select! {
-            () = closed.cancelled() => break false,
-            p = in_flight.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break false,
-            },
-        };
-        // Registered here, in arrival order, so the second of two requests with one id is
-        // the one refused.
-        let slot = match session.begin_request(request.id) {
-            Ok(slot) => slot,
-            Err(e) => {
-                let _ =
-                    out.push(Outgoing::Response(Response::err(Some(request.id), ErrorBody::from(&e))).to_line()).await;
-                continue;
-            }
-        };
-        let (daemon, session, out) = (daemon.clone(), session.clone(), out.clone());
-        tasks.spawn(async move {
-            let response = match daemon.handle_request(&session, &request, &slot).await {
-                Ok(result) => Response::ok(request.id, result),
-                Err(e) => {
-                    tracing::debug!(id = request.id.0, error = %e, "request failed");
-                    Response::err(Some(request.id), ErrorBody::from(&e))
-                }
-            };
-            drop(slot);
-            let _ = out.push(Outgoing::Response(response).to_line()).await;
-            drop(permit);
-        });
-    };
-    if eof {
-        // Half-closed: the peer may still read. Finish what it asked for, unless it stalls
-        // or turns out to be gone altogether (then its long requests — a question, a
-        // followed event stream — must end, and its lease with them).
-        let stream: &tokio::net::UnixStream = reader.get_ref().as_ref();
-        tokio::select! {
-            () = closed.cancelled() => tasks.abort_all(),
-            () = async { while tasks.join_next().await.is_some() {} } => {}
-            () = peer_hung_up(stream) => session.close(),
-        }
-    } else {
-        session.close();
     }
-    // Requests see the session's cancellation and wind down (withdrawing questions); give
-    // them a moment, then abort what is left.
-    let _ = tokio::time::timeout(Duration::from_secs(1), async { while tasks.join_next().await.is_some() {} }).await;
-    tasks.abort_all();
-    while tasks.join_next().await.is_some() {}
-    eof
+    let stream: &tokio::net::UnixStream = reader.get_ref().as_ref();
+    tokio::select! {
+        () = closed.cancelled() => dispatcher.abort(),
+        () = dispatcher.all_done() => {}
+        () = peer_hung_up(stream) => {}
+    }
+    true
 }
