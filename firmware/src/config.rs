@@ -86,6 +86,39 @@ impl std::str::FromStr for VideoBackend {
     }
 }
 
+/// `[https]`: the HTTPS server.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpsSettings {
+    /// Serve HTTPS at all (`false`: the control socket only).
+    pub enabled: bool,
+    /// Extra names and addresses the appliance answers to (a DNS name on your LAN, a
+    /// VPN address): added to the certificate and the Host allowlist.
+    pub names: Vec<String>,
+    /// A certificate chain (PEM) to serve instead of the appliance's own CA; clients then
+    /// pin the chain's last certificate.
+    pub cert: Option<PathBuf>,
+    /// The key for `cert` (PEM).
+    pub key: Option<PathBuf>,
+    /// Largest request body in bytes (default 1 MiB).
+    pub max_body_bytes: usize,
+    /// Most connections open at once.
+    pub max_connections: usize,
+}
+
+impl Default for HttpsSettings {
+    fn default() -> Self {
+        HttpsSettings {
+            enabled: true,
+            names: Vec::new(),
+            cert: None,
+            key: None,
+            max_body_bytes: 1 << 20,
+            max_connections: 1024,
+        }
+    }
+}
+
 /// The agent user looked for when none is configured.
 pub const DEFAULT_AGENT_USER: &str = "tether-agent";
 
@@ -114,8 +147,10 @@ pub struct Config {
     pub socket: PathBuf,
     /// Group owning the control socket; its members get the `operate` role.
     pub socket_group: String,
-    /// HTTPS listen address (used once the HTTPS console exists).
+    /// HTTPS listen address (appliance: 0.0.0.0:443; laptop: 127.0.0.1:8443).
     pub listen: SocketAddr,
+    /// The HTTPS server's names, certificate and limits (`[https]`).
+    pub https: HttpsSettings,
     /// The agent user (name or numeric uid): agent-only on the control socket. `None`:
     /// [`DEFAULT_AGENT_USER`] if that user exists (set explicitly, it must exist).
     pub agent_user: Option<String>,
@@ -222,6 +257,7 @@ struct ConfigFile {
     socket: Option<PathBuf>,
     socket_group: Option<String>,
     listen: Option<SocketAddr>,
+    https: Option<HttpsSettings>,
     agent_user: Option<String>,
     sim_phone: Option<SimConfig>,
     keyboard_layout: Option<Layout>,
@@ -325,6 +361,7 @@ impl Config {
                 Profile::Appliance => SocketAddr::from(([0, 0, 0, 0], 443)),
                 Profile::Laptop => SocketAddr::from(([127, 0, 0, 1], 8443)),
             },
+            https: HttpsSettings::default(),
             agent_user: None,
             sim_phone: SimConfig::default(),
             keyboard_layout: Layout::Us,
@@ -360,6 +397,7 @@ impl Config {
             socket,
             socket_group,
             listen,
+            https,
             agent_user,
             sim_phone,
             keyboard_layout,
@@ -382,6 +420,7 @@ impl Config {
         c.socket = socket.unwrap_or(c.socket);
         c.socket_group = socket_group.unwrap_or(c.socket_group);
         c.listen = listen.unwrap_or(c.listen);
+        c.https = https.unwrap_or(c.https);
         c.agent_user = agent_user.or(c.agent_user);
         c.sim_phone = sim_phone.unwrap_or(c.sim_phone);
         c.keyboard_layout = keyboard_layout.unwrap_or(c.keyboard_layout);

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use cli::remote::{Endpoint, RemoteArgs};
 use tether::config::{HidBackend, VideoBackend};
 
 /// tether: let AI agents and people drive a real iPhone.
@@ -50,6 +51,25 @@ enum Command {
     /// terminal `tether task list` and `tether task pause 12`.
     #[command(subcommand)]
     Task(TaskCommand),
+    /// Manage the named tokens HTTPS clients use (admin).
+    ///
+    /// Example: `tether token add ci --role operate`, then in CI
+    /// `TETHER_TOKEN=… tether task run --url https://box.local --fingerprint … -- ./test.sh`.
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Make a one-time pairing code for a new device: a QR code and URL to scan or paste.
+    ///
+    /// The URL carries the CA fingerprint, so the device pins the appliance's certificate
+    /// without asking. Example: `tether pair --role view --name wall-tablet`.
+    Pair(PairArgs),
+    /// Log in to an appliance from this machine with a pairing URL (`tether pair` there).
+    ///
+    /// Redeems the code over TLS pinned to the URL's fingerprint and stores the URL, token
+    /// and fingerprint in ~/.config/tether/hosts.toml (0600); later `--url` commands use them.
+    Login {
+        /// The pairing URL, `https://HOST[:PORT]/pair#code=…&fp=…` (quote it in the shell).
+        url: String,
+    },
 }
 
 /// `tether task` subcommands.
@@ -66,6 +86,8 @@ enum TaskCommand {
         /// Control socket path.
         #[arg(long, value_name = "PATH", env = "TETHER_SOCKET")]
         socket: Option<PathBuf>,
+        #[command(flatten)]
+        remote: RemoteArgs,
         /// Title shown to people (default: the command line).
         #[arg(long)]
         title: Option<String>,
@@ -96,6 +118,8 @@ enum TaskCommand {
         /// Control socket path.
         #[arg(long, value_name = "PATH", env = "TETHER_SOCKET")]
         socket: Option<PathBuf>,
+        #[command(flatten)]
+        remote: RemoteArgs,
         /// How many.
         #[arg(long, default_value_t = 20)]
         limit: u32,
@@ -116,6 +140,8 @@ enum TaskCommand {
         /// Control socket path.
         #[arg(long, value_name = "PATH", env = "TETHER_SOCKET")]
         socket: Option<PathBuf>,
+        #[command(flatten)]
+        remote: RemoteArgs,
         /// One JSON object per line.
         #[arg(long)]
         json: bool,
@@ -153,6 +179,8 @@ enum TaskCommand {
         /// Control socket path.
         #[arg(long, value_name = "PATH", env = "TETHER_SOCKET")]
         socket: Option<PathBuf>,
+        #[command(flatten)]
+        remote: RemoteArgs,
     },
 }
 
@@ -167,6 +195,93 @@ struct ControlArgs {
     /// Control socket path.
     #[arg(long, value_name = "PATH", env = "TETHER_SOCKET")]
     socket: Option<PathBuf>,
+    #[command(flatten)]
+    remote: RemoteArgs,
+}
+
+/// Where a client command goes: the socket, or `--url`.
+#[derive(Debug, Args)]
+struct Target {
+    /// Control socket path.
+    #[arg(long, value_name = "PATH", env = "TETHER_SOCKET")]
+    socket: Option<PathBuf>,
+    #[command(flatten)]
+    remote: RemoteArgs,
+}
+
+/// `tether token` subcommands.
+#[derive(Debug, Subcommand)]
+enum TokenCommand {
+    /// Make a named token; prints its secret once (only its hash is stored).
+    Add {
+        /// Its name (letters, digits, `.`, `_`, `-`), e.g. `ci` or `alice-laptop`.
+        name: String,
+        /// What it may do: admin, operate or view.
+        #[arg(long, default_value = "operate", value_parser = ["admin", "operate", "view"])]
+        role: String,
+        #[command(flatten)]
+        target: Target,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every token: name, role, when made and last used (never a secret).
+    List {
+        #[command(flatten)]
+        target: Target,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a token; its browser sessions end at once. The last admin token stays.
+    Revoke {
+        /// The token.
+        name: String,
+        #[command(flatten)]
+        target: Target,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give a token a new secret (printed once); the old one and its sessions stop working.
+    ///
+    /// A fresh install has one admin token, `admin`, whose secret nobody has seen:
+    /// `sudo tether token rotate admin` shows a working one.
+    Rotate {
+        /// The token.
+        name: String,
+        #[command(flatten)]
+        target: Target,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Flags of `tether pair`.
+#[derive(Debug, Args)]
+struct PairArgs {
+    /// The new token's role: admin, operate or view.
+    #[arg(long, default_value = "operate", value_parser = ["admin", "operate", "view"])]
+    role: String,
+    /// The new token's name (default: paired-XXXXXX).
+    #[arg(long)]
+    name: Option<String>,
+    /// How long the code works: 90s, 10m, 2h, 1d.
+    #[arg(long, default_value = "10m", value_parser = cli::token::parse_ttl)]
+    ttl: std::time::Duration,
+    /// Also write the QR code as SVG to FILE.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    /// The host name or address the URL uses (default: `<hostname>.local`); one the
+    /// device can reach, e.g. the appliance's LAN address.
+    #[arg(long)]
+    host: Option<String>,
+    #[command(flatten)]
+    target: Target,
+    /// Print JSON (the code, URL and fingerprint).
+    #[arg(long)]
+    json: bool,
 }
 
 /// Flags of `tether serve`. Each overrides the config file.
@@ -185,7 +300,8 @@ struct ServeArgs {
     /// Control socket path.
     #[arg(long, value_name = "PATH", env = "TETHER_SOCKET")]
     socket: Option<PathBuf>,
-    /// HTTPS listen address, for the console and MCP (served once they exist).
+    /// HTTPS listen address (default: 127.0.0.1:8443 on a laptop, 0.0.0.0:443 on the
+    /// appliance; port 0 picks a free one).
     #[arg(long, value_name = "ADDR:PORT")]
     listen: Option<SocketAddr>,
     /// The agent user, by name or uid: connections from it are agent-only.
@@ -285,6 +401,10 @@ fn main() -> ExitCode {
         Command::Calibrate(args) => cli::calibrate::run_calibrate(args.socket, args.grid, args.reset, args.json),
         Command::Doctor(args) => cli::doctor::run_doctor(args.socket, args.json),
         Command::Task(cmd) => run_task_command(cmd),
+        Command::Token(cmd) => run_token_command(cmd),
+        Command::Pair(a) => Endpoint::resolve(a.target.socket, &a.target.remote)
+            .and_then(|e| cli::token::run_pair(e, Some(a.role), a.name, a.host, a.ttl, a.svg, a.json)),
+        Command::Login { url } => cli::login::run_login(&url),
     };
     match result {
         Ok(code) => code,
@@ -295,13 +415,29 @@ fn main() -> ExitCode {
     }
 }
 
+fn run_token_command(cmd: TokenCommand) -> anyhow::Result<ExitCode> {
+    use cli::token::run_token;
+    let endpoint = |t: Target| Endpoint::resolve(t.socket, &t.remote);
+    match cmd {
+        TokenCommand::Add { name, role, target, json } => {
+            run_token(endpoint(target)?, "add", Some(name), Some(role), json)
+        }
+        TokenCommand::List { target, json } => run_token(endpoint(target)?, "list", None, None, json),
+        TokenCommand::Revoke { name, target, json } => run_token(endpoint(target)?, "revoke", Some(name), None, json),
+        TokenCommand::Rotate { name, target, json } => run_token(endpoint(target)?, "rotate", Some(name), None, json),
+    }
+}
+
 fn run_task_command(cmd: TaskCommand) -> anyhow::Result<ExitCode> {
     use cli::task;
-    let control = |a: ControlArgs, action: &str, end: bool| task::run_control(a.socket, a.id, action, a.reason, end);
+    let control = |a: ControlArgs, action: &str, end: bool| {
+        task::run_control(Endpoint::resolve(a.socket, &a.remote)?, a.id, action, a.reason, end)
+    };
     match cmd {
-        TaskCommand::Run { socket, title, apps, max_steps, max_duration, agent_user, env, command } => {
+        TaskCommand::Run { socket, remote, title, apps, max_steps, max_duration, agent_user, env, command } => {
             task::run_task(task::RunOptions {
                 socket,
+                remote,
                 title,
                 apps,
                 max_steps,
@@ -311,8 +447,12 @@ fn run_task_command(cmd: TaskCommand) -> anyhow::Result<ExitCode> {
                 command,
             })
         }
-        TaskCommand::List { socket, limit, json } => task::run_list(socket, limit, json),
-        TaskCommand::Events { id, follow, after, socket, json } => task::run_events(socket, id, follow, after, json),
+        TaskCommand::List { socket, remote, limit, json } => {
+            task::run_list(Endpoint::resolve(socket, &remote)?, limit, json)
+        }
+        TaskCommand::Events { id, follow, after, socket, remote, json } => {
+            task::run_events(Endpoint::resolve(socket, &remote)?, id, follow, after, json)
+        }
         TaskCommand::Pause(a) => control(a, "pause", false),
         TaskCommand::Resume(a) => control(a, "resume", false),
         TaskCommand::Takeover(a) => control(a, "takeover", false),
@@ -320,6 +460,8 @@ fn run_task_command(cmd: TaskCommand) -> anyhow::Result<ExitCode> {
         TaskCommand::Stop(a) => control(a, "stop", false),
         TaskCommand::Approve(a) => control(a, "approve", false),
         TaskCommand::Reject { args, end } => control(args, "reject", end),
-        TaskCommand::Finish { id, failed, summary, socket } => task::run_finish(socket, id, failed, summary),
+        TaskCommand::Finish { id, failed, summary, socket, remote } => {
+            task::run_finish(Endpoint::resolve(socket, &remote)?, id, failed, summary)
+        }
     }
 }

@@ -114,7 +114,8 @@ async fn spawn_daemon(width: u32, height: u32) -> anyhow::Result<(std::process::
     let config = dir.path().join("tether.toml");
     std::fs::write(&config, format!("[sim_phone]\ncapture_width = {width}\ncapture_height = {height}\n"))?;
     let child = Command::new(&tether)
-        .args(["serve", "--sim", "--socket"])
+        // Port 0: benches run beside other daemons and never collide on the HTTPS port.
+        .args(["serve", "--sim", "--listen", "127.0.0.1:0", "--socket"])
         .arg(&socket)
         .arg("--config")
         .arg(&config)

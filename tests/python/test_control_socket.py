@@ -63,6 +63,9 @@ class Daemon:
                 f.write(config_text)
             args += ["--config", cfg]
         args += list(extra_args)
+        if "--listen" not in args:
+            # Tests run beside other daemons: never collide on the default HTTPS port.
+            args += ["--listen", "127.0.0.1:0"]
         self.log = open(os.path.join(self.dir, "daemon.log"), "a+")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 20

@@ -3,9 +3,13 @@
 pub mod calibrate;
 pub mod doctor;
 pub mod gadget;
+pub mod lease;
+pub mod login;
+pub mod remote;
 pub mod serve;
 pub mod status;
 pub mod task;
+pub mod token;
 
 use std::path::PathBuf;
 

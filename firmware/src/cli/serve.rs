@@ -7,11 +7,14 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use nix::unistd::{Group, Uid, User};
 use tether::config::{default_config_file, CodecChoice, Config, HidBackend, Profile, VideoBackend, DEFAULT_AGENT_USER};
+use tether::daemon::HttpsInfo;
 use tether::daemon::{Daemon, DaemonOptions, Devices};
 use tether::device::hid::HidSink;
 use tether::device::sim::{SimConfig, SimPhone};
 use tether::device::video::encode::EncoderKind;
 use tether::device::video::{FrameSource, NoVideo};
+use tether::server::https::{HttpsConfig, HttpsListener};
+use tether::server::tls::{self, ServerNames, TlsMaterial};
 use tether::server::RolePolicy;
 use tether::server::{UnixServer, UnixServerConfig};
 use tokio_util::sync::CancellationToken;
@@ -129,7 +132,7 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
     if operator_gid.is_none() {
         tracing::info!(group = %config.socket_group, "operators' group does not exist; only admins can connect");
     }
-    tracing::info!(listen = %config.listen, "HTTPS console and MCP are not in this build yet; --listen is recorded only");
+    let tls = if config.https.enabled { Some(load_tls(&config)?) } else { None };
 
     if config.decoder_backend == CodecChoice::Hardware {
         use tether::device::video::{codec::find_hardware_decoder, v4l2::FourCc};
@@ -148,6 +151,21 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         let (devices, all_sim) = open_devices(&config)?;
+        // Bound before the daemon starts, so `status` and pairing URLs carry the real port.
+        let listener = match &tls {
+            Some((material, hostname)) => {
+                let mut https = HttpsConfig::new(config.listen, material.clone(), hostname.clone());
+                https.max_body = config.https.max_body_bytes;
+                https.max_connections = config.https.max_connections;
+                Some(HttpsListener::bind(https).await?)
+            }
+            None => None,
+        };
+        let https_info = listener.as_ref().map(|l| HttpsInfo {
+            port: l.port(),
+            hosts: l.preferred_hosts(),
+            fingerprint: l.fingerprint().hex(),
+        });
         let daemon = Daemon::start(
             devices,
             DaemonOptions {
@@ -163,6 +181,7 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
                 tasks_kept: config.tasks_kept,
                 queue_timeout: Some(std::time::Duration::from_millis(config.limits.queue_timeout_ms)),
                 limits: config.limits.daemon_limits(),
+                https: https_info,
             },
         )
         .context("start daemon")?;
@@ -177,11 +196,33 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
             tracing::info!("shutting down");
             stop.cancel();
         });
+        let https = listener.map(|l| tokio::spawn(l.serve(daemon.clone(), shutdown.clone())));
         server.serve(shutdown).await;
+        if let Some(h) = https {
+            let _ = h.await;
+        }
         daemon.shutdown();
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The certificates the HTTPS server serves: the user's, or the appliance's own CA and a
+/// server certificate for this machine's names (created or reissued as needed).
+fn load_tls(config: &Config) -> anyhow::Result<(TlsMaterial, String)> {
+    let hostname =
+        nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "tether".into());
+    let material = match (&config.https.cert, &config.https.key) {
+        (Some(cert), Some(key)) => tls::from_files(cert, key)?,
+        (None, None) => {
+            let names = ServerNames::of_machine(&hostname, &tls::interface_ips(), &config.https.names);
+            tls::load_or_create(&config.data_dir, &names)
+                .with_context(|| format!("certificates in {}", config.data_dir.join("tls").display()))?
+        }
+        _ => bail!("[https] cert and key go together: set both, or neither for the appliance's own CA"),
+    };
+    tracing::info!(fingerprint = %material.fingerprint, "HTTPS certificate authority (clients pin this)");
+    Ok((material, hostname))
 }
 
 /// The devices the config asks for; `true` when both are the virtual iPhone.

@@ -10,6 +10,9 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::{Pid, User};
 use serde_json::{json, Value};
 use tether::client::{ClientError, ControlClient};
+
+use super::lease::Lease;
+use super::remote::Endpoint;
 use tether::config::DEFAULT_AGENT_USER;
 
 /// Environment variables a task's command gets.
@@ -24,6 +27,8 @@ pub const ENV_SOCKET: &str = "TETHER_SOCKET";
 pub struct RunOptions {
     /// Control socket.
     pub socket: Option<PathBuf>,
+    /// Or an appliance's URL (the lease is then an HTTPS stream).
+    pub remote: super::remote::RemoteArgs,
     /// Task title (default: the command line).
     pub title: Option<String>,
     /// Apps the task may open without asking.
@@ -42,7 +47,7 @@ pub struct RunOptions {
 
 /// Adds the task token from the environment, so that a command run inside a task acts
 /// (and is refused) as that task's agent.
-fn with_env_token(mut params: Value) -> Value {
+pub fn with_env_token(mut params: Value) -> Value {
     if let (Ok(token), Some(map)) = (std::env::var(ENV_TOKEN), params.as_object_mut()) {
         map.insert("task_token".into(), json!(token));
     }
@@ -61,7 +66,6 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
     let Some((program, args)) = opts.command.split_first() else {
         bail!("nothing to run: give the command after `--`, e.g. `tether task run -- ./agent.sh`");
     };
-    let socket = super::client_socket(opts.socket.clone());
     let agent = if nix::unistd::geteuid().is_root() {
         // The flag, else the daemon's config (so both agree on who the agent is).
         let configured = || {
@@ -113,18 +117,24 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
     if let Some(s) = opts.max_duration_s {
         scope.insert("max_duration_s".into(), json!(s));
     }
+    let endpoint = super::remote::Endpoint::resolve(opts.socket.clone(), &opts.remote)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async move {
-        let mut lease = ControlClient::connect(&socket).await?;
-        // The lease connection does not read events while the command runs: opt out of them.
-        let opened =
-            lease.call("task_open", json!({"title": title, "scope": scope, "events": false})).await.map_err(remote)?;
-        let id = opened["id"].as_i64().context("task_open returned no id")?;
-        let token = opened["token"].as_str().context("task_open returned no token")?.to_string();
+        let scope = Value::Object(scope);
+        let (mut lease, id, token) = match endpoint {
+            super::remote::Endpoint::Socket(path) => Lease::open_socket(path, &title, &scope).await?,
+            super::remote::Endpoint::Remote(client) => {
+                // The command gets its task token only: never the login token.
+                let fingerprint = opts.remote.fingerprint_for(client.target())?;
+                Lease::open_remote(client, fingerprint, &title, &scope).await?
+            }
+        };
         eprintln!("tether: task {id} opened: {title}");
+        let reach = lease.command_env();
 
         let mut cmd = std::process::Command::new(program);
-        cmd.args(args).env(ENV_TOKEN, &token).env(ENV_ID, id.to_string()).env(ENV_SOCKET, &socket);
+        cmd.args(args).env(ENV_TOKEN, &token).env(ENV_ID, id.to_string()).env_remove("TETHER_TOKEN");
+        cmd.envs(reach.iter().map(|(k, v)| (k, v)));
         if let Some(user) = &agent {
             // Another uid is a boundary: root's environment (credentials, tokens) stays
             // behind; only the basics and what --env names go along.
@@ -135,7 +145,8 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
                 }
             }
             cmd.envs(passed.iter().map(|(k, v)| (k, v)));
-            cmd.env(ENV_TOKEN, &token).env(ENV_ID, id.to_string()).env(ENV_SOCKET, &socket);
+            cmd.env(ENV_TOKEN, &token).env(ENV_ID, id.to_string());
+            cmd.envs(reach.iter().map(|(k, v)| (k, v)));
             cmd.uid(user.uid.as_raw()).gid(user.gid.as_raw()).env("HOME", &user.dir).env("USER", &user.name);
         }
         // SAFETY: the closure runs in the forked child before exec and makes two raw system
@@ -161,7 +172,6 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
             }
         };
         let pgid = child.id().and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw);
-        let mut follower = ControlClient::connect(&socket).await?;
         let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
         let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         enum End {
@@ -177,12 +187,12 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
         let mut last_change_by_command = false;
         let end = tokio::select! {
             status = child.wait() => End::Exited(status?),
-            r = follower.call_streaming("task_events", json!({"task": id, "follow": true, "after_seq": 0}), |e| {
+            r = lease.watch(id, |e| {
                 if e["kind"] == "state" {
                     last_change_by_command = e["data"]["detail"]["by"]["with_task_token"] == json!(true);
                 }
             }) => {
-                let state = r.ok().and_then(|v| v["state"].as_str().map(String::from)).unwrap_or_else(|| "ended".into());
+                let state = r.unwrap_or_else(|| "ended".into());
                 if last_change_by_command { End::EndedByCommand(state) } else { End::EndedElsewhere(state) }
             }
             _ = sigint.recv() => End::Signal("interrupt"),
@@ -241,7 +251,7 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
                     "summary": format!("{program} exited with {code}")});
                 match lease.call("task_finish", finish).await {
                     Ok(r) => eprintln!("tether: task {id} {} (exit code {code})", r["state"].as_str().unwrap_or("?")),
-                    Err(e) => eprintln!("tether: task {id}: {}", remote(e)),
+                    Err(e) => eprintln!("tether: task {id}: {e}"),
                 }
                 Ok(exit_code(status))
             }
@@ -282,12 +292,8 @@ fn status_signal(status: &std::process::ExitStatus) -> i32 {
 }
 
 /// `tether task list`.
-pub fn run_list(socket: Option<PathBuf>, limit: u32, as_json: bool) -> anyhow::Result<ExitCode> {
-    let path = super::client_socket(socket);
-    let r = super::client_runtime()?.block_on(async {
-        let mut c = ControlClient::connect(&path).await?;
-        c.call("task_list", with_env_token(json!({"limit": limit}))).await.map_err(remote)
-    })?;
+pub fn run_list(endpoint: Endpoint, limit: u32, as_json: bool) -> anyhow::Result<ExitCode> {
+    let r = endpoint.call_once("task_list", json!({"limit": limit}))?;
     if as_json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(ExitCode::SUCCESS);
@@ -358,22 +364,43 @@ fn print_event(task: &Value, seq: &Value, kind: &str, data: &Value, as_json: boo
 
 /// `tether task events ID [--follow] [--after SEQ]`.
 pub fn run_events(
-    socket: Option<PathBuf>,
+    endpoint: Endpoint,
     task: i64,
     follow: bool,
     after: Option<i64>,
     as_json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let path = super::client_socket(socket);
+    let print = |e: &Value| print_event(&e["task"], &e["seq"], e["kind"].as_str().unwrap_or("?"), &e["data"], as_json);
     super::client_runtime()?.block_on(async {
-        let mut c = ControlClient::connect(&path).await?;
-        let params = with_env_token(json!({"task": task, "follow": follow, "after_seq": after}));
-        let r = c
-            .call_streaming("task_events", params, |e| {
-                print_event(&e["task"], &e["seq"], e["kind"].as_str().unwrap_or("?"), &e["data"], as_json);
-            })
-            .await
-            .map_err(remote)?;
+        let r = match (&endpoint, follow) {
+            (Endpoint::Socket(path), _) => {
+                let mut c = ControlClient::connect(path).await?;
+                let params = with_env_token(json!({"task": task, "follow": follow, "after_seq": after}));
+                c.call_streaming("task_events", params, |e| print(e)).await.map_err(remote)?
+            }
+            (Endpoint::Remote(client), true) => {
+                let path = format!("/api/tasks/{task}/events?follow=1&after={}", after.unwrap_or(0));
+                let response = client.send(hyper::Method::GET, &path, None).await?;
+                let status = response.status();
+                let mut lines = tether::client::https::LineReader::new(response.into_body());
+                if status != hyper::StatusCode::OK {
+                    let body = lines.next().await?.unwrap_or_default();
+                    return Err(tether::client::https::remote_error(status, &body).into());
+                }
+                let mut last = Value::Null;
+                while let Some(line) = lines.next().await? {
+                    if line["event"] == "task" {
+                        print(&line);
+                    } else {
+                        last = line;
+                    }
+                }
+                last
+            }
+            (Endpoint::Remote(_), false) => {
+                endpoint.call("task_events", json!({"task": task, "after_seq": after})).await?
+            }
+        };
         if !follow {
             for e in r["events"].as_array().cloned().unwrap_or_default() {
                 print_event(&json!(task), &e["seq"], e["kind"].as_str().unwrap_or("?"), &e["data"], as_json);
@@ -388,27 +415,26 @@ pub fn run_events(
 
 /// `tether task pause|resume|takeover|handback|stop|approve|reject ID`.
 pub fn run_control(
-    socket: Option<PathBuf>,
+    endpoint: Endpoint,
     task: i64,
     action: &str,
     reason: Option<String>,
     end_task: bool,
 ) -> anyhow::Result<ExitCode> {
-    let path = super::client_socket(socket);
     let r = super::client_runtime()?.block_on(async {
-        let mut c = ControlClient::connect(&path).await?;
+        let c = &endpoint;
         let mut params = json!({"task": task, "action": action, "reason": reason, "end_task": end_task});
         if matches!(action, "approve" | "reject") {
             // Name the question being answered, so an answer never lands on a question
             // asked after the one this person read.
-            let status = c.call("status", json!({})).await.map_err(remote)?;
+            let status = c.call("status", json!({})).await?;
             let q = &status["task"]["question"];
             if status["task"]["id"] == json!(task) && !q.is_null() {
                 eprintln!("tether: {action} question {}: {}", q["id"], q["text"].as_str().unwrap_or(""));
                 params["question"] = q["id"].clone();
             }
         }
-        c.call("task_control", with_env_token(params)).await.map_err(remote)
+        c.call("task_control", params).await
     })?;
     println!("task {task}: {}", r["state"].as_str().unwrap_or("?"));
     Ok(ExitCode::SUCCESS)
@@ -416,18 +442,13 @@ pub fn run_control(
 
 /// `tether task finish ID [--failed] [--summary S]`.
 pub fn run_finish(
-    socket: Option<PathBuf>,
+    endpoint: Endpoint,
     task: Option<i64>,
     failed: bool,
     summary: Option<String>,
 ) -> anyhow::Result<ExitCode> {
-    let path = super::client_socket(socket);
     let task = task.or_else(|| std::env::var(ENV_ID).ok().and_then(|v| v.parse().ok()));
-    let r = super::client_runtime()?.block_on(async {
-        let mut c = ControlClient::connect(&path).await?;
-        let params = with_env_token(json!({"task": task, "ok": !failed, "summary": summary}));
-        c.call("task_finish", params).await.map_err(remote)
-    })?;
+    let r = endpoint.call_once("task_finish", json!({"task": task, "ok": !failed, "summary": summary}))?;
     println!("task {}: {}", r["id"], r["state"].as_str().unwrap_or("?"));
     Ok(ExitCode::SUCCESS)
 }

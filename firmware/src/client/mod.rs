@@ -1,6 +1,8 @@
 //! The remote side: a small tether/1 client over the control socket, used by the CLI.
 #![forbid(unsafe_code)]
 
+pub mod https;
+
 use std::io;
 use std::path::{Path, PathBuf};
 

@@ -90,6 +90,12 @@ impl Caller {
         Caller { identity: Identity::Remote { addr }, role, principal: Principal::Token { name: name.into() } }
     }
 
+    /// A network peer that presented only a task token: the task's agent, whose session
+    /// is its principal.
+    pub fn remote_agent(addr: std::net::SocketAddr) -> Caller {
+        Caller { identity: Identity::Remote { addr }, role: Role::Agent, principal: Principal::Session { session: 0 } }
+    }
+
     /// An in-process caller: its session is its principal.
     pub fn in_process(role: Role) -> Caller {
         Caller { identity: Identity::InProcess, role, principal: Principal::Session { session: 0 } }

@@ -6,6 +6,7 @@ use super::input::InputError;
 use super::observations::ObservationError;
 use super::store::StoreError;
 use super::tasks::TaskError;
+use super::tokens::TokenError;
 use crate::device::geometry::{OutOfBounds, PixelRect};
 use crate::device::hid::UntypeableText;
 use crate::device::video::image::ImageError;
@@ -144,6 +145,12 @@ pub enum DaemonError {
     /// The task store failed; the daemon keeps running.
     #[error("the task store failed: {0}")]
     Store(#[from] StoreError),
+    /// A host name the appliance does not answer to.
+    #[error("{0}")]
+    BadHost(String),
+    /// Managing tokens or pairing codes failed.
+    #[error(transparent)]
+    Token(#[from] TokenError),
 }
 
 impl DaemonError {
@@ -173,7 +180,8 @@ impl DaemonError {
             | DaemonError::UnknownKey(_)
             | DaemonError::BadHotkey
             | DaemonError::MissingTask(_)
-            | DaemonError::AfterEnd { .. } => (ErrorCode::InvalidParams, false),
+            | DaemonError::AfterEnd { .. }
+            | DaemonError::BadHost(_) => (ErrorCode::InvalidParams, false),
             DaemonError::OperationConflict { .. } => (ErrorCode::OperationConflict, false),
             DaemonError::Untypeable(_) => (ErrorCode::UntypeableText, false),
             DaemonError::Calibration(_) => (ErrorCode::CalibrationFailed, true),
@@ -182,6 +190,17 @@ impl DaemonError {
             }
             DaemonError::ActionFailed(body) => (body.code, body.side_effect_possible),
             DaemonError::Task(e) => (e.code(), false),
+            DaemonError::Token(e) => (
+                match e {
+                    TokenError::Store(_) | TokenError::NoRandomness => ErrorCode::Internal,
+                    TokenError::NoSuch(_) => ErrorCode::NoSuchToken,
+                    TokenError::Exists(_) => ErrorCode::TokenExists,
+                    TokenError::LastAdmin(_) => ErrorCode::LastAdmin,
+                    TokenError::BadName(_) | TokenError::BadRole => ErrorCode::InvalidParams,
+                    TokenError::PairingInvalid => ErrorCode::PairingInvalid,
+                },
+                false,
+            ),
         }
     }
 
@@ -197,7 +216,9 @@ impl DaemonError {
                  that the phone is unlocked, then retry"
                     .to_string()
             }
-            DaemonError::Store(_) => "the task store failed; the request was not recorded. See the daemon's log".into(),
+            DaemonError::Store(_) | DaemonError::Token(TokenError::Store(_)) => {
+                "the task store failed; the request was not recorded. See the daemon's log".into()
+            }
             other => other.to_string(),
         }
     }

@@ -18,6 +18,8 @@ mod status;
 pub mod store;
 mod task_methods;
 pub mod tasks;
+mod token_methods;
+pub mod tokens;
 mod turn;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -37,9 +39,10 @@ pub use observations::{Observation, ObservationError, ObservationStore, OBSERVAT
 pub use operations::{OperationCache, OPERATIONS_KEPT, OPERATION_TTL};
 pub use session::{RequestSlot, Session, SessionId, SessionMessage};
 pub use status::{
-    Capabilities, DaemonInfo, HelloResult, HidStatus, InputStatus, StatusResult, TaskStatus, VideoStatus,
+    Capabilities, DaemonInfo, HelloResult, HidStatus, HttpsInfo, InputStatus, StatusResult, TaskStatus, VideoStatus,
 };
 pub use tasks::{TaskError, TaskState};
+pub use tokens::{TokenError, TokenInfo, Tokens, SESSION_LIFETIME};
 pub use turn::DEFAULT_QUEUE_TIMEOUT;
 
 use crate::device::geometry::PixelRect;
@@ -65,6 +68,9 @@ pub enum StartError {
     /// The task store could not be opened.
     #[error("open the task store")]
     Store(#[from] StoreError),
+    /// The tokens could not be loaded.
+    #[error("load the tokens")]
+    Tokens(#[from] TokenError),
 }
 
 /// The devices the daemon owns.
@@ -109,6 +115,8 @@ pub struct DaemonOptions {
     pub queue_timeout: Option<std::time::Duration>,
     /// Global limits.
     pub limits: DaemonLimits,
+    /// The HTTPS server's address and fingerprint, for `status` and pairing URLs.
+    pub https: Option<HttpsInfo>,
 }
 
 /// Finished tasks kept by default.
@@ -152,6 +160,7 @@ struct Inner {
     /// generation (calibration, active rectangle): older observations are stale.
     geometry_epoch: AtomicU64,
     refusals: std::sync::Mutex<task_methods::RefusalWindows>,
+    tokens: Tokens,
 }
 
 /// Handle to the daemon; clones share it.
@@ -177,6 +186,7 @@ impl Daemon {
         if !interrupted.is_empty() {
             tracing::warn!(tasks = ?interrupted, "tasks unfinished at the last shutdown are now interrupted");
         }
+        let tokens = Tokens::open(store.clone())?;
         let tasks_kept = if options.tasks_kept == 0 { DEFAULT_TASKS_KEPT } else { options.tasks_kept };
         let guard = devices.video.start(hub)?;
         // Encodes only while a viewer watches.
@@ -227,6 +237,7 @@ impl Daemon {
                 refused_busy: AtomicU64::new(0),
                 geometry_epoch: AtomicU64::new(1),
                 refusals: std::sync::Mutex::default(),
+                tokens,
             }),
         };
         daemon.watch_device();
@@ -283,6 +294,18 @@ impl Daemon {
         }
         let id = SessionId(self.inner.next_session.fetch_add(1, Ordering::Relaxed));
         Ok(Session::new(id, caller, self.inner.clone()))
+    }
+
+    /// The named network tokens, sessions and pairing codes (for the network transports'
+    /// authentication).
+    pub fn tokens(&self) -> &Tokens {
+        &self.inner.tokens
+    }
+
+    /// The task a live task token belongs to (`None`: the task ended, or never was), for
+    /// transports that must refuse a dead token before anything else.
+    pub fn task_of_token(&self, token: &str) -> Option<i64> {
+        self.inner.tasks.by_token(token).ok()
     }
 
     /// The output budget shared by every connection's queue.
@@ -390,6 +413,8 @@ impl Daemon {
             Call::TaskConfirm(p) => self.task_confirm(session, acting, p, cancel).await?,
             Call::TaskNote(p) => self.task_note(session, acting, p).await?,
             Call::TaskFinish(p) => self.task_finish(session, acting, p).await?,
+            Call::Token(p) => self.token(p).await?,
+            Call::Pair(p) => self.pair(p).await?,
         };
         Ok(value)
     }
@@ -506,6 +531,7 @@ impl Daemon {
                     }),
                 })
             }),
+            https: self.inner.options.https.clone(),
         }
     }
 }
@@ -808,6 +834,8 @@ mod tests {
             Method::TaskConfirm => r#"{"question":"ok?"}"#.into(),
             Method::TaskNote => format!(r#"{{"task":{task},"text":"n"}}"#),
             Method::TaskFinish => format!(r#"{{"task":{task},"ok":true}}"#),
+            Method::Token => r#"{"action":"list"}"#.into(),
+            Method::Pair => r#"{"role":"view"}"#.into(),
         };
         Method::ALL
             .iter()

@@ -21,6 +21,10 @@ pub enum SessionMessage {
     /// Answer once every earlier event is queued for writing (a response that must come
     /// after them waits for this).
     Flush(tokio::sync::oneshot::Sender<()>),
+    /// A followed stream (`task_events` with `follow`) passed its checks and starts: a
+    /// transport that answers a refusal differently from a stream (HTTP's status line)
+    /// waits for this or the request's end. Others ignore it.
+    Streaming,
 }
 
 /// Identifies one session (one connection) for the daemon's lifetime.

@@ -117,6 +117,32 @@ pub struct StatusResult {
     pub limits: super::LimitsStatus,
     /// The active (unfinished) task.
     pub task: Option<TaskStatus>,
+    /// The HTTPS server, when one serves this daemon.
+    pub https: Option<HttpsInfo>,
+}
+
+/// Where the HTTPS server listens and what clients pin (set by `serve` at start-up).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HttpsInfo {
+    /// The port.
+    pub port: u16,
+    /// Host names and addresses clients may use, best first (for pairing URLs).
+    pub hosts: Vec<String>,
+    /// SHA-256 of the CA certificate clients pin, lowercase hex.
+    pub fingerprint: String,
+}
+
+impl HttpsInfo {
+    /// `https://HOST[:PORT]` for the best host.
+    pub fn base_url(&self) -> String {
+        let host = self.hosts.first().map_or("localhost", String::as_str);
+        let host = if host.contains(':') { format!("[{host}]") } else { host.to_string() };
+        if self.port == 443 {
+            format!("https://{host}")
+        } else {
+            format!("https://{host}:{}", self.port)
+        }
+    }
 }
 
 /// The active task, in `status`.

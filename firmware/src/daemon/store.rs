@@ -16,7 +16,8 @@ use tokio::sync::{mpsc, oneshot};
 const QUEUE: usize = 256;
 
 /// Schema migrations, index = version - 1. Append only.
-pub const MIGRATIONS: &[&str] = &[r#"
+pub const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE tasks (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     title TEXT NOT NULL,
@@ -68,7 +69,16 @@ CREATE TABLE pairing_codes (
     expires_ms INTEGER NOT NULL,
     used INTEGER NOT NULL DEFAULT 0
 );
-"#];
+"#,
+    r#"
+ALTER TABLE tokens ADD COLUMN last_used_ms INTEGER;
+ALTER TABLE pairing_codes ADD COLUMN name TEXT;
+CREATE TABLE secrets (
+    name TEXT PRIMARY KEY,
+    value BLOB NOT NULL
+);
+"#,
+];
 
 /// States a task can end in; anything else is unfinished.
 pub const TERMINAL_STATES: &[&str] = &["completed", "failed", "cancelled", "rejected", "abandoned", "interrupted"];
@@ -203,7 +213,22 @@ impl Store {
         Ok((Store { jobs }, interrupted))
     }
 
-    async fn run<T: Send + 'static>(
+    /// Runs `f` on the store thread and blocks the calling thread for its answer: for
+    /// start-up only (loading the tokens before the daemon serves anything).
+    pub(super) fn run_now<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let job: Job = Box::new(move |conn| {
+            let _ = tx.send(f(conn));
+        });
+        self.jobs.try_send(job).map_err(|_| StoreError::Closed)?;
+        rx.recv().map_err(|_| StoreError::Closed)?
+    }
+
+    /// Runs `f` on the store thread (for the daemon's other tables, e.g. tokens).
+    pub(super) async fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {

@@ -351,6 +351,7 @@ impl Daemon {
                 "approvals": approvals,
             }));
         }
+        let _ = session.events.send(SessionMessage::Streaming).await;
         let (last, state) = self.stream_events(p.task, last, redact, &session.events, cancel).await?;
         // The response must not overtake the events still in the session's queue.
         let (tx, rx) = tokio::sync::oneshot::channel();

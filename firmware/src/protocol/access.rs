@@ -192,6 +192,7 @@ impl Method {
             Method::TaskControl => (Some(Operate), Refused, Any),
             Method::TaskConfirm => (None, OwnTask, Any),
             Method::TaskNote | Method::TaskFinish => (Some(Operate), OwnTask, Humans::OpenerOrAdmin),
+            Method::Token | Method::Pair => (Some(Role::Admin), Refused, Any),
         };
         Rule { min_role, token, humans }
     }
@@ -292,6 +293,8 @@ mod tests {
             Method::TaskConfirm => r#"{"question":"ok?"}"#,
             Method::TaskNote => r#"{"task":7,"text":"n"}"#,
             Method::TaskFinish => r#"{"task":7,"ok":true}"#,
+            Method::Token => r#"{"action":"list"}"#,
+            Method::Pair => r#"{"role":"view"}"#,
         };
         // The envelope carries the parameters beside `id` and `method`.
         let fields = &params[1..params.len() - 1];
@@ -324,6 +327,8 @@ mod tests {
         ("task_confirm", [false, false, false, false], true),
         ("task_note", [false, false, true, true], true),
         ("task_finish", [false, false, true, true], true),
+        ("token", [false, false, false, true], false),
+        ("pair", [false, false, false, true], false),
     ];
 
     #[test]

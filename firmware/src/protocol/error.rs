@@ -87,6 +87,22 @@ pub enum ErrorCode {
     /// Running input was stopped by a task control (pause, takeover, stop) or the task's
     /// end; `reports_sent` says how far it got. Look at the screen before going on.
     Interrupted,
+    // --- network callers (HTTPS, WebSocket, MCP) ---
+    /// No credentials, or wrong ones: send `Authorization: Bearer TOKEN`, a session cookie
+    /// or a task token.
+    Unauthorized,
+    /// Too many wrong tokens lately; a correct token still works. Wait a minute.
+    RateLimited,
+    /// No token has that name.
+    NoSuchToken,
+    /// A token with that name exists.
+    TokenExists,
+    /// The last admin token cannot be revoked.
+    LastAdmin,
+    /// The pairing code is unknown, used or expired.
+    PairingInvalid,
+    /// No such path on this server.
+    NotFound,
 }
 
 impl ErrorCode {
@@ -104,6 +120,7 @@ impl ErrorCode {
                 | ErrorCode::ObservationExpired
                 | ErrorCode::NeedsObservation
                 | ErrorCode::TaskActive
+                | ErrorCode::RateLimited
         )
     }
 
@@ -150,6 +167,13 @@ impl ErrorCode {
             ErrorCode::Internal => "INTERNAL",
             ErrorCode::DuplicateId => "DUPLICATE_ID",
             ErrorCode::Interrupted => "INTERRUPTED",
+            ErrorCode::Unauthorized => "UNAUTHORIZED",
+            ErrorCode::RateLimited => "RATE_LIMITED",
+            ErrorCode::NoSuchToken => "NO_SUCH_TOKEN",
+            ErrorCode::TokenExists => "TOKEN_EXISTS",
+            ErrorCode::LastAdmin => "LAST_ADMIN",
+            ErrorCode::PairingInvalid => "PAIRING_INVALID",
+            ErrorCode::NotFound => "NOT_FOUND",
         }
     }
 }

@@ -19,6 +19,7 @@ use super::task_params::{
     self, BatchParams, TaskConfirmParams, TaskControlParams, TaskEventsParams, TaskFinishParams, TaskListParams,
     TaskNoteParams, TaskOpenParams, MAX_BATCH_ACTIONS,
 };
+use super::token_params::{PairParams, TokenParams};
 use super::{ErrorBody, ErrorCode, MAX_NESTING_DEPTH, MAX_REQUEST_BYTES};
 
 /// A request id: a non-negative integer chosen by the client, echoed in the response.
@@ -68,6 +69,10 @@ pub enum Method {
     TaskNote,
     /// End a task as completed or failed.
     TaskFinish,
+    /// Named network tokens: add, list, revoke, rotate (admin).
+    Token,
+    /// Make a one-time pairing code for a new named token (admin).
+    Pair,
 }
 
 impl Method {
@@ -89,6 +94,8 @@ impl Method {
         Method::TaskConfirm,
         Method::TaskNote,
         Method::TaskFinish,
+        Method::Token,
+        Method::Pair,
     ];
 
     /// The wire name.
@@ -110,6 +117,8 @@ impl Method {
             Method::TaskConfirm => "task_confirm",
             Method::TaskNote => "task_note",
             Method::TaskFinish => "task_finish",
+            Method::Token => "token",
+            Method::Pair => "pair",
         }
     }
 
@@ -171,6 +180,10 @@ pub enum Call {
     TaskNote(TaskNoteParams),
     /// `task_finish`.
     TaskFinish(TaskFinishParams),
+    /// `token`.
+    Token(TokenParams),
+    /// `pair`.
+    Pair(PairParams),
 }
 
 impl Call {
@@ -193,6 +206,8 @@ impl Call {
             Call::TaskConfirm(_) => Method::TaskConfirm,
             Call::TaskNote(_) => Method::TaskNote,
             Call::TaskFinish(_) => Method::TaskFinish,
+            Call::Token(_) => Method::Token,
+            Call::Pair(_) => Method::Pair,
         }
     }
 }
@@ -384,6 +399,18 @@ pub fn parse_request(line: &[u8]) -> Result<Request, RequestError> {
                     .map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
             }
             Call::TaskFinish(p)
+        }
+        Method::Token => {
+            let p: TokenParams = params(id, known, fields)?;
+            super::token_params::validate_token(&p)
+                .map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
+            Call::Token(p)
+        }
+        Method::Pair => {
+            let p: PairParams = params(id, known, fields)?;
+            super::token_params::validate_pair(&p)
+                .map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
+            Call::Pair(p)
         }
     };
     Ok(Request { id, task_token, call })

@@ -69,6 +69,7 @@ impl Dispatcher {
                         SessionMessage::Flush(done) => {
                             let _ = done.send(());
                         }
+                        SessionMessage::Streaming => {}
                     }
                 }
             })

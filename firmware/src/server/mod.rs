@@ -3,8 +3,10 @@
 #![forbid(unsafe_code)]
 
 mod dispatch;
+pub mod https;
 mod lines;
 mod outbound;
+pub mod tls;
 pub mod unix;
 
 pub use unix::{RolePolicy, ServerError, UnixServer, UnixServerConfig};

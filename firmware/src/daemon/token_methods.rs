@@ -1,0 +1,65 @@
+//! `token` and `pair`: the admin's management of named network tokens and pairing codes.
+
+use serde_json::{json, Value};
+
+use super::tokens::DEFAULT_PAIRING_TTL;
+use super::{Daemon, DaemonError, HttpsInfo};
+use crate::protocol::token_params::{PairParams, TokenAction, TokenParams};
+use crate::protocol::Role;
+
+impl Daemon {
+    /// `token`: add, list, revoke or rotate a named token. Secrets appear only in the
+    /// answers of `add` and `rotate`.
+    pub(super) async fn token(&self, p: &TokenParams) -> Result<Value, DaemonError> {
+        let tokens = &self.inner.tokens;
+        // `validate_token` made sure every action but list has a name.
+        let name = p.name.as_deref().unwrap_or_default();
+        Ok(match p.action {
+            TokenAction::List => json!({"tokens": tokens.list()}),
+            TokenAction::Add => {
+                let role = p.role.unwrap_or(Role::Operate);
+                let secret = tokens.add(name, role).await?;
+                json!({"name": name, "role": role, "token": secret})
+            }
+            TokenAction::Rotate => json!({"name": name, "token": tokens.rotate(name).await?}),
+            TokenAction::Revoke => {
+                tokens.revoke(name).await?;
+                json!({"name": name, "revoked": true})
+            }
+        })
+    }
+
+    /// `pair`: a one-time code for a new token, with the URL that redeems it (when an
+    /// HTTPS server serves this daemon) carrying the CA fingerprint to pin.
+    pub(super) async fn pair(&self, p: &PairParams) -> Result<Value, DaemonError> {
+        let ttl = p.ttl_ms.map_or(DEFAULT_PAIRING_TTL, std::time::Duration::from_millis);
+        let https = self.inner.options.https.as_ref();
+        let host = match (&p.host, https) {
+            (Some(h), Some(info)) if !info.hosts.iter().any(|known| known.eq_ignore_ascii_case(h)) => {
+                return Err(DaemonError::BadHost(format!(
+                    "the appliance does not answer to {h:?}; use one of: {}",
+                    info.hosts.join(", ")
+                )));
+            }
+            (Some(h), _) => Some(h.clone()),
+            (None, _) => None,
+        };
+        let role = p.role.unwrap_or(Role::Operate);
+        let pairing = self.inner.tokens.create_pairing(role, p.name.as_deref(), ttl).await?;
+        let url = https.map(|h| {
+            let base = match &host {
+                Some(chosen) => HttpsInfo { hosts: vec![chosen.clone()], ..h.clone() }.base_url(),
+                None => h.base_url(),
+            };
+            format!("{base}/pair#code={}&fp={}", pairing.code, h.fingerprint)
+        });
+        Ok(json!({
+            "code": pairing.code,
+            "role": pairing.role,
+            "name": pairing.name,
+            "expires_ms": pairing.expires_ms,
+            "url": url,
+            "fingerprint": https.map(|h| h.fingerprint.clone()),
+        }))
+    }
+}

@@ -1,0 +1,507 @@
+//! Named tokens (`tether token add NAME`), browser sessions and pairing codes: how network
+//! callers prove who they are. Transport-neutral: the HTTPS, WebSocket and MCP transports
+//! all ask [`Tokens`].
+//!
+//! Only SHA-256 hashes of tokens and pairing codes are stored; a token is shown once, when
+//! it is made. A session cookie is `NAME.ISSUED.MAC`, the MAC an HMAC over the name, the
+//! issue time and the token's hash: revoking or rotating the token ends its sessions.
+
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use ring::hmac;
+use rusqlite::{params, OptionalExtension};
+use serde::Serialize;
+
+use super::store::{Store, StoreError};
+use crate::protocol::Role;
+use crate::sync::LockPlain;
+
+/// How long a browser session lasts.
+pub const SESSION_LIFETIME: Duration = Duration::from_secs(30 * 86_400);
+/// A pairing code's default lifetime.
+pub const DEFAULT_PAIRING_TTL: Duration = Duration::from_secs(600);
+/// The longest a pairing code may live.
+pub const MAX_PAIRING_TTL: Duration = Duration::from_secs(86_400);
+/// The name of the admin token minted on first start.
+pub const FIRST_ADMIN: &str = "admin";
+/// How often a token's last use is written to the store (it is kept in memory between).
+const LAST_USED_EVERY_MS: i64 = 60_000;
+
+/// Errors managing tokens.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// No token has that name.
+    #[error("no token is named {0:?}: `tether token list` shows them")]
+    NoSuch(String),
+    /// A token with that name exists.
+    #[error("a token named {0:?} exists: pick another name, or `tether token rotate {0}`")]
+    Exists(String),
+    /// Refused: it is the last admin token.
+    #[error("{0:?} is the last admin token; add another admin token before revoking it")]
+    LastAdmin(String),
+    /// A name that is not 1–64 of `A-Z a-z 0-9 . _ -`.
+    #[error("token names are 1-64 letters, digits, '.', '_' or '-'; got {0:?}")]
+    BadName(String),
+    /// Network tokens are admin, operate or view.
+    #[error("a token's role is admin, operate or view")]
+    BadRole,
+    /// The pairing code is unknown, used or expired.
+    #[error("this pairing code is unknown, already used or expired: ask for a new one (`tether pair`)")]
+    PairingInvalid,
+    /// No randomness.
+    #[error("the system has no randomness to make a secret")]
+    NoRandomness,
+}
+
+/// A token as `tether token list` shows it (never the secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TokenInfo {
+    /// Its name.
+    pub name: String,
+    /// What it may do.
+    pub role: Role,
+    /// When it was made (Unix ms).
+    pub created_ms: i64,
+    /// When it last authenticated a request (Unix ms), to the minute.
+    pub last_used_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    info: TokenInfo,
+    hash: [u8; 32],
+    /// When the last use was last written to the store.
+    stored_use_ms: i64,
+}
+
+/// A pairing code just made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Pairing {
+    /// The one-time code (shown once; only its hash is stored).
+    pub code: String,
+    /// The role the token made from it gets.
+    pub role: Role,
+    /// The token's name.
+    pub name: String,
+    /// When the code stops working (Unix ms).
+    pub expires_ms: i64,
+}
+
+/// The daemon's tokens (a cache of the store's table, written through).
+pub struct Tokens {
+    store: Store,
+    entries: Mutex<Vec<Entry>>,
+    cookie_key: hmac::Key,
+}
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokens").field("count", &self.entries.lock_plain().len()).finish_non_exhaustive()
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).unwrap_or(0)
+}
+
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest.as_ref());
+    out
+}
+
+/// Compares two hashes in time independent of where they differ.
+fn same_hash(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn random_bytes<const N: usize>() -> Result<[u8; N], TokenError> {
+    let mut out = [0u8; N];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut out).map_err(|_| TokenError::NoRandomness)?;
+    Ok(out)
+}
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// A fresh token: `tt_` and 256 random bits, base64url.
+fn new_secret() -> Result<String, TokenError> {
+    Ok(format!("tt_{}", b64(&random_bytes::<32>()?)))
+}
+
+/// Whether `name` is a valid token name.
+pub fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+fn network_role(role: Role) -> Result<Role, TokenError> {
+    match role {
+        Role::Admin | Role::Operate | Role::View => Ok(role),
+        Role::Agent => Err(TokenError::BadRole),
+    }
+}
+
+impl Tokens {
+    /// Loads the tokens and the session key from the store (making the key on first start,
+    /// and the first admin token, whose secret nobody has seen: `tether token rotate admin`
+    /// run as root shows a working one). Blocks: call it at start-up.
+    pub fn open(store: Store) -> Result<Tokens, TokenError> {
+        let fresh_key = random_bytes::<32>()?;
+        // The first admin's secret is dropped unseen: tokens are only ever stored hashed.
+        let first_hash = sha256(new_secret()?.as_bytes());
+        let (rows, key, minted) = store.run_now(move |conn| {
+            let tx = conn.transaction()?;
+            tx.execute("INSERT OR IGNORE INTO secrets (name, value) VALUES ('session_key', ?1)", [&fresh_key[..]])?;
+            let key: Vec<u8> =
+                tx.query_row("SELECT value FROM secrets WHERE name = 'session_key'", [], |r| r.get(0))?;
+            let count: i64 = tx.query_row("SELECT COUNT(*) FROM tokens", [], |r| r.get(0))?;
+            if count == 0 {
+                tx.execute(
+                    "INSERT INTO tokens (name, role, hash, created_ms) VALUES (?1, 'admin', ?2, ?3)",
+                    params![FIRST_ADMIN, &first_hash[..], now_ms()],
+                )?;
+            }
+            let rows = {
+                let mut stmt =
+                    tx.prepare("SELECT name, role, hash, created_ms, last_used_ms FROM tokens ORDER BY id")?;
+                let rows = stmt.query_map([], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, Vec<u8>>(2)?, r.get(3)?, r.get(4)?))
+                })?;
+                rows.collect::<Result<Vec<(String, String, Vec<u8>, i64, Option<i64>)>, _>>()?
+            };
+            tx.commit()?;
+            Ok((rows, key, count == 0))
+        })?;
+        if minted {
+            tracing::info!(
+                "made the first admin token {FIRST_ADMIN:?}; `sudo tether token rotate {FIRST_ADMIN}` shows one"
+            );
+        }
+        let entries = rows
+            .into_iter()
+            .filter_map(|(name, role, hash, created_ms, last_used_ms)| {
+                let role = Role::from_name(&role)?;
+                let hash: [u8; 32] = hash.try_into().ok()?;
+                let info = TokenInfo { name, role, created_ms, last_used_ms };
+                Some(Entry { info, hash, stored_use_ms: last_used_ms.unwrap_or(0) })
+            })
+            .collect();
+        Ok(Tokens { store, entries: Mutex::new(entries), cookie_key: hmac::Key::new(hmac::HMAC_SHA256, &key) })
+    }
+
+    /// The token whose secret is `secret`, as `(name, role)`, noting its use.
+    pub fn authenticate(&self, secret: &str) -> Option<(String, Role)> {
+        let hash = sha256(secret.as_bytes());
+        let mut entries = self.entries.lock_plain();
+        // Every entry is compared, so the time taken does not say which one matched.
+        let mut found = None;
+        for (i, e) in entries.iter().enumerate() {
+            if same_hash(&e.hash, &hash) {
+                found = Some(i);
+            }
+        }
+        let entry = &mut entries[found?];
+        let now = now_ms();
+        entry.info.last_used_ms = Some(now);
+        if now - entry.stored_use_ms >= LAST_USED_EVERY_MS {
+            entry.stored_use_ms = now;
+            let (store, name) = (self.store.clone(), entry.info.name.clone());
+            tokio::spawn(async move {
+                let _ = store
+                    .run(move |conn| {
+                        conn.execute("UPDATE tokens SET last_used_ms = ?1 WHERE name = ?2", params![now, name])?;
+                        Ok(())
+                    })
+                    .await;
+            });
+        }
+        Some((entry.info.name.clone(), entry.info.role))
+    }
+
+    /// Every token, oldest first.
+    pub fn list(&self) -> Vec<TokenInfo> {
+        self.entries.lock_plain().iter().map(|e| e.info.clone()).collect()
+    }
+
+    /// Makes token `name` with `role`; returns its secret (shown once).
+    pub async fn add(&self, name: &str, role: Role) -> Result<String, TokenError> {
+        if !valid_name(name) {
+            return Err(TokenError::BadName(name.into()));
+        }
+        let role = network_role(role)?;
+        if self.entries.lock_plain().iter().any(|e| e.info.name == name) {
+            return Err(TokenError::Exists(name.into()));
+        }
+        let secret = new_secret()?;
+        let hash = sha256(secret.as_bytes());
+        let created_ms = now_ms();
+        let owned = name.to_string();
+        let inserted = self
+            .store
+            .run(move |conn| {
+                Ok(conn.execute(
+                    "INSERT OR IGNORE INTO tokens (name, role, hash, created_ms) VALUES (?1, ?2, ?3, ?4)",
+                    params![owned, role.as_str(), &hash[..], created_ms],
+                )?)
+            })
+            .await?;
+        if inserted == 0 {
+            return Err(TokenError::Exists(name.into()));
+        }
+        let info = TokenInfo { name: name.into(), role, created_ms, last_used_ms: None };
+        self.entries.lock_plain().push(Entry { info, hash, stored_use_ms: 0 });
+        tracing::info!(token = name, role = %role, "token added");
+        Ok(secret)
+    }
+
+    /// Replaces token `name`'s secret (its sessions end); returns the new one.
+    pub async fn rotate(&self, name: &str) -> Result<String, TokenError> {
+        let secret = new_secret()?;
+        let hash = sha256(secret.as_bytes());
+        let owned = name.to_string();
+        let changed = self
+            .store
+            .run(
+                move |conn| Ok(conn.execute("UPDATE tokens SET hash = ?1 WHERE name = ?2", params![&hash[..], owned])?),
+            )
+            .await?;
+        let mut entries = self.entries.lock_plain();
+        match entries.iter_mut().find(|e| e.info.name == name) {
+            Some(e) if changed > 0 => e.hash = hash,
+            _ => return Err(TokenError::NoSuch(name.into())),
+        }
+        tracing::info!(token = name, "token rotated");
+        Ok(secret)
+    }
+
+    /// Deletes token `name` (its sessions end). The last admin token cannot go.
+    pub async fn revoke(&self, name: &str) -> Result<(), TokenError> {
+        {
+            let entries = self.entries.lock_plain();
+            let Some(entry) = entries.iter().find(|e| e.info.name == name) else {
+                return Err(TokenError::NoSuch(name.into()));
+            };
+            let admins = entries.iter().filter(|e| e.info.role == Role::Admin).count();
+            if entry.info.role == Role::Admin && admins <= 1 {
+                return Err(TokenError::LastAdmin(name.into()));
+            }
+        }
+        let owned = name.to_string();
+        self.store.run(move |conn| Ok(conn.execute("DELETE FROM tokens WHERE name = ?1", [owned])?)).await?;
+        self.entries.lock_plain().retain(|e| e.info.name != name);
+        tracing::info!(token = name, "token revoked");
+        Ok(())
+    }
+
+    /// What a session cookie's MAC covers.
+    fn cookie_data(name: &str, issued_s: i64, hash: &[u8; 32]) -> Vec<u8> {
+        let mut data = b"tether session\0".to_vec();
+        data.extend_from_slice(name.as_bytes());
+        data.push(0);
+        data.extend_from_slice(&issued_s.to_be_bytes());
+        data.extend_from_slice(hash);
+        data
+    }
+
+    /// A session cookie's value for the holder of `secret` (after [`Tokens::authenticate`]).
+    pub fn session_cookie(&self, secret: &str) -> Option<String> {
+        let (name, _) = self.authenticate(secret)?;
+        let hash = sha256(secret.as_bytes());
+        let issued = now_ms() / 1000;
+        let tag = hmac::sign(&self.cookie_key, &Self::cookie_data(&name, issued, &hash));
+        Some(format!("{name}.{issued}.{}", b64(tag.as_ref())))
+    }
+
+    /// The token a session cookie stands for, if the cookie is genuine, younger than
+    /// [`SESSION_LIFETIME`] and its token unchanged.
+    pub fn verify_cookie(&self, value: &str) -> Option<(String, Role)> {
+        let mut parts = value.rsplitn(3, '.');
+        let (mac, issued, name) = (parts.next()?, parts.next()?, parts.next()?);
+        let issued: i64 = issued.parse().ok()?;
+        let age = now_ms() / 1000 - issued;
+        let lifetime = i64::try_from(SESSION_LIFETIME.as_secs()).unwrap_or(i64::MAX);
+        // A minute of clock skew the other way is tolerated.
+        if !(-60..=lifetime).contains(&age) {
+            return None;
+        }
+        let mac = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(mac).ok()?;
+        let entries = self.entries.lock_plain();
+        let entry = entries.iter().find(|e| e.info.name == name)?;
+        // hmac::verify compares in constant time.
+        hmac::verify(&self.cookie_key, &Self::cookie_data(name, issued, &entry.hash), &mac).ok()?;
+        Some((entry.info.name.clone(), entry.info.role))
+    }
+
+    /// Makes a one-time pairing code for a token `name` (default `paired-XXXX`) with `role`.
+    pub async fn create_pairing(&self, role: Role, name: Option<&str>, ttl: Duration) -> Result<Pairing, TokenError> {
+        let role = network_role(role)?;
+        let name = match name {
+            Some(n) if !valid_name(n) => return Err(TokenError::BadName(n.into())),
+            Some(n) => n.to_string(),
+            None => format!("paired-{}", &b64(&random_bytes::<6>()?)[..6].to_ascii_lowercase()),
+        };
+        if self.entries.lock_plain().iter().any(|e| e.info.name == name) {
+            return Err(TokenError::Exists(name));
+        }
+        let code = b64(&random_bytes::<18>()?);
+        let hash = sha256(code.as_bytes());
+        let ttl = ttl.min(MAX_PAIRING_TTL);
+        let expires_ms = now_ms().saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+        let owned = name.clone();
+        self.store
+            .run(move |conn| {
+                conn.execute("DELETE FROM pairing_codes WHERE expires_ms < ?1", [now_ms()])?;
+                conn.execute(
+                    "INSERT INTO pairing_codes (code_hash, role, expires_ms, name) VALUES (?1, ?2, ?3, ?4)",
+                    params![&hash[..], role.as_str(), expires_ms, owned],
+                )?;
+                Ok(())
+            })
+            .await?;
+        tracing::info!(token = %name, role = %role, "pairing code made");
+        Ok(Pairing { code, role, name, expires_ms })
+    }
+
+    /// Redeems a pairing code (once, before it expires) into a new token; returns its name,
+    /// role and secret.
+    pub async fn redeem_pairing(&self, code: &str) -> Result<(String, Role, String), TokenError> {
+        let hash = sha256(code.as_bytes());
+        let now = now_ms();
+        let taken: Option<(String, String)> = self
+            .store
+            .run(move |conn| {
+                let tx = conn.transaction()?;
+                let row = tx
+                    .query_row(
+                        "SELECT role, name FROM pairing_codes WHERE code_hash = ?1 AND used = 0 AND expires_ms > ?2",
+                        params![&hash[..], now],
+                        |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?)),
+                    )
+                    .optional()?;
+                tx.execute("UPDATE pairing_codes SET used = 1 WHERE code_hash = ?1", [&hash[..]])?;
+                tx.commit()?;
+                Ok(row.map(|(role, name)| (role, name.unwrap_or_default())))
+            })
+            .await?;
+        let Some((role, name)) = taken else {
+            return Err(TokenError::PairingInvalid);
+        };
+        let role = Role::from_name(&role).ok_or(TokenError::PairingInvalid)?;
+        let secret = self.add(&name, role).await?;
+        Ok((name, role, secret))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn tokens() -> (tempfile::TempDir, Tokens) {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(&dir.path().join("t.db")).unwrap();
+        (dir, Tokens::open(store).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_fresh_store_has_one_admin_and_keeps_only_hashes() {
+        let (dir, t) = tokens().await;
+        assert_eq!(
+            t.list().iter().map(|i| (i.name.as_str(), i.role)).collect::<Vec<_>>(),
+            [(FIRST_ADMIN, Role::Admin)]
+        );
+        let secret = t.add("laptop", Role::Operate).await.unwrap();
+        assert!(secret.starts_with("tt_") && secret.len() > 40);
+        assert_eq!(t.authenticate(&secret), Some(("laptop".into(), Role::Operate)));
+        assert_eq!(t.authenticate("tt_wrong"), None);
+        drop(t);
+        let db = std::fs::read(dir.path().join("t.db")).unwrap();
+        let wal = std::fs::read(dir.path().join("t.db-wal")).unwrap_or_default();
+        let needle = secret.as_bytes();
+        for bytes in [&db, &wal] {
+            assert!(!bytes.windows(needle.len()).any(|w| w == needle), "the secret is not stored");
+        }
+    }
+
+    #[tokio::test]
+    async fn tokens_survive_a_restart_and_rotation_kills_the_old_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let secret = {
+            let (store, _) = Store::open(&path).unwrap();
+            let t = Tokens::open(store).unwrap();
+            t.add("ci", Role::View).await.unwrap()
+        };
+        let (store, _) = Store::open(&path).unwrap();
+        let t = Tokens::open(store).unwrap();
+        assert_eq!(t.list().len(), 2, "no second first admin");
+        assert_eq!(t.authenticate(&secret), Some(("ci".into(), Role::View)));
+        let cookie = t.session_cookie(&secret).unwrap();
+        assert_eq!(t.verify_cookie(&cookie), Some(("ci".into(), Role::View)));
+        let new = t.rotate("ci").await.unwrap();
+        assert_eq!(t.authenticate(&secret), None);
+        assert_eq!(t.authenticate(&new), Some(("ci".into(), Role::View)));
+        assert_eq!(t.verify_cookie(&cookie), None, "rotation ends sessions");
+        assert!(matches!(t.rotate("nobody").await, Err(TokenError::NoSuch(_))));
+    }
+
+    #[tokio::test]
+    async fn the_last_admin_stays_and_names_are_checked() {
+        let (_dir, t) = tokens().await;
+        assert!(matches!(t.revoke(FIRST_ADMIN).await, Err(TokenError::LastAdmin(_))));
+        let second = t.add("root2", Role::Admin).await.unwrap();
+        t.revoke(FIRST_ADMIN).await.unwrap();
+        assert!(matches!(t.revoke("root2").await, Err(TokenError::LastAdmin(_))));
+        assert!(matches!(t.add("root2", Role::View).await, Err(TokenError::Exists(_))));
+        assert!(matches!(t.add("bad name", Role::View).await, Err(TokenError::BadName(_))));
+        assert!(matches!(t.add("", Role::View).await, Err(TokenError::BadName(_))));
+        assert!(matches!(t.add("a", Role::Agent).await, Err(TokenError::BadRole)));
+        let v = t.add("viewer", Role::View).await.unwrap();
+        let cookie = t.session_cookie(&v).unwrap();
+        t.revoke("viewer").await.unwrap();
+        assert_eq!(t.authenticate(&v), None);
+        assert_eq!(t.verify_cookie(&cookie), None, "revocation ends sessions");
+        assert!(t.authenticate(&second).is_some());
+    }
+
+    #[tokio::test]
+    async fn cookies_cannot_be_forged_or_moved() {
+        let (_dir, t) = tokens().await;
+        let a = t.add("a", Role::View).await.unwrap();
+        t.add("b", Role::Admin).await.unwrap();
+        let cookie = t.session_cookie(&a).unwrap();
+        let (_, rest) = cookie.split_once('.').unwrap();
+        assert_eq!(t.verify_cookie(&format!("b.{rest}")), None, "another token's name");
+        let (head, _) = cookie.rsplit_once('.').unwrap();
+        assert_eq!(t.verify_cookie(&format!("{head}.AAAA")), None);
+        let mut parts: Vec<&str> = cookie.split('.').collect();
+        let old = (now_ms() / 1000 - 31 * 86_400).to_string();
+        parts[1] = &old;
+        assert_eq!(t.verify_cookie(&parts.join(".")), None, "a changed issue time breaks the MAC");
+        assert_eq!(t.verify_cookie("garbage"), None);
+    }
+
+    #[tokio::test]
+    async fn a_pairing_code_works_once_and_not_after_it_expires() {
+        let (_dir, t) = tokens().await;
+        let p = t.create_pairing(Role::Operate, Some("phone"), DEFAULT_PAIRING_TTL).await.unwrap();
+        let (name, role, secret) = t.redeem_pairing(&p.code).await.unwrap();
+        assert_eq!((name.as_str(), role), ("phone", Role::Operate));
+        assert_eq!(t.authenticate(&secret), Some(("phone".into(), Role::Operate)));
+        assert!(matches!(t.redeem_pairing(&p.code).await, Err(TokenError::PairingInvalid)), "used");
+        // A zero lifetime ends at the moment it is made.
+        let expired = t.create_pairing(Role::View, None, Duration::ZERO).await.unwrap();
+        assert!(matches!(t.redeem_pairing(&expired.code).await, Err(TokenError::PairingInvalid)), "expired");
+        assert!(matches!(t.redeem_pairing("made-up").await, Err(TokenError::PairingInvalid)));
+        assert!(matches!(
+            t.create_pairing(Role::View, Some("phone"), DEFAULT_PAIRING_TTL).await,
+            Err(TokenError::Exists(_))
+        ));
+    }
+}

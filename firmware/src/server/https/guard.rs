@@ -1,0 +1,303 @@
+//! What a request must pass before it reaches a route: the Host allowlist (DNS
+//! rebinding), the Origin and Sec-Fetch-Site checks for cookie-authenticated requests
+//! (cross-site request forgery), and authentication with its failed-attempt limit.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use hyper::header::{HeaderMap, AUTHORIZATION, COOKIE, HOST, ORIGIN};
+use hyper::Method;
+
+use crate::daemon::{Caller, Daemon};
+use crate::protocol::{ErrorBody, ErrorCode};
+use crate::server::tls::ServerNames;
+use crate::sync::LockPlain;
+
+/// Wrong credentials tolerated per [`FAILURE_WINDOW`] before wrong ones get `429`.
+pub const MAX_FAILURES: usize = 20;
+/// The failed-attempt window.
+pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+/// The header that carries a task token.
+pub const TASK_TOKEN_HEADER: &str = "tether-task-token";
+
+/// The host names and addresses requests may name in `Host` (and `Origin`).
+#[derive(Debug, Clone, Default)]
+pub struct HostAllowlist {
+    names: Vec<String>,
+    ips: Vec<IpAddr>,
+}
+
+impl HostAllowlist {
+    /// Loopback names, and the server certificate's names and addresses.
+    pub fn new(names: &ServerNames) -> HostAllowlist {
+        let mut list = HostAllowlist { names: vec!["localhost".into()], ips: Vec::new() };
+        for n in &names.dns {
+            if !list.names.contains(n) {
+                list.names.push(n.to_ascii_lowercase());
+            }
+        }
+        for ip in [IpAddr::from([127, 0, 0, 1]), IpAddr::from(std::net::Ipv6Addr::LOCALHOST)].iter().chain(&names.ips) {
+            if !list.ips.contains(ip) {
+                list.ips.push(*ip);
+            }
+        }
+        list
+    }
+
+    /// The host part of a `Host` value (`name`, `name:port`, `[v6]:port`) if it is allowed.
+    pub fn allows(&self, host: &str) -> Option<String> {
+        let host = host.trim();
+        let name = if let Some(rest) = host.strip_prefix('[') {
+            let (inner, after) = rest.split_once(']')?;
+            if !(after.is_empty() || after.strip_prefix(':').is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()))) {
+                return None;
+            }
+            inner.to_string()
+        } else {
+            match host.rsplit_once(':') {
+                Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !name.contains(':') => name.into(),
+                Some(_) if host.parse::<IpAddr>().is_ok() => host.into(),
+                Some(_) => return None,
+                None => host.into(),
+            }
+        };
+        let lower = name.trim_end_matches('.').to_ascii_lowercase();
+        let ok = match lower.parse::<IpAddr>() {
+            Ok(ip) => self.ips.contains(&ip),
+            Err(_) => self.names.contains(&lower),
+        };
+        ok.then_some(lower)
+    }
+
+    /// The preferred names, best first (for pairing URLs): `<host>.local`, the hostname,
+    /// the addresses, `localhost` last.
+    pub fn preferred(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.names.iter().filter(|n| n.ends_with(".local")).cloned().collect();
+        out.extend(self.names.iter().filter(|n| !n.ends_with(".local") && *n != "localhost").cloned());
+        // Link-local addresses need a zone in a URL: not offered.
+        let link_local = |ip: &IpAddr| match ip {
+            IpAddr::V4(v4) => v4.is_link_local(),
+            IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+        };
+        out.extend(self.ips.iter().filter(|ip| !ip.is_loopback() && !link_local(ip)).map(IpAddr::to_string));
+        out.push("localhost".into());
+        out
+    }
+}
+
+/// The request's `Host` (HTTP/1) or `:authority` (h2).
+pub fn host_of(uri: &hyper::Uri, headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| uri.authority().map(|a| a.as_str().to_string()))
+}
+
+/// Counts wrong credentials over the last minute, across every client: beyond
+/// [`MAX_FAILURES`] a wrong credential gets `429`. A correct one is checked first and so
+/// never refused.
+#[derive(Debug, Default)]
+pub struct FailureLimiter {
+    recent: Mutex<VecDeque<Instant>>,
+}
+
+impl FailureLimiter {
+    /// Records one failure; `true` when the limit is exceeded.
+    pub fn failed(&self) -> bool {
+        let now = Instant::now();
+        let mut recent = self.recent.lock_plain();
+        while recent.front().is_some_and(|t| now.duration_since(*t) > FAILURE_WINDOW) {
+            recent.pop_front();
+        }
+        let over = recent.len() >= MAX_FAILURES;
+        // Bounded: beyond the limit only the count matters.
+        if recent.len() < MAX_FAILURES * 4 {
+            recent.push_back(now);
+        }
+        over
+    }
+}
+
+/// How a request authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Auth {
+    /// `Authorization: Bearer`.
+    Bearer,
+    /// The session cookie.
+    Cookie,
+    /// Only a task token (the task's agent).
+    TaskToken,
+}
+
+/// An authenticated request's caller.
+#[derive(Debug, Clone)]
+pub struct Authenticated {
+    /// Who it is.
+    pub caller: Caller,
+    /// The task token it carried, passed to the daemon with each call.
+    pub task_token: Option<String>,
+    /// How it authenticated.
+    pub how: Auth,
+}
+
+/// The session cookie's name for a server on `port` (several appliances on one host name,
+/// different ports, keep their sessions apart).
+pub fn cookie_name(port: u16) -> String {
+    format!("tether_session_{port}")
+}
+
+fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// Authenticates a request: a Bearer token, else the session cookie; a task token alone
+/// makes the caller that task's agent. Wrong credentials are counted in `limiter`.
+pub fn authenticate(
+    daemon: &Daemon,
+    limiter: &FailureLimiter,
+    headers: &HeaderMap,
+    port: u16,
+    peer: SocketAddr,
+) -> Result<Authenticated, ErrorBody> {
+    let task_token = headers.get(TASK_TOKEN_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let wrong = |what: &str| {
+        let over = limiter.failed();
+        tracing::warn!(peer = %peer, what, limited = over, "refused a request with wrong credentials");
+        if over {
+            ErrorBody::new(
+                ErrorCode::RateLimited,
+                "too many wrong tokens in the last minute; wait a minute (a correct token still works)",
+            )
+        } else {
+            ErrorBody::new(ErrorCode::Unauthorized, format!("{what}: log in again or use a valid token"))
+        }
+    };
+    let tokens = daemon.tokens();
+    let human = if let Some(secret) = bearer(headers) {
+        let (name, role) = tokens.authenticate(secret).ok_or_else(|| wrong("the Bearer token is not valid"))?;
+        Some((Caller::token(&name, role, peer), Auth::Bearer))
+    } else if let Some(value) = cookie_value(headers, &cookie_name(port)) {
+        let (name, role) = tokens.verify_cookie(value).ok_or_else(|| wrong("the session has ended"))?;
+        Some((Caller::token(&name, role, peer), Auth::Cookie))
+    } else {
+        None
+    };
+    if let Some(t) = &task_token {
+        if daemon.task_of_token(t).is_none() {
+            let over = limiter.failed();
+            tracing::warn!(peer = %peer, limited = over, "refused a request with a dead task token");
+            return Err(if over {
+                ErrorBody::new(ErrorCode::RateLimited, "too many wrong tokens in the last minute; wait a minute")
+            } else {
+                ErrorBody::new(ErrorCode::TaskEnded, "this task token's task has ended (or never existed): stop acting")
+            });
+        }
+    }
+    match (human, task_token) {
+        (Some((caller, how)), task_token) => Ok(Authenticated { caller, task_token, how }),
+        (None, Some(t)) => {
+            Ok(Authenticated { caller: Caller::remote_agent(peer), task_token: Some(t), how: Auth::TaskToken })
+        }
+        (None, None) => Err(ErrorBody::new(
+            ErrorCode::Unauthorized,
+            "this needs a token: send `Authorization: Bearer TOKEN` (see `tether token add` or `tether pair`)",
+        )),
+    }
+}
+
+/// The checks for cookie-authenticated requests: never from another site, and writes
+/// only from the console's own origin (`scheme://host`, the request's own Host).
+pub fn check_cookie_request(method: &Method, headers: &HeaderMap, host: &str, scheme: &str) -> Result<(), ErrorBody> {
+    let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+    if site == Some("cross-site") {
+        return Err(ErrorBody::new(ErrorCode::PermissionDenied, "a session cookie is not accepted from another site"));
+    }
+    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return Ok(());
+    }
+    let origin = headers.get(ORIGIN).and_then(|v| v.to_str().ok());
+    let own = format!("{scheme}://{host}");
+    match origin {
+        Some(o) if o.eq_ignore_ascii_case(&own) => Ok(()),
+        Some(_) => Err(ErrorBody::new(
+            ErrorCode::PermissionDenied,
+            "a write with a session cookie must come from the console's own origin",
+        )),
+        None => Err(ErrorBody::new(
+            ErrorCode::PermissionDenied,
+            "a write with a session cookie needs an Origin header (programs: use a Bearer token)",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list() -> HostAllowlist {
+        HostAllowlist::new(&ServerNames::of_machine("box", &[IpAddr::from([192, 168, 1, 5])], &[]))
+    }
+
+    #[test]
+    fn hosts_are_matched_without_their_port() {
+        let l = list();
+        for ok in ["localhost", "LOCALHOST:8443", "box", "box.local:443", "127.0.0.1:8443", "[::1]:8443", "192.168.1.5"]
+        {
+            assert!(l.allows(ok).is_some(), "{ok}");
+        }
+        for bad in
+            ["evil.example", "box.evil.example", "192.168.1.6", "[::2]", "box:x", "", "[::1]x", "localhost:80:80"]
+        {
+            assert_eq!(l.allows(bad), None, "{bad}");
+        }
+        assert_eq!(l.preferred()[0], "box.local");
+    }
+
+    #[test]
+    fn the_limit_counts_a_minute_of_failures() {
+        let l = FailureLimiter::default();
+        for _ in 0..MAX_FAILURES {
+            assert!(!l.failed());
+        }
+        assert!(l.failed(), "the 21st within the window");
+    }
+
+    #[test]
+    fn cookie_writes_need_the_own_origin() {
+        let mut h = HeaderMap::new();
+        assert!(check_cookie_request(&Method::GET, &h, "box.local", "https").is_ok());
+        assert!(check_cookie_request(&Method::POST, &h, "box.local", "https").is_err(), "no Origin");
+        h.insert(ORIGIN, "https://evil.example".parse().unwrap());
+        assert!(check_cookie_request(&Method::POST, &h, "box.local", "https").is_err());
+        h.insert(ORIGIN, "https://box.local".parse().unwrap());
+        assert!(check_cookie_request(&Method::POST, &h, "box.local", "https").is_ok());
+        h.insert("sec-fetch-site", "cross-site".parse().unwrap());
+        assert!(check_cookie_request(&Method::GET, &h, "box.local", "https").is_err());
+    }
+
+    #[test]
+    fn cookies_and_bearer_are_read_from_their_headers() {
+        let mut h = HeaderMap::new();
+        h.insert(COOKIE, "a=1; tether_session_8443=abc.1.x; b=2".parse().unwrap());
+        assert_eq!(cookie_value(&h, "tether_session_8443"), Some("abc.1.x"));
+        assert_eq!(cookie_value(&h, "tether_session_443"), None);
+        h.insert(AUTHORIZATION, "bearer  tt_x".parse().unwrap());
+        assert_eq!(bearer(&h), Some("tt_x"));
+    }
+}

@@ -1,0 +1,409 @@
+//! The HTTPS server: one port for browsers, `curl`, laptops and CI.
+//!
+//! Each connection's first byte decides what it speaks: `0x16` (a TLS handshake) is TLS
+//! (HTTP/1.1 or h2 by ALPN); anything else is plain HTTP, served only to loopback peers
+//! (a LAN peer is redirected to HTTPS). Requests then pass the checks in [`guard`] and go
+//! to [`routes`], which call the daemon like any other transport.
+//!
+//! Limits: a connection has 10 s to start and finish its TLS handshake, 20 s to send each
+//! request's headers (16 KiB at most), 60 s of silence in all before it is dropped, and
+//! bodies of 1 MiB. At most `max_connections` are open; when full, the oldest connection
+//! that has not yet completed a request is dropped for the new one, so thousands of idle
+//! sockets cannot lock out a real client.
+
+mod body;
+mod guard;
+mod routes;
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+pub use guard::{cookie_name, HostAllowlist, MAX_FAILURES, TASK_TOKEN_HEADER};
+
+use super::tls::{self, TlsMaterial};
+use crate::daemon::Daemon;
+use crate::sync::LockPlain;
+
+/// The default largest request body.
+pub const DEFAULT_MAX_BODY: usize = 1 << 20;
+/// Most connections open at once, by default.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// How long a connection may take to send its first byte and finish the TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request's headers may take.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(20);
+/// A connection with no traffic for this long is closed (streamed answers send a
+/// keep-alive line more often).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often a streamed answer says it is alive.
+pub const KEEPALIVE: Duration = Duration::from_secs(15);
+/// Largest request head (HTTP/1 buffer, h2 header list).
+const MAX_HEAD_BYTES: usize = 16 * 1024;
+
+/// Errors starting the server.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpsError {
+    /// The listen address could not be bound.
+    #[error("listen on {addr}: {source} (ports below 1024 need CAP_NET_BIND_SERVICE; pick another with --listen)")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// How the server is set up.
+#[derive(Debug, Clone)]
+pub struct HttpsConfig {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// Certificates.
+    pub tls: TlsMaterial,
+    /// The machine's hostname (for the iOS profile's labels).
+    pub hostname: String,
+    /// Allowed `Host` values.
+    pub hosts: HostAllowlist,
+    /// Largest request body.
+    pub max_body: usize,
+    /// Most connections open at once.
+    pub max_connections: usize,
+    /// How often streamed answers send a keep-alive line.
+    pub keepalive: Duration,
+}
+
+impl HttpsConfig {
+    /// Defaults for `listen` with `tls`; the Host allowlist is the certificate's names.
+    pub fn new(listen: SocketAddr, tls: TlsMaterial, hostname: String) -> HttpsConfig {
+        let hosts = HostAllowlist::new(&tls.names);
+        HttpsConfig {
+            listen,
+            tls,
+            hostname,
+            hosts,
+            max_body: DEFAULT_MAX_BODY,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            keepalive: KEEPALIVE,
+        }
+    }
+}
+
+/// A bound HTTPS listener, not yet serving (bound before the daemon starts, so the
+/// daemon knows the real port for `status` and pairing URLs).
+pub struct HttpsListener {
+    listener: TcpListener,
+    config: HttpsConfig,
+    port: u16,
+}
+
+impl std::fmt::Debug for HttpsListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpsListener").field("listener", &self.listener).finish_non_exhaustive()
+    }
+}
+
+/// Connections that have not yet completed a request, oldest first: the ones dropped
+/// when the server is full.
+#[derive(Debug, Default)]
+struct Unproven {
+    queue: Mutex<VecDeque<(u64, CancellationToken)>>,
+}
+
+impl Unproven {
+    fn add(&self, id: u64, cancel: CancellationToken) {
+        self.queue.lock_plain().push_back((id, cancel));
+    }
+
+    fn remove(&self, id: u64) {
+        self.queue.lock_plain().retain(|(i, _)| *i != id);
+    }
+
+    /// Drops the oldest unproven connection; `false` if there is none.
+    fn evict_oldest(&self) -> bool {
+        match self.queue.lock_plain().pop_front() {
+            Some((_, cancel)) => {
+                cancel.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl HttpsListener {
+    /// Binds the listen address.
+    pub async fn bind(config: HttpsConfig) -> Result<HttpsListener, HttpsError> {
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| HttpsError::Bind { addr: config.listen, source })?;
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or(config.listen.port());
+        Ok(HttpsListener { listener, config, port })
+    }
+
+    /// The bound address (the port, when `--listen` asked for port 0).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The bound port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The names clients should use, best first.
+    pub fn preferred_hosts(&self) -> Vec<String> {
+        self.config.hosts.preferred()
+    }
+
+    /// What clients pin.
+    pub fn fingerprint(&self) -> tls::Fingerprint {
+        self.config.tls.fingerprint
+    }
+
+    /// Serves `daemon` until `shutdown` fires; each connection runs on its own task.
+    pub async fn serve(self, daemon: Daemon, shutdown: CancellationToken) {
+        let HttpsListener { listener, config, port } = self;
+        let shared = Arc::new(routes::Shared {
+            daemon,
+            hosts: config.hosts.clone(),
+            port,
+            ca_pem: config.tls.ca_pem.clone(),
+            mobileconfig: tls::mobileconfig(&config.tls, &config.hostname),
+            fingerprint: config.tls.fingerprint.hex(),
+            limiter: guard::FailureLimiter::default(),
+            max_body: config.max_body,
+            keepalive: config.keepalive,
+        });
+        tracing::info!(
+            listen = %listener.local_addr().map_or(config.listen, |a| a),
+            fingerprint = %config.tls.fingerprint,
+            "HTTPS listening; clients pin this CA fingerprint"
+        );
+        let acceptor = tokio_rustls::TlsAcceptor::from(config.tls.config.clone());
+        let max_connections = config.max_connections.max(1);
+        let open = Arc::new(AtomicUsize::new(0));
+        let unproven = Arc::new(Unproven::default());
+        let next_id = AtomicU64::new(0);
+        loop {
+            let (stream, addr) = tokio::select! {
+                () = shutdown.cancelled() => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // EMFILE and friends: back off instead of spinning.
+                        tracing::warn!(error = %e, "HTTPS accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+            };
+            if open.load(Ordering::Acquire) >= max_connections && !unproven.evict_oldest() {
+                tracing::warn!(peer = %addr, "refused a connection: {max_connections} are open");
+                drop(stream);
+                continue;
+            }
+            let id = next_id.fetch_add(1, Ordering::Relaxed);
+            let cancel = shutdown.child_token();
+            unproven.add(id, cancel.clone());
+            open.fetch_add(1, Ordering::AcqRel);
+            let conn =
+                Connection { id, addr, shared: shared.clone(), acceptor: acceptor.clone(), unproven: unproven.clone() };
+            let (open, unproven) = (open.clone(), unproven.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = cancel.cancelled() => {}
+                    () = conn.run(stream) => {}
+                }
+                unproven.remove(id);
+                open.fetch_sub(1, Ordering::AcqRel);
+            });
+        }
+    }
+}
+
+/// One accepted connection.
+struct Connection {
+    id: u64,
+    addr: SocketAddr,
+    shared: Arc<routes::Shared>,
+    acceptor: tokio_rustls::TlsAcceptor,
+    unproven: Arc<Unproven>,
+}
+
+impl Connection {
+    async fn run(self, stream: TcpStream) {
+        let _ = stream.set_nodelay(true);
+        let mut first = [0u8; 1];
+        let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.peek(&mut first)).await {
+            Ok(Ok(1)) => first[0] == 0x16,
+            _ => return,
+        };
+        let activity = Arc::new(Activity::default());
+        if tls {
+            let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor.accept(stream)).await;
+            let stream = match handshake {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(peer = %self.addr, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(peer = %self.addr, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+            self.serve(Watched::new(stream, activity.clone()), activity, true, h2).await;
+        } else {
+            self.serve(Watched::new(stream, activity.clone()), activity, false, false).await;
+        }
+    }
+
+    async fn serve<I>(self, io: Watched<I>, activity: Arc<Activity>, tls: bool, h2: bool)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let peer = routes::Peer { addr: self.addr, tls };
+        let (shared, unproven, id) = (self.shared.clone(), self.unproven.clone(), self.id);
+        let service = service_fn(move |req| {
+            unproven.remove(id);
+            let shared = shared.clone();
+            async move { Ok::<_, std::convert::Infallible>(routes::handle(shared, peer, req).await) }
+        });
+        let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_TIMEOUT)
+            .max_buf_size(MAX_HEAD_BYTES.max(8192));
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(64)
+            .max_header_list_size(u32::try_from(MAX_HEAD_BYTES).unwrap_or(u32::MAX))
+            .keep_alive_interval(Some(Duration::from_secs(20)))
+            .keep_alive_timeout(Duration::from_secs(10));
+        let builder = if h2 {
+            builder.http2_only()
+        } else if tls {
+            builder
+        } else {
+            builder.http1_only()
+        };
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+        tokio::pin!(conn);
+        let mut check = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::debug!(peer = %self.addr, error = %e, "connection ended with an error");
+                    }
+                    return;
+                }
+                _ = check.tick() => {
+                    if activity.idle() >= IDLE_TIMEOUT {
+                        tracing::debug!(peer = %self.addr, "idle connection closed");
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// When a connection last moved bytes.
+#[derive(Debug)]
+struct Activity {
+    start: tokio::time::Instant,
+    last_ms: AtomicU64,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity { start: tokio::time::Instant::now(), last_ms: AtomicU64::new(0) }
+    }
+}
+
+impl Activity {
+    fn touch(&self) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn idle(&self) -> Duration {
+        let now = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Duration::from_millis(now.saturating_sub(self.last_ms.load(Ordering::Relaxed)))
+    }
+}
+
+/// A stream that notes every read and write in its [`Activity`].
+struct Watched<I> {
+    inner: I,
+    activity: Arc<Activity>,
+}
+
+impl<I> Watched<I> {
+    fn new(inner: I, activity: Arc<Activity>) -> Self {
+        activity.touch();
+        Watched { inner, activity }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        r
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}

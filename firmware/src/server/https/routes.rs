@@ -1,0 +1,660 @@
+//! The routes: each turns an HTTP request into tether/1 calls on the daemon (the same
+//! parameters, validation and error codes as the socket) and the answer into HTTP.
+//!
+//! | route | call |
+//! |---|---|
+//! | `GET /api/status` | `status` |
+//! | `GET /api/screenshot?max_edge=&after_frame_id=&timeout_ms=&format=png\|json` | `screenshot` |
+//! | `POST /api/action`, `POST /api/calibrate` | `action`, `calibrate` (body: the params) |
+//! | `POST /api/tasks` | `task_open`; the streamed answer is the lease |
+//! | `GET /api/tasks?limit=` | `task_list` |
+//! | `GET /api/tasks/{id}/events?after=&follow=1` | `task_events` (streamed with `follow`) |
+//! | `POST /api/tasks/{id}/{pause\|resume\|takeover\|handback\|stop\|approve\|reject}` | `task_control` |
+//! | `POST /api/tasks/{id}/note`, `.../finish` | `task_note`, `task_finish` |
+//! | `POST /api/rpc` | any one tether/1 request (body: the request object) |
+//! | `GET /ca.crt`, `GET /ca.mobileconfig` | the CA, no auth |
+//! | `POST /api/pair`, `POST /login`, `POST /logout` | sessions |
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, LOCATION, SET_COOKIE};
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+
+use super::body::{self, ResponseBody};
+use super::guard::{self, Auth, Authenticated, FailureLimiter, HostAllowlist};
+use crate::daemon::{Daemon, Session, SessionMessage, SESSION_LIFETIME};
+use crate::protocol::{parse_request, ErrorBody, ErrorCode, Event, Request as WireRequest};
+
+/// What every request of one server shares.
+#[derive(Debug)]
+pub struct Shared {
+    /// The daemon.
+    pub daemon: Daemon,
+    /// Allowed `Host` values.
+    pub hosts: HostAllowlist,
+    /// The port clients reach (for redirects, cookie names, origins).
+    pub port: u16,
+    /// The CA certificate, PEM.
+    pub ca_pem: String,
+    /// The iOS profile holding the CA.
+    pub mobileconfig: String,
+    /// The CA fingerprint, lowercase hex.
+    pub fingerprint: String,
+    /// Wrong credentials, all clients together.
+    pub limiter: FailureLimiter,
+    /// Largest request body.
+    pub max_body: usize,
+    /// How often a streamed answer says it is alive.
+    pub keepalive: Duration,
+}
+
+/// The connection a request came on.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer {
+    /// Its address.
+    pub addr: SocketAddr,
+    /// Whether it speaks TLS.
+    pub tls: bool,
+}
+
+type Answer = Response<ResponseBody>;
+
+/// Handles one request; never fails (every refusal is an answer).
+pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> Answer {
+    let Some(raw_host) = guard::host_of(req.uri(), req.headers()) else {
+        return body::refuse(ErrorCode::InvalidRequest, "the request names no Host");
+    };
+    let Some(host) = shared.hosts.allows(&raw_host) else {
+        tracing::warn!(peer = %peer.addr, host = %raw_host, "refused a request for a foreign Host");
+        return body::refuse(
+            ErrorCode::PermissionDenied,
+            "this appliance does not answer to that host name; use its own name or address",
+        );
+    };
+    if !peer.tls && !peer.addr.ip().is_loopback() {
+        return redirect_to_https(&shared, &host, &req);
+    }
+    let scheme = if peer.tls { "https" } else { "http" };
+    let path = req.uri().path().to_string();
+    let method = req.method().clone();
+    match (&method, path.as_str()) {
+        (&Method::GET, "/ca.crt") => return text(StatusCode::OK, "application/x-pem-file", shared.ca_pem.clone()),
+        (&Method::GET, "/ca.mobileconfig") => {
+            return text(StatusCode::OK, "application/x-apple-aspen-config", shared.mobileconfig.clone())
+        }
+        (&Method::POST, "/login") => return login(&shared, peer, &raw_host, scheme, req).await,
+        (&Method::POST, "/api/pair") => return pair(&shared, peer, &raw_host, scheme, req).await,
+        (&Method::POST, "/logout") => return logout(&shared),
+        _ => {}
+    }
+    if !path.starts_with("/api/") {
+        return body::refuse(ErrorCode::NotFound, format!("no page at {path} (the web console comes with its issue)"));
+    }
+    let auth = match guard::authenticate(&shared.daemon, &shared.limiter, req.headers(), shared.port, peer.addr) {
+        Ok(a) => a,
+        Err(e) => return body::error(e),
+    };
+    if auth.how == Auth::Cookie {
+        if let Err(e) = guard::check_cookie_request(&method, req.headers(), &raw_host, scheme) {
+            tracing::warn!(peer = %peer.addr, path = %path, "refused a cookie request: {}", e.message);
+            return body::error(e);
+        }
+    }
+    route(&shared, auth, req).await.unwrap_or_else(body::error)
+}
+
+async fn route(shared: &Shared, auth: Authenticated, req: Request<Incoming>) -> Result<Answer, ErrorBody> {
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    let query = Query::parse(req.uri().query());
+    let method = req.method().clone();
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match (&method, segments.as_slice()) {
+        (&Method::GET, ["api", "status"]) => answer(shared, &auth, "status", Map::new()).await,
+        (&Method::GET, ["api", "screenshot"]) => screenshot(shared, &auth, &query).await,
+        (&Method::POST, ["api", "action"]) => {
+            let params = read_object(shared, req).await?;
+            answer(shared, &auth, "action", params).await
+        }
+        (&Method::POST, ["api", "calibrate"]) => {
+            let params = read_object(shared, req).await?;
+            answer(shared, &auth, "calibrate", params).await
+        }
+        (&Method::POST, ["api", "rpc"]) => rpc(shared, &auth, req).await,
+        (&Method::GET, ["api", "tasks"]) => {
+            let mut params = Map::new();
+            if let Some(limit) = query.number("limit")? {
+                params.insert("limit".into(), limit.into());
+            }
+            answer(shared, &auth, "task_list", params).await
+        }
+        (&Method::POST, ["api", "tasks"]) => {
+            let params = read_object(shared, req).await?;
+            open_task(shared, auth, params).await
+        }
+        (&Method::GET, ["api", "tasks", id, "events"]) => {
+            let id = task_id(id)?;
+            let mut params = Map::new();
+            params.insert("task".into(), id.into());
+            if let Some(after) = query.number("after")? {
+                params.insert("after_seq".into(), after.into());
+            }
+            if query.flag("follow") {
+                params.insert("follow".into(), true.into());
+                follow(shared, auth, params).await
+            } else {
+                answer(shared, &auth, "task_events", params).await
+            }
+        }
+        (&Method::POST, ["api", "tasks", id, verb]) => {
+            let id = task_id(id)?;
+            let verb = verb.to_string();
+            let mut params = read_object(shared, req).await?;
+            params.insert("task".into(), id.into());
+            let method = match verb.as_str() {
+                "pause" | "resume" | "takeover" | "handback" | "stop" | "approve" | "reject" => {
+                    params.insert("action".into(), verb.into());
+                    "task_control"
+                }
+                "note" => "task_note",
+                "finish" => "task_finish",
+                _ => return Err(not_found(&path)),
+            };
+            answer(shared, &auth, method, params).await
+        }
+        (_, ["api", ..]) => Err(not_found(&path)),
+        _ => Err(not_found(&path)),
+    }
+}
+
+fn not_found(path: &str) -> ErrorBody {
+    ErrorBody::new(ErrorCode::NotFound, format!("no API route {path}; docs/api.md lists them"))
+}
+
+fn task_id(s: &str) -> Result<i64, ErrorBody> {
+    s.parse().map_err(|_| ErrorBody::new(ErrorCode::InvalidParams, format!("task id {s:?} is not a number")))
+}
+
+/// A query string's parameters (numbers and flags only: nothing here needs decoding).
+struct Query(Vec<(String, String)>);
+
+impl Query {
+    fn parse(q: Option<&str>) -> Query {
+        Query(
+            q.unwrap_or_default()
+                .split('&')
+                .filter(|p| !p.is_empty())
+                .map(|p| match p.split_once('=') {
+                    Some((k, v)) => (k.to_string(), v.to_string()),
+                    None => (p.to_string(), String::new()),
+                })
+                .collect(),
+        )
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    fn number(&self, key: &str) -> Result<Option<u64>, ErrorBody> {
+        self.get(key)
+            .map(|v| v.parse().map_err(|_| ErrorBody::new(ErrorCode::InvalidParams, format!("{key} must be a number"))))
+            .transpose()
+    }
+
+    fn flag(&self, key: &str) -> bool {
+        matches!(self.get(key), Some("" | "1" | "true"))
+    }
+}
+
+/// Reads a JSON object body (empty: `{}`), at most `max_body` bytes.
+async fn read_object(shared: &Shared, req: Request<Incoming>) -> Result<Map<String, Value>, ErrorBody> {
+    let bytes = read_body(shared.max_body, req).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Map::new());
+    }
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(map)) => {
+            for key in ["id", "method", "task_token"] {
+                if map.contains_key(key) {
+                    return Err(ErrorBody::new(
+                        ErrorCode::InvalidParams,
+                        format!("{key:?} does not go in the body (task tokens go in the Tether-Task-Token header)"),
+                    ));
+                }
+            }
+            Ok(map)
+        }
+        Ok(_) => Err(ErrorBody::new(ErrorCode::InvalidRequest, "the body must be a JSON object")),
+        Err(e) => Err(ErrorBody::new(ErrorCode::InvalidJson, format!("the body is not JSON: {e}"))),
+    }
+}
+
+async fn read_body(max: usize, req: Request<Incoming>) -> Result<Bytes, ErrorBody> {
+    let too_large = || ErrorBody::new(ErrorCode::RequestTooLarge, format!("the body is larger than {max} bytes"));
+    let declared = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(too_large());
+    }
+    match Limited::new(req.into_body(), max).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(too_large()),
+        Err(_) => Err(ErrorBody::new(ErrorCode::InvalidRequest, "the body could not be read")),
+    }
+}
+
+/// The tether/1 request for `method` with `params`, as the socket would have parsed it.
+fn wire_request(
+    method: &str,
+    mut params: Map<String, Value>,
+    task_token: Option<&str>,
+) -> Result<WireRequest, ErrorBody> {
+    params.insert("id".into(), 1.into());
+    params.insert("method".into(), method.into());
+    if let Some(t) = task_token {
+        params.insert("task_token".into(), t.into());
+    }
+    let bytes = serde_json::to_vec(&Value::Object(params)).unwrap_or_default();
+    parse_request(&bytes).map_err(|e| e.error)
+}
+
+/// Runs one request on a session of its own.
+async fn call(shared: &Shared, auth: &Authenticated, request: &WireRequest) -> Result<Value, ErrorBody> {
+    let daemon = &shared.daemon;
+    let session = daemon.try_open_session(auth.caller.clone()).map_err(|e| ErrorBody::from(&e))?;
+    let slot = session.begin_request(request.id).map_err(|e| ErrorBody::from(&e))?;
+    daemon.handle_request(&session, request, &slot).await.map_err(|e| ErrorBody::from(&e))
+}
+
+async fn answer(
+    shared: &Shared,
+    auth: &Authenticated,
+    method: &str,
+    params: Map<String, Value>,
+) -> Result<Answer, ErrorBody> {
+    let request = wire_request(method, params, auth.task_token.as_deref())?;
+    let value = call(shared, auth, &request).await?;
+    Ok(body::json(StatusCode::OK, &value))
+}
+
+/// `POST /api/rpc`: one tether/1 request object (its `id` optional). Methods that stream
+/// (a task's lease, a followed journal) have their own routes.
+async fn rpc(shared: &Shared, auth: &Authenticated, req: Request<Incoming>) -> Result<Answer, ErrorBody> {
+    let bytes = read_body(shared.max_body, req).await?;
+    let mut object = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(map)) => map,
+        Ok(_) => return Err(ErrorBody::new(ErrorCode::InvalidRequest, "the body must be one tether/1 request object")),
+        Err(e) => return Err(ErrorBody::new(ErrorCode::InvalidJson, format!("the body is not JSON: {e}"))),
+    };
+    object.entry("id").or_insert(1.into());
+    if object.contains_key("task_token") {
+        return Err(ErrorBody::new(ErrorCode::InvalidParams, "task tokens go in the Tether-Task-Token header"));
+    }
+    if let Some(t) = &auth.task_token {
+        object.insert("task_token".into(), t.clone().into());
+    }
+    let bytes = serde_json::to_vec(&Value::Object(object)).unwrap_or_default();
+    let request = parse_request(&bytes).map_err(|e| e.error)?;
+    let streams = match &request.call {
+        crate::protocol::Call::TaskOpen(_) => true,
+        crate::protocol::Call::TaskEvents(p) => p.follow,
+        _ => false,
+    };
+    if streams {
+        return Err(ErrorBody::new(
+            ErrorCode::InvalidRequest,
+            "this call streams: use POST /api/tasks or GET /api/tasks/{id}/events?follow=1",
+        ));
+    }
+    let value = call(shared, auth, &request).await?;
+    Ok(body::json(StatusCode::OK, &json!({"id": request.id, "ok": true, "result": value})))
+}
+
+async fn screenshot(shared: &Shared, auth: &Authenticated, query: &Query) -> Result<Answer, ErrorBody> {
+    let mut params = Map::new();
+    for key in ["max_edge", "after_frame_id", "timeout_ms"] {
+        if let Some(n) = query.number(key)? {
+            params.insert(key.into(), n.into());
+        }
+    }
+    let as_json = match query.get("format") {
+        None | Some("png") => false,
+        Some("json") => true,
+        Some(other) => {
+            return Err(ErrorBody::new(ErrorCode::InvalidParams, format!("format is png or json, not {other:?}")))
+        }
+    };
+    let request = wire_request("screenshot", params, auth.task_token.as_deref())?;
+    let value = call(shared, auth, &request).await?;
+    if as_json {
+        return Ok(body::json(StatusCode::OK, &value));
+    }
+    use base64::Engine;
+    let png = value
+        .get("data")
+        .and_then(Value::as_str)
+        .and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok())
+        .ok_or_else(|| ErrorBody::new(ErrorCode::Internal, "the screenshot had no image"))?;
+    let metadata = value.get("metadata").cloned().unwrap_or(Value::Null);
+    let mut r = Response::new(body::full(png));
+    let headers = r.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("image/png"));
+    if let Some(id) = metadata.get("observation_id").and_then(Value::as_str).and_then(|s| HeaderValue::from_str(s).ok())
+    {
+        headers.insert("tether-observation-id", id);
+    }
+    if let Ok(v) = HeaderValue::from_str(&metadata.to_string()) {
+        headers.insert("tether-metadata", v);
+    }
+    Ok(r)
+}
+
+/// Whether a task event says the task has ended.
+fn ends_task(event: &Event) -> bool {
+    event.body.get("kind").and_then(Value::as_str) == Some("state")
+        && event
+            .body
+            .get("data")
+            .and_then(|d| d.get("state"))
+            .and_then(Value::as_str)
+            .is_some_and(|s| crate::daemon::store::TERMINAL_STATES.contains(&s))
+}
+
+fn line(value: &impl serde::Serialize) -> Bytes {
+    let mut bytes = serde_json::to_vec(value).unwrap_or_default();
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+/// `POST /api/tasks`: opens a task on a session that lives as long as the answer. The
+/// answer streams `{id, token, …}`, then the task's events, a keep-alive line every
+/// [`Shared::keepalive`], and ends after the task's final state. When the client goes
+/// (the stream is closed), the session is dropped and the task abandoned.
+async fn open_task(shared: &Shared, auth: Authenticated, mut params: Map<String, Value>) -> Result<Answer, ErrorBody> {
+    params.insert("events".into(), true.into());
+    let request = wire_request("task_open", params, auth.task_token.as_deref())?;
+    let daemon = &shared.daemon;
+    let session = daemon.try_open_session(auth.caller.clone()).map_err(|e| ErrorBody::from(&e))?;
+    let Some(events) = session.take_events() else {
+        return Err(ErrorBody::new(ErrorCode::Internal, "the session's events were taken"));
+    };
+    let opened = {
+        let slot = session.begin_request(request.id).map_err(|e| ErrorBody::from(&e))?;
+        daemon.handle_request(&session, &request, &slot).await.map_err(|e| ErrorBody::from(&e))?
+    };
+    let task = opened.get("id").and_then(Value::as_i64);
+    let (tx, rx) = mpsc::channel(16);
+    let _ = tx.try_send(line(&opened));
+    tokio::spawn(pump(session, events, tx, shared.keepalive, None));
+    let mut r = body::lines(rx, ());
+    if let Some(v) = task.and_then(|t| HeaderValue::from_str(&t.to_string()).ok()) {
+        r.headers_mut().insert("tether-task-id", v);
+    }
+    Ok(r)
+}
+
+/// `GET /api/tasks/{id}/events?follow=1`: the journal from `after`, then live, ending with
+/// `{"id", "state", "last_seq"}` once the task has ended and everything was sent.
+async fn follow(shared: &Shared, auth: Authenticated, params: Map<String, Value>) -> Result<Answer, ErrorBody> {
+    let request = wire_request("task_events", params, auth.task_token.as_deref())?;
+    let daemon = shared.daemon.clone();
+    let session = daemon.try_open_session(auth.caller.clone()).map_err(|e| ErrorBody::from(&e))?;
+    let Some(events) = session.take_events() else {
+        return Err(ErrorBody::new(ErrorCode::Internal, "the session's events were taken"));
+    };
+    let session = Arc::new(session);
+    let slot = session.begin_request(request.id).map_err(|e| ErrorBody::from(&e))?;
+    let (s, d) = (session.clone(), daemon.clone());
+    let mut running = tokio::spawn(async move {
+        let result = d.handle_request(&s, &request, &slot).await;
+        drop(slot);
+        result
+    });
+    // A refusal (no such task, a seq it never reached) is answered as an error with its
+    // status, not as a stream: wait for the stream to start or the request to end.
+    let mut events = events;
+    let finished = loop {
+        tokio::select! {
+            r = &mut running => break Some(r),
+            m = events.recv() => match m {
+                Some(SessionMessage::Streaming) | None => break None,
+                Some(SessionMessage::Flush(ack)) => { let _ = ack.send(()); }
+                // Not sent before `Streaming`.
+                Some(SessionMessage::Event(_)) => break None,
+            },
+        }
+    };
+    if let Some(Ok(Err(e))) = finished {
+        return Err(ErrorBody::from(&e));
+    }
+    let (tx, rx) = mpsc::channel(16);
+    let ending = match finished {
+        Some(Ok(Ok(v))) => Ending::Done(Some(v)),
+        Some(Err(_)) => {
+            Ending::Done(Some(json!({"error": ErrorBody::new(ErrorCode::Internal, "the event stream failed")})))
+        }
+        _ => Ending::Waiting(running),
+    };
+    tokio::spawn(pump(session, events, tx, shared.keepalive, Some(ending)));
+    Ok(body::lines(rx, ()))
+}
+
+/// How a followed stream ends: with its request's answer.
+enum Ending {
+    Waiting(tokio::task::JoinHandle<Result<Value, crate::daemon::DaemonError>>),
+    Done(Option<Value>),
+}
+
+/// Forwards a session's events as lines until the task ends (or, with `ending`, until
+/// the request finishes: its answer is the last line) or the client goes away. Holds the
+/// session (and with it a task's lease) until then.
+async fn pump<S>(
+    session: S,
+    mut events: mpsc::Receiver<SessionMessage>,
+    tx: mpsc::Sender<Bytes>,
+    keepalive: Duration,
+    mut ending: Option<Ending>,
+) where
+    S: std::borrow::Borrow<Session> + Send + 'static,
+{
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
+    loop {
+        if let Some(Ending::Done(last)) = &mut ending {
+            // Every event before the answer was forwarded (the daemon flushes first).
+            while let Ok(message) = events.try_recv() {
+                if let SessionMessage::Event(event) = message {
+                    let _ = tx.send(line(&event)).await;
+                }
+            }
+            if let Some(value) = last.take() {
+                let _ = tx.send(line(&value)).await;
+            }
+            break;
+        }
+        let follows = ending.is_some();
+        let done = async {
+            match &mut ending {
+                Some(Ending::Waiting(handle)) => Some(handle.await),
+                _ => std::future::pending().await,
+            }
+        };
+        let answer = tokio::select! {
+            biased;
+            () = tx.closed() => break,
+            message = events.recv() => match message {
+                Some(SessionMessage::Event(event)) => {
+                    let last = !follows && ends_task(&event);
+                    if tx.send(line(&event)).await.is_err() || last {
+                        break;
+                    }
+                    None
+                }
+                Some(SessionMessage::Flush(ack)) => {
+                    let _ = ack.send(());
+                    None
+                }
+                Some(SessionMessage::Streaming) => None,
+                None => break,
+            },
+            Some(result) = done => Some(match result {
+                Ok(Ok(value)) => value,
+                Ok(Err(e)) => json!({"error": ErrorBody::from(&e)}),
+                Err(_) => json!({"error": ErrorBody::new(ErrorCode::Internal, "the event stream failed")}),
+            }),
+            _ = ticker.tick() => {
+                if tx.send(line(&json!({"event": "keepalive"}))).await.is_err() {
+                    break;
+                }
+                None
+            }
+        };
+        if let Some(last) = answer {
+            ending = Some(Ending::Done(Some(last)));
+        }
+    }
+    session.borrow().close();
+    drop(session);
+}
+
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Answer {
+    let mut r = Response::new(body::full(body));
+    *r.status_mut() = status;
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+fn redirect_to_https(shared: &Shared, host: &str, req: &Request<Incoming>) -> Answer {
+    let host = if host.contains(':') { format!("[{host}]") } else { host.to_string() };
+    let port = if shared.port == 443 { String::new() } else { format!(":{}", shared.port) };
+    let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let location = format!("https://{host}{port}{path}");
+    let mut r = text(StatusCode::TEMPORARY_REDIRECT, "text/plain", format!("use {location}\n"));
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        r.headers_mut().insert(LOCATION, v);
+    }
+    r
+}
+
+/// Unauthenticated POSTs (login, pairing) from a browser must come from our own origin
+/// (login CSRF); programs send no Origin.
+fn check_public_post(req: &Request<Incoming>, raw_host: &str, scheme: &str) -> Result<(), ErrorBody> {
+    match req.headers().get(hyper::header::ORIGIN).and_then(|v| v.to_str().ok()) {
+        Some(o) if !o.eq_ignore_ascii_case(&format!("{scheme}://{raw_host}")) => {
+            Err(ErrorBody::new(ErrorCode::PermissionDenied, "this form only works from the appliance's own pages"))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn session_cookie(shared: &Shared, value: &str, scheme: &str) -> Option<HeaderValue> {
+    let secure = if scheme == "https" { "; Secure" } else { "" };
+    HeaderValue::from_str(&format!(
+        "{}={value}; Path=/; HttpOnly; SameSite=Lax; Max-Age={}{secure}",
+        guard::cookie_name(shared.port),
+        SESSION_LIFETIME.as_secs()
+    ))
+    .ok()
+}
+
+/// `POST /login` with `{"token": …}` (or a form field `token`): a session cookie.
+async fn login(shared: &Shared, peer: Peer, raw_host: &str, scheme: &str, req: Request<Incoming>) -> Answer {
+    if let Err(e) = check_public_post(&req, raw_host, scheme) {
+        return body::error(e);
+    }
+    let form = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+    let bytes = match read_body(shared.max_body, req).await {
+        Ok(b) => b,
+        Err(e) => return body::error(e),
+    };
+    let token = if form {
+        String::from_utf8_lossy(&bytes)
+            .split('&')
+            .find_map(|p| p.strip_prefix("token="))
+            .map(|t| t.replace("%5F", "_").replace("%2D", "-"))
+    } else {
+        serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| v.get("token")?.as_str().map(str::to_string))
+    };
+    let Some(token) = token else {
+        return body::refuse(ErrorCode::InvalidParams, "send {\"token\": \"…\"}");
+    };
+    let tokens = shared.daemon.tokens();
+    let Some((name, role)) = tokens.authenticate(&token) else {
+        let over = shared.limiter.failed();
+        tracing::warn!(peer = %peer.addr, limited = over, "refused a login with a wrong token");
+        return if over {
+            body::refuse(ErrorCode::RateLimited, "too many wrong tokens in the last minute; wait a minute")
+        } else {
+            body::refuse(ErrorCode::Unauthorized, "that token is not valid")
+        };
+    };
+    let mut r = body::json(StatusCode::OK, &json!({"name": name, "role": role}));
+    if let Some(c) = tokens.session_cookie(&token).and_then(|v| session_cookie(shared, &v, scheme)) {
+        r.headers_mut().insert(SET_COOKIE, c);
+    }
+    tracing::info!(peer = %peer.addr, token = %name, "logged in");
+    r
+}
+
+/// `POST /api/pair` with `{"code": …}`: redeems a pairing code into a named token (shown
+/// once, in this answer) and a session cookie.
+async fn pair(shared: &Shared, peer: Peer, raw_host: &str, scheme: &str, req: Request<Incoming>) -> Answer {
+    if let Err(e) = check_public_post(&req, raw_host, scheme) {
+        return body::error(e);
+    }
+    let bytes = match read_body(shared.max_body, req).await {
+        Ok(b) => b,
+        Err(e) => return body::error(e),
+    };
+    let Some(code) =
+        serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| v.get("code")?.as_str().map(str::to_string))
+    else {
+        return body::refuse(ErrorCode::InvalidParams, "send {\"code\": \"…\"} from the pairing URL");
+    };
+    let tokens = shared.daemon.tokens();
+    match tokens.redeem_pairing(&code).await {
+        Ok((name, role, secret)) => {
+            let mut r = body::json(
+                StatusCode::OK,
+                &json!({"name": name, "role": role, "token": secret, "fingerprint": shared.fingerprint}),
+            );
+            if let Some(c) = tokens.session_cookie(&secret).and_then(|v| session_cookie(shared, &v, scheme)) {
+                r.headers_mut().insert(SET_COOKIE, c);
+            }
+            tracing::info!(peer = %peer.addr, token = %name, role = %role, "paired");
+            r
+        }
+        Err(e) => {
+            let e = crate::daemon::DaemonError::from(e);
+            let body = ErrorBody::from(&e);
+            if body.code == ErrorCode::PairingInvalid {
+                let over = shared.limiter.failed();
+                tracing::warn!(peer = %peer.addr, limited = over, "refused a pairing code");
+                if over {
+                    return body::refuse(
+                        ErrorCode::RateLimited,
+                        "too many wrong codes in the last minute; wait a minute",
+                    );
+                }
+            }
+            body::error(body)
+        }
+    }
+}
+
+fn logout(shared: &Shared) -> Answer {
+    let mut r = body::json(StatusCode::OK, &json!({"logged_out": true}));
+    if let Ok(v) = HeaderValue::from_str(&format!("{}=; Path=/; Max-Age=0", guard::cookie_name(shared.port))) {
+        r.headers_mut().insert(SET_COOKIE, v);
+    }
+    r
+}
