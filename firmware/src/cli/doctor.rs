@@ -5,8 +5,9 @@ use std::process::ExitCode;
 
 use serde_json::json;
 use tether::client::ControlClient;
-use tether::config::Profile;
+use tether::config::{Config, Profile};
 use tether::device::inventory::Inventory;
+use tether::server::tls::Fingerprint;
 
 /// Prints what hardware and capabilities this machine has.
 pub fn run_doctor(socket: Option<PathBuf>, as_json: bool) -> anyhow::Result<ExitCode> {
@@ -28,7 +29,7 @@ pub fn run_doctor(socket: Option<PathBuf>, as_json: bool) -> anyhow::Result<Exit
         "socket": path,
         "daemon": daemon,
         "hardware": inventory,
-        "https": {"available": false, "cert_fingerprint": null},
+        "https": https_report(profile, &daemon),
     });
     if as_json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -57,6 +58,50 @@ pub fn run_doctor(socket: Option<PathBuf>, as_json: bool) -> anyhow::Result<Exit
         Some(true) => println!("  daemon: answering on {}", path.display()),
         _ => println!("  daemon: not reachable on {}", path.display()),
     }
-    println!("  https:  not in this build yet");
+    let https = &report["https"];
+    match (https["fingerprint"].as_str(), https["urls"].as_array()) {
+        (Some(fp), Some(urls)) if !urls.is_empty() => {
+            println!("  https:  {}", urls.iter().filter_map(|u| u.as_str()).collect::<Vec<_>>().join("  "));
+            println!("          CA fingerprint (SHA-256) {fp}");
+        }
+        (Some(fp), _) => println!("  https:  not serving now; CA fingerprint (SHA-256) {fp}"),
+        _ => println!("  https:  no certificate yet (`tether serve` makes one at its first start)"),
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The HTTPS server as the daemon reports it, else the CA on disk: the fingerprint in
+/// OpenSSL's form (`openssl x509 -fingerprint -sha256` shows the same).
+fn https_report(profile: Profile, daemon: &serde_json::Value) -> serde_json::Value {
+    let live = &daemon["status"]["https"];
+    if let Some(hex) = live["fingerprint"].as_str() {
+        let fp = Fingerprint::parse(hex).map(|f| f.to_string());
+        let port = live["port"].as_u64().unwrap_or(443);
+        let urls: Vec<String> = live["hosts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|h| h.as_str())
+            .map(|h| {
+                let h = if h.contains(':') { format!("[{h}]") } else { h.to_string() };
+                if port == 443 {
+                    format!("https://{h}")
+                } else {
+                    format!("https://{h}:{port}")
+                }
+            })
+            .collect();
+        return json!({"serving": true, "fingerprint": fp, "urls": urls});
+    }
+    let file = tether::config::default_config_file(profile);
+    let config = match &file {
+        Some(f) if f.exists() => tether::config::Config::load(profile, f).unwrap_or_else(|_| Config::defaults(profile)),
+        _ => Config::defaults(profile),
+    };
+    let ca = config.data_dir.join("tls").join("ca.crt");
+    let fp = std::fs::read(&ca).ok().and_then(|pem| {
+        use rustls_pki_types::pem::PemObject;
+        rustls_pki_types::CertificateDer::pem_slice_iter(&pem).next()?.ok().map(|der| Fingerprint::of(&der).to_string())
+    });
+    json!({"serving": false, "fingerprint": fp, "urls": []})
 }

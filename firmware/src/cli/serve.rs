@@ -113,6 +113,30 @@ fn limit_heap_retention() -> bool {
     }
 }
 
+/// File descriptors kept for everything but HTTPS connections (devices, the store, the
+/// control socket's clients).
+const RESERVED_FDS: u64 = 256;
+
+/// Raises the soft open-file limit to the hard one (connections are file descriptors;
+/// the default soft limit of 1024 would make accept fail long before the connection
+/// limit) and returns the HTTPS connections that fit beside [`RESERVED_FDS`].
+fn raise_fd_limit(wanted: usize) -> usize {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return wanted;
+    };
+    let soft = if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() { hard } else { soft };
+    let fit = usize::try_from(soft.saturating_sub(RESERVED_FDS)).unwrap_or(usize::MAX).max(16);
+    if fit < wanted {
+        tracing::warn!(
+            open_files = soft,
+            connections = fit,
+            "the open-file limit allows only this many HTTPS connections"
+        );
+    }
+    wanted.min(fit)
+}
+
 /// Runs the daemon until SIGINT/SIGTERM.
 pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
     init_logging();
@@ -156,7 +180,7 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
             Some((material, hostname)) => {
                 let mut https = HttpsConfig::new(config.listen, material.clone(), hostname.clone());
                 https.max_body = config.https.max_body_bytes;
-                https.max_connections = config.https.max_connections;
+                https.max_connections = raise_fd_limit(config.https.max_connections);
                 Some(HttpsListener::bind(https).await?)
             }
             None => None,

@@ -679,7 +679,9 @@ mod tests {
                 "task_control",
                 "task_confirm",
                 "task_note",
-                "task_finish"
+                "task_finish",
+                "token",
+                "pair"
             ]
         );
         for m in Method::ALL {
@@ -689,6 +691,32 @@ mod tests {
                 // `action` has required parameters; it must fail on them, not on the name.
                 Err(e) => assert_eq!(e.error.code, ErrorCode::InvalidParams, "{}", m.as_str()),
             }
+        }
+    }
+
+    #[test]
+    fn token_and_pair_params_are_validated() {
+        let ok = [
+            r#"{"id":1,"method":"token","action":"list"}"#,
+            r#"{"id":1,"method":"token","action":"add","name":"ci","role":"view"}"#,
+            r#"{"id":1,"method":"token","action":"revoke","name":"ci"}"#,
+            r#"{"id":1,"method":"pair","role":"admin","ttl_ms":1000}"#,
+        ];
+        for line in ok {
+            assert!(parse_request(line.as_bytes()).is_ok(), "{line}");
+        }
+        let bad = [
+            r#"{"id":1,"method":"token","action":"add"}"#,
+            r#"{"id":1,"method":"token","action":"list","name":"x"}"#,
+            r#"{"id":1,"method":"token","action":"rotate","name":"x","role":"view"}"#,
+            r#"{"id":1,"method":"token","action":"add","name":"x","role":"agent"}"#,
+            r#"{"id":1,"method":"token","action":"explode","name":"x"}"#,
+            r#"{"id":1,"method":"pair","ttl_ms":0}"#,
+            r#"{"id":1,"method":"pair","ttl_ms":86400001}"#,
+            r#"{"id":1,"method":"pair","role":"agent"}"#,
+        ];
+        for line in bad {
+            assert_eq!(code(line).1, ErrorCode::InvalidParams, "{line}");
         }
     }
 
