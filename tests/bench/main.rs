@@ -327,7 +327,53 @@ async fn lease_abandon(n: usize) -> anyhow::Result<(f64, f64, f64, f64)> {
 }
 
 /// The sections, in the order they run; `bench memory stalled` runs only those two.
-const SECTIONS: [&str; 7] = ["screenshots", "actions", "memory", "stalled", "video", "mjpeg", "lease"];
+/// HTTPS `GET /api/status` over one kept-alive connection, and with a fresh TCP + TLS
+/// handshake each time (p50/p99 of each, in ms), against a real `tether serve --sim`.
+async fn https_status(n: usize) -> anyhow::Result<(f64, f64, f64, f64)> {
+    use tether::client::https::{Credentials, HttpsClient, Target};
+    use tether::server::tls::Fingerprint;
+    let (mut child, socket, _dir) = spawn_daemon(1920, 1080).await?;
+    let result = async {
+        // Run as root (or the daemon's user): the socket makes this caller an admin.
+        let mut c = tether::client::ControlClient::connect(&socket).await?;
+        let status = c.call("status", json!({})).await?;
+        let port = status["https"]["port"].as_u64().context("no HTTPS port")? as u16;
+        let pin = Fingerprint::parse(status["https"]["fingerprint"].as_str().context("no fingerprint")?)
+            .context("fingerprint")?;
+        let token = c.call("token", json!({"action": "rotate", "name": "admin"})).await?["token"]
+            .as_str()
+            .context("token")?
+            .to_string();
+        let client = HttpsClient::new(
+            Target { host: "localhost".into(), port },
+            pin,
+            Credentials { token: Some(token), task_token: None },
+        )?;
+        let mut kept = client.connect().await?;
+        kept.json(hyper::Method::GET, "/api/status", None).await?;
+        let mut warm = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = Instant::now();
+            kept.json(hyper::Method::GET, "/api/status", None).await?;
+            warm.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        let mut fresh = Vec::with_capacity(n / 2);
+        for _ in 0..n / 2 {
+            let t = Instant::now();
+            client.connect().await?.json(hyper::Method::GET, "/api/status", None).await?;
+            fresh.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        let (w50, w99) = summary(warm);
+        let (f50, f99) = summary(fresh);
+        anyhow::Ok((w50, w99, f50, f99))
+    }
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    result
+}
+
+const SECTIONS: [&str; 8] = ["screenshots", "actions", "memory", "stalled", "video", "mjpeg", "lease", "https"];
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
@@ -397,6 +443,11 @@ async fn main() -> anyhow::Result<()> {
             "| lease closed → agent's drag released | {lr50:.1} ms | {lr99:.1} ms | 50 tasks, finger down in a 3 s drag |"
         );
         println!("| lease closed → no task in `status` | {lg50:.1} ms | {lg99:.1} ms | same runs, polled over another connection |");
+    }
+    if run("https") {
+        let (w50, w99, f50, f99) = https_status(n).await?;
+        println!("| HTTPS `GET /api/status`, kept-alive connection | {w50:.2} ms | {w99:.2} ms | {n} requests, HTTP/1.1, TLS 1.3, pinned CA |");
+        println!("| HTTPS `GET /api/status`, fresh TCP + TLS handshake | {f50:.2} ms | {f99:.2} ms | {} connections, ECDSA P-256 |", n / 2);
     }
     Ok(())
 }

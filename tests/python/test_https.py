@@ -148,6 +148,7 @@ class RealClients(unittest.TestCase):
             self.assertIn(f"ALPN protocol: {alpn}", out)
         # The CA, as a first-time user fetches it (plain HTTP is served to loopback).
         c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=10)
+        self.addCleanup(c.close)
         c.request("GET", "/ca.crt")
         r = c.getresponse()
         self.assertEqual(r.status, 200)
@@ -192,6 +193,7 @@ class RealClients(unittest.TestCase):
     def test_screenshot_png_and_an_action_on_it(self):
         d = self.d
         c = d.conn()
+        self.addCleanup(c.close)
         c.request("GET", "/api/screenshot?max_edge=400", headers={"Authorization": f"Bearer {d.admin}"})
         r = c.getresponse()
         png = r.read()
@@ -255,6 +257,7 @@ class RealClients(unittest.TestCase):
         lease, _, first = open_lease(d, op, "followed")
         task = first["id"]
         c = d.conn()
+        self.addCleanup(c.close)
         c.request("GET", f"/api/tasks/{task}/events?follow=1", headers={"Authorization": f"Bearer {op}"})
         r = c.getresponse()
         self.assertEqual(r.status, 200)
@@ -641,6 +644,34 @@ class LoginAndTaskRun(unittest.TestCase):
         self.assertEqual(next(t for t in state if t["id"] == task["id"])["state"], "abandoned")
         # The command outlives its runner (its own session): end its process group.
         os.killpg(os.getpgid(found["pid"]), signal.SIGKILL)
+
+
+class ApiDoc(unittest.TestCase):
+    """Every `sh` block of docs/api.md runs against a fresh daemon and succeeds."""
+
+    def test_the_documented_examples_work(self):
+        d = HttpsDaemon()
+        self.addCleanup(d.stop)
+        doc = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                           "docs", "api.md")
+        with open(doc) as f:
+            text = f.read()
+        blocks = []
+        for part in text.split("```sh\n")[1:]:
+            blocks.append(part.split("```", 1)[0])
+        self.assertGreaterEqual(len(blocks), 6, "the doc has its examples")
+        work = tempfile.mkdtemp(prefix="tether-doc-")
+        env = d.env(URL=d.base, CA=d.ca, TOKEN=d.admin, PATH=os.path.dirname(TETHER) + os.pathsep + os.environ["PATH"])
+        for block in blocks:
+            r = subprocess.run(["bash", "-eu", "-c", block], cwd=work, env=env, capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(r.returncode, 0, f"this example failed:\n{block}\n{r.stdout}\n{r.stderr}")
+        # What they claim, checked: the screenshot is a PNG, the fingerprint is the CA's.
+        with open(os.path.join(work, "screen.png"), "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        fp = subprocess.run(["openssl", "x509", "-in", os.path.join(work, "ca.crt"), "-noout", "-fingerprint",
+                             "-sha256"], capture_output=True, text=True, check=True).stdout
+        self.assertEqual(fp.strip().split("=", 1)[1].replace(":", "").lower(), d.fingerprint)
 
 
 if __name__ == "__main__":

@@ -218,14 +218,8 @@ impl HttpsClient {
         &self.target
     }
 
-    /// Sends one request on a fresh connection; returns the response with its body
-    /// unread (a stream, for a task's lease).
-    pub async fn send(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<&Value>,
-    ) -> Result<Response<Incoming>, HttpsClientError> {
+    /// Opens a kept-alive HTTP/1.1 connection (TCP, then TLS pinned to the CA).
+    pub async fn connect(&self) -> Result<KeptAlive, HttpsClientError> {
         let target = format!("{}:{}", self.target.host, self.target.port);
         let tcp = tokio::net::TcpStream::connect((self.target.host.as_str(), self.target.port))
             .await
@@ -234,10 +228,30 @@ impl HttpsClient {
         let name =
             ServerName::try_from(self.target.host.clone()).map_err(|_| HttpsClientError::BadUrl(target.clone()))?;
         let tls = self.connector.connect(name, tcp).await.map_err(|source| HttpsClientError::Tls { target, source })?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await?;
+        let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await?;
         tokio::spawn(async move {
             let _ = conn.await;
         });
+        Ok(KeptAlive { sender, client: self.clone() })
+    }
+
+    /// Sends one request on a fresh connection; returns the response with its body
+    /// unread (a stream, for a task's lease).
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Response<Incoming>, HttpsClientError> {
+        self.connect().await?.send(method, path, body).await
+    }
+
+    fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Request<Full<Bytes>>, HttpsClientError> {
         let bytes = body.map(|b| serde_json::to_vec(b).unwrap_or_default()).unwrap_or_default();
         let mut builder = Request::builder()
             .method(method)
@@ -252,23 +266,13 @@ impl HttpsClient {
         if let Some(t) = &self.credentials.task_token {
             builder = builder.header("tether-task-token", t);
         }
-        let request =
-            builder.body(Full::new(Bytes::from(bytes))).map_err(|e| HttpsClientError::Protocol(e.to_string()))?;
-        Ok(sender.send_request(request).await?)
+        builder.body(Full::new(Bytes::from(bytes))).map_err(|e| HttpsClientError::Protocol(e.to_string()))
     }
 
     /// Sends a request and reads its JSON answer; an error answer becomes
     /// [`HttpsClientError::Remote`].
     pub async fn json(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value, HttpsClientError> {
-        let response = self.send(method, path, body).await?;
-        let status = response.status();
-        let bytes = response.into_body().collect().await?.to_bytes();
-        let value: Value = serde_json::from_slice(&bytes)
-            .map_err(|_| HttpsClientError::Protocol(format!("HTTP {status}: {}", String::from_utf8_lossy(&bytes))))?;
-        if status != StatusCode::OK {
-            return Err(remote_error(status, &value));
-        }
-        Ok(value)
+        read_json(self.send(method, path, body).await?).await
     }
 
     /// Calls one tether/1 method (`POST /api/rpc`) and returns its result.
@@ -282,6 +286,49 @@ impl HttpsClient {
         let answer = self.json(Method::POST, "/api/rpc", Some(&Value::Object(request))).await?;
         Ok(answer.get("result").cloned().unwrap_or(Value::Null))
     }
+}
+
+/// A kept-alive connection to the appliance: requests go one after another on it.
+pub struct KeptAlive {
+    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    client: HttpsClient,
+}
+
+impl std::fmt::Debug for KeptAlive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeptAlive").field("target", &self.client.target).finish_non_exhaustive()
+    }
+}
+
+impl KeptAlive {
+    /// Sends a request on this connection; the body is unread.
+    pub async fn send(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Response<Incoming>, HttpsClientError> {
+        let request = self.client.request(method, path, body)?;
+        self.sender.ready().await?;
+        Ok(self.sender.send_request(request).await?)
+    }
+
+    /// Sends a request and reads its JSON answer (an error answer is an error).
+    pub async fn json(&mut self, method: Method, path: &str, body: Option<&Value>) -> Result<Value, HttpsClientError> {
+        let response = self.send(method, path, body).await?;
+        read_json(response).await
+    }
+}
+
+async fn read_json(response: Response<Incoming>) -> Result<Value, HttpsClientError> {
+    let status = response.status();
+    let bytes = response.into_body().collect().await?.to_bytes();
+    let value: Value = serde_json::from_slice(&bytes)
+        .map_err(|_| HttpsClientError::Protocol(format!("HTTP {status}: {}", String::from_utf8_lossy(&bytes))))?;
+    if status != StatusCode::OK {
+        return Err(remote_error(status, &value));
+    }
+    Ok(value)
 }
 
 /// Reads a streamed NDJSON answer line by line.
