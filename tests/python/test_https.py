@@ -380,6 +380,7 @@ class Attacks(unittest.TestCase):
         made = json.loads(d.cli("pair", "--role", "view", "--name", "tablet", "--host", "localhost", "--json").stdout)
         self.assertTrue(made["url"].startswith(f"https://localhost:{d.port}/pair#code="))
         self.assertIn(f"fp={d.fingerprint}", made["url"])
+        self.assertTrue(made["qr_svg"].startswith("<?xml"), "an SVG for the console")
         status, headers, r = d.request("POST", "/api/pair", body={"code": made["code"]})
         self.assertEqual(status, 200, r)
         self.assertEqual((r["name"], r["role"]), ("tablet", "view"))
@@ -563,6 +564,22 @@ class LoginAndTaskRun(unittest.TestCase):
         self.assertEqual(env["TETHER_FINGERPRINT"], self.d.fingerprint)
         self.assertNotIn("TETHER_TOKEN", env, "the login token never reaches the command")
         self.assertIn("TETHER_TASK_TOKEN", env)
+
+    def test_a_token_and_fingerprint_work_without_a_login(self):
+        env = dict(self.env, XDG_CONFIG_HOME=tempfile.mkdtemp(), TETHER_TOKEN=self.d.admin)
+        r = subprocess.run([TETHER, "task", "list", "--url", self.url, "--json"], capture_output=True, text=True,
+                           env=env, timeout=60)
+        self.assertNotEqual(r.returncode, 0, "no fingerprint: refused")
+        self.assertIn("fingerprint", r.stderr)
+        r = subprocess.run([TETHER, "token", "list", "--url", self.url, "--fingerprint", self.d.fingerprint],
+                           capture_output=True, text=True, env=env, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("laptop", r.stdout)
+        # A wrong pin is a TLS failure, never a silent trust.
+        r = subprocess.run([TETHER, "token", "list", "--url", self.url, "--fingerprint", "ab" * 32],
+                           capture_output=True, text=True, env=env, timeout=60)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("pinned certificate authority", r.stderr)
 
     def test_finish_inside_the_command_goes_through_the_url(self):
         r = self.run_tether("task", "run", "--url", self.url, "--title", "self finish", *self.agent, "--", "sh", "-c",

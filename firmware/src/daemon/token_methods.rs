@@ -53,7 +53,13 @@ impl Daemon {
             };
             format!("{base}/pair#code={}&fp={}", pairing.code, h.fingerprint)
         });
+        // The console shows the URL as a QR code; the daemon renders it once, here.
+        let qr_svg = url
+            .as_deref()
+            .and_then(|u| qrcode::QrCode::new(u.as_bytes()).ok())
+            .map(|code| code.render::<qrcode::render::svg::Color<'_>>().min_dimensions(256, 256).build());
         Ok(json!({
+            "qr_svg": qr_svg,
             "code": pairing.code,
             "role": pairing.role,
             "name": pairing.name,

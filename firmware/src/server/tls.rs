@@ -647,6 +647,22 @@ mod tests {
     }
 
     #[test]
+    fn a_users_certificate_replaces_the_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        let rcgen::CertifiedKey { cert, signing_key } =
+            rcgen::generate_simple_self_signed(vec!["box.example".to_string()]).unwrap();
+        let (cert_path, key_path) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        std::fs::write(&key_path, signing_key.serialize_pem()).unwrap();
+        let m = from_files(&cert_path, &key_path).unwrap();
+        assert_eq!(m.fingerprint, Fingerprint::of(cert.der()), "clients pin the chain's last certificate");
+        std::fs::write(&key_path, "not a key").unwrap();
+        assert!(matches!(from_files(&cert_path, &key_path), Err(TlsError::BadPem { .. })));
+        std::fs::write(&cert_path, "").unwrap();
+        assert!(matches!(from_files(&cert_path, &dir.path().join("missing")), Err(TlsError::BadPem { .. })));
+    }
+
+    #[test]
     fn the_profile_holds_the_ca() {
         let dir = tempfile::tempdir().unwrap();
         let m = load_or_create(dir.path(), &names()).unwrap();
