@@ -128,7 +128,17 @@ pub async fn encoder_selection() -> anyhow::Result<()> {
     let conf = "/run/tether-m2m.toml";
     std::fs::write(conf, "hid = \"sim\"\nvideo = \"sim\"\nencoder_backend = \"hardware\"\n")?;
     let out = Command::new("/tether")
-        .args(["serve", "--config", conf, "--socket", "/run/tether-m2m.sock", "--data-dir", "/run/tether-m2m"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            conf,
+            "--socket",
+            "/run/tether-m2m.sock",
+            "--data-dir",
+            "/run/tether-m2m",
+        ])
         .output()?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(!out.status.success(), "serve with encoder_backend=hardware started without an H.264 encoder");
@@ -136,7 +146,17 @@ pub async fn encoder_selection() -> anyhow::Result<()> {
     log("encoder_backend=hardware without an H.264 M2M node: refused with a clear message");
     std::fs::write(conf, "hid = \"sim\"\nvideo = \"sim\"\ndecoder_backend = \"hardware\"\n")?;
     let out = Command::new("/tether")
-        .args(["serve", "--config", conf, "--socket", "/run/tether-m2m.sock", "--data-dir", "/run/tether-m2m"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            conf,
+            "--socket",
+            "/run/tether-m2m.sock",
+            "--data-dir",
+            "/run/tether-m2m",
+        ])
         .output()?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(!out.status.success(), "serve with decoder_backend=hardware started without an MJPEG/H.264 decoder");
@@ -144,7 +164,17 @@ pub async fn encoder_selection() -> anyhow::Result<()> {
     log("decoder_backend=hardware without an MJPEG/H.264 M2M node: refused with a clear message");
     std::fs::write(conf, "hid = \"sim\"\nvideo = \"sim\"\nencoder_backend = \"auto\"\n")?;
     let mut child = Command::new("/tether")
-        .args(["serve", "--config", conf, "--socket", "/run/tether-m2m.sock", "--data-dir", "/run/tether-m2m"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            conf,
+            "--socket",
+            "/run/tether-m2m.sock",
+            "--data-dir",
+            "/run/tether-m2m",
+        ])
         .spawn()?;
     let start = std::time::Instant::now();
     while !std::path::Path::new("/run/tether-m2m.sock").exists() {

@@ -202,7 +202,17 @@ fn start_daemon(cap: &Path, format: Option<&str>) -> anyhow::Result<Child> {
         format!("hid = \"sim\"\nvideo = \"v4l2\"\n[capture]\ndevice = \"{}\"\ninput = 1\n{format}", cap.display()),
     )?;
     let child = Command::new("/tether")
-        .args(["serve", "--config", "/run/tether-video.toml", "--socket", SOCKET, "--data-dir", "/run/tether-video"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            "/run/tether-video.toml",
+            "--socket",
+            SOCKET,
+            "--data-dir",
+            "/run/tether-video",
+        ])
         .env("RUST_LOG", "info")
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())

@@ -123,7 +123,19 @@ fn drain(rx: &mpsc::Receiver<(Instant, Vec<u8>)>, quiet: Duration) -> Vec<(Insta
 fn start_daemon() -> anyhow::Result<Child> {
     let _ = fs::remove_file(SOCKET);
     let child = Command::new(TETHER)
-        .args(["serve", "--hid", "gadget", "--video", "sim", "--socket", SOCKET, "--data-dir", "/run/tether-data"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--hid",
+            "gadget",
+            "--video",
+            "sim",
+            "--socket",
+            SOCKET,
+            "--data-dir",
+            "/run/tether-data",
+        ])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
