@@ -455,6 +455,27 @@ class Attacks(unittest.TestCase):
         self.assertIsNone(d.proc.poll(), "the daemon is still running")
 
 
+class RefusedConnections(unittest.TestCase):
+    def test_connections_refused_credentials_do_not_lock_out_a_real_client(self):
+        d = HttpsDaemon(config_text="[https]\nmax_connections = 16\n")
+        self.addCleanup(d.stop)
+        held = []
+        try:
+            # Fill every slot with kept-alive connections that were refused (401).
+            for i in range(16):
+                c = d.conn()
+                c.request("GET", "/api/status", headers={"Authorization": f"Bearer tt_bad{i}"})
+                r = c.getresponse()
+                r.read()
+                self.assertEqual(r.status, 401)
+                held.append(c)
+            status, _, _ = d.request("GET", "/api/status", token=d.admin)
+            self.assertEqual(status, 200, "a refused connection is dropped to make room")
+        finally:
+            for c in held:
+                c.close()
+
+
 class LanRedirect(unittest.TestCase):
     """A plain request from another host (a network namespace) gets 307 to HTTPS."""
 

@@ -236,13 +236,11 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
 fn load_tls(config: &Config) -> anyhow::Result<(TlsMaterial, String)> {
     let hostname =
         nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "tether".into());
+    let names = ServerNames::of_machine(&hostname, &tls::interface_ips(), &config.https.names);
     let material = match (&config.https.cert, &config.https.key) {
-        (Some(cert), Some(key)) => tls::from_files(cert, key)?,
-        (None, None) => {
-            let names = ServerNames::of_machine(&hostname, &tls::interface_ips(), &config.https.names);
-            tls::load_or_create(&config.data_dir, &names)
-                .with_context(|| format!("certificates in {}", config.data_dir.join("tls").display()))?
-        }
+        (Some(cert), Some(key)) => tls::from_files(cert, key, &names)?,
+        (None, None) => tls::load_or_create(&config.data_dir, &names)
+            .with_context(|| format!("certificates in {}", config.data_dir.join("tls").display()))?,
         _ => bail!("[https] cert and key go together: set both, or neither for the appliance's own CA"),
     };
     tracing::info!(fingerprint = %material.fingerprint, "HTTPS certificate authority (clients pin this)");

@@ -325,7 +325,7 @@ impl Tokens {
         let mut parts = value.rsplitn(3, '.');
         let (mac, issued, name) = (parts.next()?, parts.next()?, parts.next()?);
         let issued: i64 = issued.parse().ok()?;
-        let age = now_ms() / 1000 - issued;
+        let age = (now_ms() / 1000).checked_sub(issued)?;
         let lifetime = i64::try_from(SESSION_LIFETIME.as_secs()).unwrap_or(i64::MAX);
         // A minute of clock skew the other way is tolerated.
         if !(-60..=lifetime).contains(&age) {
@@ -374,7 +374,7 @@ impl Tokens {
     pub async fn redeem_pairing(&self, code: &str) -> Result<(String, Role, String), TokenError> {
         let hash = sha256(code.as_bytes());
         let now = now_ms();
-        let taken: Option<(String, String)> = self
+        let taken: Result<Option<(String, String)>, String> = self
             .store
             .run(move |conn| {
                 let tx = conn.transaction()?;
@@ -385,12 +385,20 @@ impl Tokens {
                         |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?)),
                     )
                     .optional()?;
+                // A name taken since the code was made leaves the code unused (and says so).
+                if let Some((_, Some(name))) = &row {
+                    let taken: i64 =
+                        tx.query_row("SELECT COUNT(*) FROM tokens WHERE name = ?1", [name], |r| r.get(0))?;
+                    if taken > 0 {
+                        return Ok(Err(name.clone()));
+                    }
+                }
                 tx.execute("UPDATE pairing_codes SET used = 1 WHERE code_hash = ?1", [&hash[..]])?;
                 tx.commit()?;
-                Ok(row.map(|(role, name)| (role, name.unwrap_or_default())))
+                Ok(Ok(row.map(|(role, name)| (role, name.unwrap_or_default()))))
             })
             .await?;
-        let Some((role, name)) = taken else {
+        let Some((role, name)) = taken.map_err(TokenError::Exists)? else {
             return Err(TokenError::PairingInvalid);
         };
         let role = Role::from_name(&role).ok_or(TokenError::PairingInvalid)?;

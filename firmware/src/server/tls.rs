@@ -403,6 +403,10 @@ pub fn load_or_create(data_dir: &Path, names: &ServerNames) -> Result<TlsMateria
             let held = names.keeping(&older);
             let held = permitted(&held, &ca_record);
             let (cert_pem, key_pem, not_after) = issue_server(&ca_key, &ca_record, &held)?;
+            // The record goes first and comes back last: a crash in between leaves no
+            // record, and the next start issues again instead of pairing a new key with
+            // the old certificate.
+            let _ = std::fs::remove_file(&record_path);
             write_atomic(&key_path, key_pem.as_bytes(), 0o600)?;
             write_atomic(&cert_path, cert_pem.as_bytes(), 0o644)?;
             let record = ServerRecord {
@@ -474,9 +478,10 @@ fn issue_server(ca_key: &KeyPair, record: &CaRecord, held: &ServerNames) -> Resu
     Ok((cert.pem(), key.serialize_pem(), params.not_after.unix_timestamp()))
 }
 
-/// Loads a user-supplied certificate chain and key (config `tls_cert`/`tls_key`), which
-/// replace the appliance's own CA. Clients pin the chain's last certificate.
-pub fn from_files(cert: &Path, key: &Path) -> Result<TlsMaterial, TlsError> {
+/// Loads a user-supplied certificate chain and key (`[https] cert`/`key`), which replace
+/// the appliance's own CA. Clients pin the chain's last certificate; `names` (the
+/// machine's names) are what the Host allowlist accepts.
+pub fn from_files(cert: &Path, key: &Path, names: &ServerNames) -> Result<TlsMaterial, TlsError> {
     use rustls_pki_types::pem::PemObject;
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .map_err(|e| TlsError::BadPem { path: cert.into(), what: e.to_string() })?
@@ -493,7 +498,7 @@ pub fn from_files(cert: &Path, key: &Path) -> Result<TlsMaterial, TlsError> {
         fingerprint: Fingerprint::of(&ca_der),
         ca_pem,
         ca_der,
-        names: ServerNames::default(),
+        names: names.clone(),
         config: server_config(chain, private)?,
         reissued: false,
     })
@@ -654,12 +659,13 @@ mod tests {
         let (cert_path, key_path) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
         std::fs::write(&cert_path, cert.pem()).unwrap();
         std::fs::write(&key_path, signing_key.serialize_pem()).unwrap();
-        let m = from_files(&cert_path, &key_path).unwrap();
+        let m = from_files(&cert_path, &key_path, &names()).unwrap();
+        assert_eq!(m.names, names(), "the Host allowlist still knows the machine's names");
         assert_eq!(m.fingerprint, Fingerprint::of(cert.der()), "clients pin the chain's last certificate");
         std::fs::write(&key_path, "not a key").unwrap();
-        assert!(matches!(from_files(&cert_path, &key_path), Err(TlsError::BadPem { .. })));
+        assert!(matches!(from_files(&cert_path, &key_path, &names()), Err(TlsError::BadPem { .. })));
         std::fs::write(&cert_path, "").unwrap();
-        assert!(matches!(from_files(&cert_path, &dir.path().join("missing")), Err(TlsError::BadPem { .. })));
+        assert!(matches!(from_files(&cert_path, &dir.path().join("missing"), &names()), Err(TlsError::BadPem { .. })));
     }
 
     #[test]

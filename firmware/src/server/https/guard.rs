@@ -178,7 +178,13 @@ pub fn authenticate(
     let task_token = headers.get(TASK_TOKEN_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
     let wrong = |what: &str| {
         let over = limiter.failed();
-        tracing::warn!(peer = %peer, what, limited = over, "refused a request with wrong credentials");
+        // Past the limit the refusals are counted, not each logged (an attacker would
+        // otherwise fill the log).
+        if over {
+            tracing::debug!(peer = %peer, what, "refused a request with wrong credentials (rate limited)");
+        } else {
+            tracing::warn!(peer = %peer, what, "refused a request with wrong credentials");
+        }
         if over {
             ErrorBody::new(
                 ErrorCode::RateLimited,
@@ -201,7 +207,9 @@ pub fn authenticate(
     if let Some(t) = &task_token {
         if daemon.task_of_token(t).is_none() {
             let over = limiter.failed();
-            tracing::warn!(peer = %peer, limited = over, "refused a request with a dead task token");
+            if !over {
+                tracing::warn!(peer = %peer, "refused a request with a dead task token");
+            }
             return Err(if over {
                 ErrorBody::new(ErrorCode::RateLimited, "too many wrong tokens in the last minute; wait a minute")
             } else {

@@ -6,10 +6,11 @@
 //! to [`routes`], which call the daemon like any other transport.
 //!
 //! Limits: a connection has 10 s to start and finish its TLS handshake, 20 s to send each
-//! request's headers (16 KiB at most), 60 s of silence in all before it is dropped, and
-//! bodies of 1 MiB. At most `max_connections` are open; when full, the oldest connection
-//! that has not yet completed a request is dropped for the new one, so thousands of idle
-//! sockets cannot lock out a real client.
+//! request's headers (16 KiB at most) and 30 s for its body (1 MiB; 4 KiB before
+//! authentication), and is dropped after 60 s without requests (see [`ConnState`] for
+//! streams and long requests). At most `max_connections` are open; when full, the oldest
+//! connection that has not yet authenticated is dropped for the new one, so thousands of
+//! idle or refused sockets cannot lock out a real client.
 
 mod body;
 mod guard;
@@ -42,6 +43,8 @@ pub const DEFAULT_MAX_BODY: usize = 1 << 20;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// How long a connection may take to send its first byte and finish the TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request's body may take (all of it).
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a request's headers may take.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(20);
 /// A connection with no traffic for this long is closed (streamed answers send a
@@ -184,6 +187,7 @@ impl HttpsListener {
             mobileconfig: tls::mobileconfig(&config.tls, &config.hostname),
             fingerprint: config.tls.fingerprint.hex(),
             limiter: guard::FailureLimiter::default(),
+            noisy: guard::FailureLimiter::default(),
             max_body: config.max_body,
             keepalive: config.keepalive,
         });
@@ -251,7 +255,7 @@ impl Connection {
             Ok(Ok(1)) => first[0] == 0x16,
             _ => return,
         };
-        let activity = Arc::new(Activity::default());
+        let activity = Arc::new(ConnState::new(self.id, self.unproven.clone()));
         if tls {
             let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor.accept(stream)).await;
             let stream = match handshake {
@@ -272,16 +276,20 @@ impl Connection {
         }
     }
 
-    async fn serve<I>(self, io: Watched<I>, activity: Arc<Activity>, tls: bool, h2: bool)
+    async fn serve<I>(self, io: Watched<I>, activity: Arc<ConnState>, tls: bool, h2: bool)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let peer = routes::Peer { addr: self.addr, tls };
-        let (shared, unproven, id) = (self.shared.clone(), self.unproven.clone(), self.id);
+        let peer = routes::Peer { addr: self.addr, tls, conn: activity.clone() };
+        let shared = self.shared.clone();
         let service = service_fn(move |req| {
-            unproven.remove(id);
-            let shared = shared.clone();
-            async move { Ok::<_, std::convert::Infallible>(routes::handle(shared, peer, req).await) }
+            let (shared, peer) = (shared.clone(), peer.clone());
+            let pending = peer.conn.pending_guard();
+            async move {
+                let answer = routes::handle(shared, peer, req).await;
+                drop(pending);
+                Ok::<_, std::convert::Infallible>(answer)
+            }
         });
         let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
         builder
@@ -315,7 +323,7 @@ impl Connection {
                     return;
                 }
                 _ = check.tick() => {
-                    if activity.idle() >= IDLE_TIMEOUT {
+                    if activity.should_close() {
                         tracing::debug!(peer = %self.addr, "idle connection closed");
                         return;
                     }
@@ -325,40 +333,114 @@ impl Connection {
     }
 }
 
-/// When a connection last moved bytes.
+/// What one connection is doing, for the idle rule and the eviction of unproven
+/// connections.
+///
+/// Idle is judged by requests, not bytes alone (h2 keep-alive pings move bytes on a
+/// connection nobody uses): with no request running and no stream open, a connection
+/// goes after [`IDLE_TIMEOUT`] without a request or without bytes; an open stream keeps it
+/// as long as bytes move (its keep-alive lines do); a request the daemon is still
+/// answering (a question waiting for a human) keeps it regardless.
 #[derive(Debug)]
-struct Activity {
+pub(crate) struct ConnState {
     start: tokio::time::Instant,
-    last_ms: AtomicU64,
+    last_byte_ms: AtomicU64,
+    last_request_ms: AtomicU64,
+    pending: AtomicUsize,
+    streams: AtomicUsize,
+    id: u64,
+    unproven: Arc<Unproven>,
 }
 
-impl Default for Activity {
-    fn default() -> Self {
-        Activity { start: tokio::time::Instant::now(), last_ms: AtomicU64::new(0) }
+impl ConnState {
+    fn new(id: u64, unproven: Arc<Unproven>) -> ConnState {
+        ConnState {
+            start: tokio::time::Instant::now(),
+            last_byte_ms: AtomicU64::new(0),
+            last_request_ms: AtomicU64::new(0),
+            pending: AtomicUsize::new(0),
+            streams: AtomicUsize::new(0),
+            id,
+            unproven,
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn touch_bytes(&self) {
+        self.last_byte_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    fn touch_request(&self) {
+        self.last_request_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    fn since(&self, at: &AtomicU64) -> Duration {
+        Duration::from_millis(self.now_ms().saturating_sub(at.load(Ordering::Relaxed)))
+    }
+
+    /// The connection authenticated: it is no longer dropped to make room.
+    pub(crate) fn proven(&self) {
+        self.unproven.remove(self.id);
+    }
+
+    /// Held by a streamed answer's body for as long as it streams.
+    pub(crate) fn stream_guard(self: &Arc<Self>) -> StreamGuard {
+        self.streams.fetch_add(1, Ordering::AcqRel);
+        StreamGuard(self.clone())
+    }
+
+    fn pending_guard(self: &Arc<Self>) -> PendingGuard {
+        self.touch_request();
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        PendingGuard(self.clone())
+    }
+
+    fn should_close(&self) -> bool {
+        if self.pending.load(Ordering::Acquire) > 0 {
+            return false;
+        }
+        let bytes_idle = self.since(&self.last_byte_ms) >= IDLE_TIMEOUT;
+        if self.streams.load(Ordering::Acquire) > 0 {
+            return bytes_idle;
+        }
+        bytes_idle || self.since(&self.last_request_ms) >= IDLE_TIMEOUT
     }
 }
 
-impl Activity {
-    fn touch(&self) {
-        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_ms.store(ms, Ordering::Relaxed);
-    }
+/// An open stream of a connection (see [`ConnState`]).
+#[derive(Debug)]
+pub(crate) struct StreamGuard(Arc<ConnState>);
 
-    fn idle(&self) -> Duration {
-        let now = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        Duration::from_millis(now.saturating_sub(self.last_ms.load(Ordering::Relaxed)))
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0.streams.fetch_sub(1, Ordering::AcqRel);
+        self.0.touch_request();
     }
 }
 
-/// A stream that notes every read and write in its [`Activity`].
+/// A request the server is answering (dropped when its answer is ready or it is cancelled).
+#[derive(Debug)]
+struct PendingGuard(Arc<ConnState>);
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        self.0.pending.fetch_sub(1, Ordering::AcqRel);
+        self.0.touch_request();
+    }
+}
+
+/// A stream that notes every read and write in its connection's [`ConnState`].
 struct Watched<I> {
     inner: I,
-    activity: Arc<Activity>,
+    activity: Arc<ConnState>,
 }
 
 impl<I> Watched<I> {
-    fn new(inner: I, activity: Arc<Activity>) -> Self {
-        activity.touch();
+    fn new(inner: I, activity: Arc<ConnState>) -> Self {
+        activity.touch_bytes();
         Watched { inner, activity }
     }
 }
@@ -368,7 +450,7 @@ impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
-            self.activity.touch();
+            self.activity.touch_bytes();
         }
         r
     }
@@ -378,7 +460,7 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write(cx, buf);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
+            self.activity.touch_bytes();
         }
         r
     }
@@ -398,7 +480,7 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
     ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
+            self.activity.touch_bytes();
         }
         r
     }

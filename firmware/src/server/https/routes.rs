@@ -49,6 +49,8 @@ pub struct Shared {
     pub fingerprint: String,
     /// Wrong credentials, all clients together.
     pub limiter: FailureLimiter,
+    /// Other refusals worth logging (foreign Host, cross-site cookies), at most 20 a minute.
+    pub noisy: FailureLimiter,
     /// Largest request body.
     pub max_body: usize,
     /// How often a streamed answer says it is alive.
@@ -56,13 +58,18 @@ pub struct Shared {
 }
 
 /// The connection a request came on.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Peer {
     /// Its address.
     pub addr: SocketAddr,
     /// Whether it speaks TLS.
     pub tls: bool,
+    /// What the connection is doing (streams, authentication).
+    pub conn: Arc<super::ConnState>,
 }
+
+/// The largest body of an unauthenticated request (`/login`, `/api/pair`).
+const MAX_PUBLIC_BODY: usize = 4096;
 
 type Answer = Response<ResponseBody>;
 
@@ -72,7 +79,9 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
         return body::refuse(ErrorCode::InvalidRequest, "the request names no Host");
     };
     let Some(host) = shared.hosts.allows(&raw_host) else {
-        tracing::warn!(peer = %peer.addr, host = %raw_host, "refused a request for a foreign Host");
+        if !shared.noisy.failed() {
+            tracing::warn!(peer = %peer.addr, host = %raw_host, "refused a request for a foreign Host");
+        }
         return body::refuse(
             ErrorCode::PermissionDenied,
             "this appliance does not answer to that host name; use its own name or address",
@@ -89,8 +98,8 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
         (&Method::GET, "/ca.mobileconfig") => {
             return text(StatusCode::OK, "application/x-apple-aspen-config", shared.mobileconfig.clone())
         }
-        (&Method::POST, "/login") => return login(&shared, peer, &raw_host, scheme, req).await,
-        (&Method::POST, "/api/pair") => return pair(&shared, peer, &raw_host, scheme, req).await,
+        (&Method::POST, "/login") => return login(&shared, &peer, &raw_host, scheme, req).await,
+        (&Method::POST, "/api/pair") => return pair(&shared, &peer, &raw_host, scheme, req).await,
         (&Method::POST, "/logout") => return logout(&shared),
         _ => {}
     }
@@ -103,14 +112,17 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
     };
     if auth.how == Auth::Cookie {
         if let Err(e) = guard::check_cookie_request(&method, req.headers(), &raw_host, scheme) {
-            tracing::warn!(peer = %peer.addr, path = %path, "refused a cookie request: {}", e.message);
+            if !shared.noisy.failed() {
+                tracing::warn!(peer = %peer.addr, path = %path, "refused a cookie request: {}", e.message);
+            }
             return body::error(e);
         }
     }
-    route(&shared, auth, req).await.unwrap_or_else(body::error)
+    peer.conn.proven();
+    route(&shared, &peer, auth, req).await.unwrap_or_else(body::error)
 }
 
-async fn route(shared: &Shared, auth: Authenticated, req: Request<Incoming>) -> Result<Answer, ErrorBody> {
+async fn route(shared: &Shared, peer: &Peer, auth: Authenticated, req: Request<Incoming>) -> Result<Answer, ErrorBody> {
     let path = req.uri().path().trim_end_matches('/').to_string();
     let query = Query::parse(req.uri().query());
     let method = req.method().clone();
@@ -136,7 +148,7 @@ async fn route(shared: &Shared, auth: Authenticated, req: Request<Incoming>) -> 
         }
         (&Method::POST, ["api", "tasks"]) => {
             let params = read_object(shared, req).await?;
-            open_task(shared, auth, params).await
+            open_task(shared, peer, auth, params).await
         }
         (&Method::GET, ["api", "tasks", id, "events"]) => {
             let id = task_id(id)?;
@@ -147,7 +159,7 @@ async fn route(shared: &Shared, auth: Authenticated, req: Request<Incoming>) -> 
             }
             if query.flag("follow") {
                 params.insert("follow".into(), true.into());
-                follow(shared, auth, params).await
+                follow(shared, peer, auth, params).await
             } else {
                 answer(shared, &auth, "task_events", params).await
             }
@@ -242,10 +254,15 @@ async fn read_body(max: usize, req: Request<Incoming>) -> Result<Bytes, ErrorBod
     if declared.is_some_and(|n| n > max as u64) {
         return Err(too_large());
     }
-    match Limited::new(req.into_body(), max).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(too_large()),
-        Err(_) => Err(ErrorBody::new(ErrorCode::InvalidRequest, "the body could not be read")),
+    let collected = tokio::time::timeout(super::BODY_TIMEOUT, Limited::new(req.into_body(), max).collect()).await;
+    match collected {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(too_large()),
+        Ok(Err(_)) => Err(ErrorBody::new(ErrorCode::InvalidRequest, "the body could not be read")),
+        Err(_) => Err(ErrorBody::new(
+            ErrorCode::Timeout,
+            format!("the body took longer than {} s to arrive", super::BODY_TIMEOUT.as_secs()),
+        )),
     }
 }
 
@@ -376,7 +393,12 @@ fn line(value: &impl serde::Serialize) -> Bytes {
 /// answer streams `{id, token, …}`, then the task's events, a keep-alive line every
 /// [`Shared::keepalive`], and ends after the task's final state. When the client goes
 /// (the stream is closed), the session is dropped and the task abandoned.
-async fn open_task(shared: &Shared, auth: Authenticated, mut params: Map<String, Value>) -> Result<Answer, ErrorBody> {
+async fn open_task(
+    shared: &Shared,
+    peer: &Peer,
+    auth: Authenticated,
+    mut params: Map<String, Value>,
+) -> Result<Answer, ErrorBody> {
     params.insert("events".into(), true.into());
     let request = wire_request("task_open", params, auth.task_token.as_deref())?;
     let daemon = &shared.daemon;
@@ -392,7 +414,7 @@ async fn open_task(shared: &Shared, auth: Authenticated, mut params: Map<String,
     let (tx, rx) = mpsc::channel(16);
     let _ = tx.try_send(line(&opened));
     tokio::spawn(pump(session, events, tx, shared.keepalive, None));
-    let mut r = body::lines(rx, ());
+    let mut r = body::lines(rx, peer.conn.stream_guard());
     if let Some(v) = task.and_then(|t| HeaderValue::from_str(&t.to_string()).ok()) {
         r.headers_mut().insert("tether-task-id", v);
     }
@@ -401,7 +423,12 @@ async fn open_task(shared: &Shared, auth: Authenticated, mut params: Map<String,
 
 /// `GET /api/tasks/{id}/events?follow=1`: the journal from `after`, then live, ending with
 /// `{"id", "state", "last_seq"}` once the task has ended and everything was sent.
-async fn follow(shared: &Shared, auth: Authenticated, params: Map<String, Value>) -> Result<Answer, ErrorBody> {
+async fn follow(
+    shared: &Shared,
+    peer: &Peer,
+    auth: Authenticated,
+    params: Map<String, Value>,
+) -> Result<Answer, ErrorBody> {
     let request = wire_request("task_events", params, auth.task_token.as_deref())?;
     let daemon = shared.daemon.clone();
     let session = daemon.try_open_session(auth.caller.clone()).map_err(|e| ErrorBody::from(&e))?;
@@ -419,14 +446,15 @@ async fn follow(shared: &Shared, auth: Authenticated, params: Map<String, Value>
     // A refusal (no such task, a seq it never reached) is answered as an error with its
     // status, not as a stream: wait for the stream to start or the request to end.
     let mut events = events;
+    // The daemon sends `Streaming` before any event; one that came first is kept anyway.
+    let mut early = None;
     let finished = loop {
         tokio::select! {
             r = &mut running => break Some(r),
             m = events.recv() => match m {
                 Some(SessionMessage::Streaming) | None => break None,
                 Some(SessionMessage::Flush(ack)) => { let _ = ack.send(()); }
-                // Not sent before `Streaming`.
-                Some(SessionMessage::Event(_)) => break None,
+                Some(SessionMessage::Event(e)) => { early = Some(e); break None; }
             },
         }
     };
@@ -441,8 +469,11 @@ async fn follow(shared: &Shared, auth: Authenticated, params: Map<String, Value>
         }
         _ => Ending::Waiting(running),
     };
+    if let Some(event) = early {
+        let _ = tx.try_send(line(&event));
+    }
     tokio::spawn(pump(session, events, tx, shared.keepalive, Some(ending)));
-    Ok(body::lines(rx, ()))
+    Ok(body::lines(rx, peer.conn.stream_guard()))
 }
 
 /// How a followed stream ends: with its request's answer.
@@ -563,7 +594,7 @@ fn session_cookie(shared: &Shared, value: &str, scheme: &str) -> Option<HeaderVa
 }
 
 /// `POST /login` with `{"token": …}` (or a form field `token`): a session cookie.
-async fn login(shared: &Shared, peer: Peer, raw_host: &str, scheme: &str, req: Request<Incoming>) -> Answer {
+async fn login(shared: &Shared, peer: &Peer, raw_host: &str, scheme: &str, req: Request<Incoming>) -> Answer {
     if let Err(e) = check_public_post(&req, raw_host, scheme) {
         return body::error(e);
     }
@@ -572,7 +603,7 @@ async fn login(shared: &Shared, peer: Peer, raw_host: &str, scheme: &str, req: R
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
-    let bytes = match read_body(shared.max_body, req).await {
+    let bytes = match read_body(MAX_PUBLIC_BODY.min(shared.max_body), req).await {
         Ok(b) => b,
         Err(e) => return body::error(e),
     };
@@ -607,11 +638,11 @@ async fn login(shared: &Shared, peer: Peer, raw_host: &str, scheme: &str, req: R
 
 /// `POST /api/pair` with `{"code": …}`: redeems a pairing code into a named token (shown
 /// once, in this answer) and a session cookie.
-async fn pair(shared: &Shared, peer: Peer, raw_host: &str, scheme: &str, req: Request<Incoming>) -> Answer {
+async fn pair(shared: &Shared, peer: &Peer, raw_host: &str, scheme: &str, req: Request<Incoming>) -> Answer {
     if let Err(e) = check_public_post(&req, raw_host, scheme) {
         return body::error(e);
     }
-    let bytes = match read_body(shared.max_body, req).await {
+    let bytes = match read_body(MAX_PUBLIC_BODY.min(shared.max_body), req).await {
         Ok(b) => b,
         Err(e) => return body::error(e),
     };
