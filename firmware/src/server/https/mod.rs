@@ -489,3 +489,63 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
         self.inner.is_write_vectored()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conn() -> Arc<ConnState> {
+        Arc::new(ConnState::new(1, Arc::new(Unproven::default())))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_goes_after_a_minute_without_requests() {
+        let c = conn();
+        assert!(!c.should_close());
+        // Bytes alone (h2 pings) do not keep it.
+        for _ in 0..7 {
+            tokio::time::advance(Duration::from_secs(10)).await;
+            c.touch_bytes();
+        }
+        assert!(c.should_close(), "70 s of pings and no request");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_being_answered_keeps_its_connection() {
+        let c = conn();
+        let pending = c.pending_guard();
+        tokio::time::advance(Duration::from_secs(600)).await;
+        assert!(!c.should_close(), "a question waiting for a person");
+        c.touch_bytes(); // the answer is written
+        drop(pending);
+        assert!(!c.should_close(), "the answer just went out");
+        tokio::time::advance(IDLE_TIMEOUT).await;
+        assert!(c.should_close());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_stays_while_its_bytes_flow() {
+        let c = conn();
+        let stream = c.stream_guard();
+        for _ in 0..10 {
+            tokio::time::advance(KEEPALIVE).await;
+            c.touch_bytes();
+            assert!(!c.should_close(), "keep-alive lines flow");
+        }
+        tokio::time::advance(IDLE_TIMEOUT).await;
+        assert!(c.should_close(), "a stream whose peer takes nothing");
+        drop(stream);
+    }
+
+    #[test]
+    fn the_oldest_unproven_connection_makes_room() {
+        let u = Unproven::default();
+        let (a, b) = (CancellationToken::new(), CancellationToken::new());
+        u.add(1, a.clone());
+        u.add(2, b.clone());
+        u.remove(1);
+        assert!(u.evict_oldest());
+        assert!(b.is_cancelled() && !a.is_cancelled(), "a proven connection is never evicted");
+        assert!(!u.evict_oldest());
+    }
+}
