@@ -176,12 +176,20 @@ pub async fn encoder_selection() -> anyhow::Result<()> {
             "/run/tether-m2m",
         ])
         .spawn()?;
+    // Wait until the daemon answers (not merely until its socket exists).
     let start = std::time::Instant::now();
-    while !std::path::Path::new("/run/tether-m2m.sock").exists() {
-        ensure!(start.elapsed() < std::time::Duration::from_secs(20), "daemon socket did not appear");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let mut c = tether_tests::harness::RawClient::connect(std::path::Path::new("/run/tether-m2m.sock")).await?;
+    let mut c = loop {
+        match tether_tests::harness::RawClient::connect(std::path::Path::new("/run/tether-m2m.sock")).await {
+            Ok(c) => break c,
+            Err(e) => {
+                if let Some(status) = child.try_wait()? {
+                    anyhow::bail!("serve exited with {status} before answering");
+                }
+                ensure!(start.elapsed() < std::time::Duration::from_secs(30), "daemon did not answer: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+    };
     let st = c.ok(1, "status", serde_json::json!({})).await?;
     ensure!(st["video"]["encoder"] == "software", "auto on a board without H.264 M2M: {}", st["video"]);
     log("encoder_backend=auto with only vicodec present: software");

@@ -125,11 +125,19 @@ impl UnixServer {
         }
         remove_stale(&path)?;
         let bind_err = |source| ServerError::Bind { path: path.clone(), source };
-        let listener = UnixListener::bind(&path).map_err(bind_err)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(config.mode)).map_err(bind_err)?;
+        // Bound and listening under a temporary name, then renamed into place: the path
+        // exists only once connecting to it works (a client racing a starting daemon gets
+        // "no such file" and retries, never "connection refused"), with its final mode.
+        let mut staging = path.clone().into_os_string();
+        staging.push(".new");
+        let staging = PathBuf::from(staging);
+        let _ = std::fs::remove_file(&staging);
+        let listener = UnixListener::bind(&staging).map_err(bind_err)?;
+        std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(config.mode)).map_err(bind_err)?;
         if let Some(gid) = config.group {
-            nix::unistd::chown(&path, None, Some(Gid::from_raw(gid))).map_err(|e| bind_err(io::Error::from(e)))?;
+            nix::unistd::chown(&staging, None, Some(Gid::from_raw(gid))).map_err(|e| bind_err(io::Error::from(e)))?;
         }
+        std::fs::rename(&staging, &path).map_err(bind_err)?;
         tracing::info!(path = %path.display(), mode = format!("{:o}", config.mode), "control socket listening");
         Ok(UnixServer { listener, config: Arc::new(config), daemon })
     }
