@@ -117,7 +117,9 @@ def open_lease(d, token, title="lease", headers=None):
     return c, r, first
 
 
-class RealClients(unittest.TestCase):
+class SharedDaemon(unittest.TestCase):
+    """Tests that share one daemon for their class."""
+
     @classmethod
     def setUpClass(cls):
         cls.d = HttpsDaemon()
@@ -125,6 +127,9 @@ class RealClients(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.d.stop()
+
+
+class RealClients(SharedDaemon):
 
     def test_curl_reads_status_with_the_ca(self):
         d = self.d
@@ -279,16 +284,9 @@ class RealClients(unittest.TestCase):
         self.assertEqual((status, r["error"]["code"]), (404, "NO_SUCH_TASK"))
 
 
-class Attacks(unittest.TestCase):
+class Attacks(SharedDaemon):
     """Each refused with the right status and journalled, and the server keeps serving."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.d = HttpsDaemon()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.d.stop()
 
     def test_no_token(self):
         status, headers, r = self.d.request("GET", "/api/status")

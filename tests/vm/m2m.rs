@@ -121,61 +121,32 @@ pub async fn run() -> anyhow::Result<()> {
     capture_decoder("multi-planar")
 }
 
+/// `tether serve` with config file `conf`, on the suite's socket and a free HTTPS port.
+fn serve(conf: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new("/tether");
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--config", conf, "--socket", "/run/tether-m2m.sock"])
+        .args(["--data-dir", "/run/tether-m2m"]);
+    cmd
+}
+
 /// Encoder selection against a real M2M driver that is not an H.264 encoder: `hardware`
 /// refuses to start with a message that says why; `auto` starts on software.
 pub async fn encoder_selection() -> anyhow::Result<()> {
-    use std::process::Command;
     let conf = "/run/tether-m2m.toml";
     std::fs::write(conf, "hid = \"sim\"\nvideo = \"sim\"\nencoder_backend = \"hardware\"\n")?;
-    let out = Command::new("/tether")
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-            conf,
-            "--socket",
-            "/run/tether-m2m.sock",
-            "--data-dir",
-            "/run/tether-m2m",
-        ])
-        .output()?;
+    let out = serve(conf).output()?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(!out.status.success(), "serve with encoder_backend=hardware started without an H.264 encoder");
     ensure!(stderr.contains("no V4L2 M2M node encodes YU12 to H.264"), "unclear refusal: {stderr}");
     log("encoder_backend=hardware without an H.264 M2M node: refused with a clear message");
     std::fs::write(conf, "hid = \"sim\"\nvideo = \"sim\"\ndecoder_backend = \"hardware\"\n")?;
-    let out = Command::new("/tether")
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-            conf,
-            "--socket",
-            "/run/tether-m2m.sock",
-            "--data-dir",
-            "/run/tether-m2m",
-        ])
-        .output()?;
+    let out = serve(conf).output()?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(!out.status.success(), "serve with decoder_backend=hardware started without an MJPEG/H.264 decoder");
     ensure!(stderr.contains("no V4L2 M2M node decodes MJPEG or H.264"), "unclear refusal: {stderr}");
     log("decoder_backend=hardware without an MJPEG/H.264 M2M node: refused with a clear message");
     std::fs::write(conf, "hid = \"sim\"\nvideo = \"sim\"\nencoder_backend = \"auto\"\n")?;
-    let mut child = Command::new("/tether")
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-            conf,
-            "--socket",
-            "/run/tether-m2m.sock",
-            "--data-dir",
-            "/run/tether-m2m",
-        ])
-        .spawn()?;
+    let mut child = serve(conf).spawn()?;
     // Wait until the daemon answers (not merely until its socket exists).
     let start = std::time::Instant::now();
     let mut c = loop {

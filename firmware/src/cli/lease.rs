@@ -8,7 +8,9 @@ use anyhow::Context;
 use hyper::Method;
 use serde_json::{json, Value};
 use tether::client::https::{remote_error, HttpsClient, LineReader};
-use tether::client::{ClientError, ControlClient};
+use tether::client::ControlClient;
+
+use super::task::remote;
 
 /// An open task's lease.
 pub enum Lease {
@@ -30,13 +32,6 @@ pub enum Lease {
         /// The CA fingerprint, for the command's environment.
         fingerprint: String,
     },
-}
-
-fn remote(e: ClientError) -> anyhow::Error {
-    match e {
-        ClientError::Remote { code, message } => anyhow::anyhow!("{code}: {message}"),
-        other => anyhow::Error::new(other),
-    }
 }
 
 impl Lease {

@@ -54,7 +54,8 @@ pub fn with_env_token(mut params: Value) -> Value {
     params
 }
 
-fn remote(e: ClientError) -> anyhow::Error {
+/// The daemon's error as `CODE: message`, other failures as they are.
+pub(super) fn remote(e: ClientError) -> anyhow::Error {
     match e {
         ClientError::Remote { code, message } => anyhow::anyhow!("{code}: {message}"),
         other => anyhow::Error::new(other),
