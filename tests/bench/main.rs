@@ -263,7 +263,7 @@ fn viewer_latency(w: u32, h: u32, secs: u64) -> anyhow::Result<(f64, f64)> {
         let r = HidReport::Pointer(PointerReport::new(0, x, 16000, 0));
         phone.consume(HidInterface::Pointer, r.encode().as_bytes());
         while let Some(f) = viewers.take(id) {
-            lat.push(f.unit.captured_at.elapsed().as_secs_f64() * 1000.0);
+            lat.push(f.captured_at.elapsed().as_secs_f64() * 1000.0);
             viewers.ack(id, f.sequence);
         }
         std::thread::sleep(Duration::from_millis(1));

@@ -60,7 +60,7 @@ fn an_encoder_without_viewers_sleeps_and_wakes_for_the_first_viewer() {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(f) = viewers.take(id) {
-            assert!(f.unit.keyframe, "a viewer's first picture is an IDR");
+            assert!(f.keyframe, "a viewer's first picture is an IDR");
             break;
         }
         assert!(Instant::now() < deadline, "no picture for the viewer in 60 s");

@@ -55,12 +55,12 @@ fn a_joining_viewer_gets_a_keyframe_quickly_and_the_stream_decodes_cleanly() {
         phone.consume(HidInterface::Pointer, r.encode().as_bytes());
         while let Some(f) = viewers.take(id) {
             if first_at.is_none() {
-                assert!(f.unit.keyframe, "a viewer's first picture is an IDR");
+                assert!(f.keyframe, "a viewer's first picture is an IDR");
                 first_at = Some(joined.elapsed());
             }
             units += 1;
-            keyframes += usize::from(f.unit.keyframe);
-            stream.extend_from_slice(&f.unit.data);
+            keyframes += usize::from(f.keyframe);
+            stream.extend_from_slice(f.access_unit());
             viewers.ack(id, f.sequence);
         }
         std::thread::sleep(Duration::from_millis(10)); // pacing of the pointer moves

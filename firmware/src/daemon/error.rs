@@ -151,6 +151,23 @@ pub enum DaemonError {
     /// Managing tokens or pairing codes failed.
     #[error(transparent)]
     Token(#[from] TokenError),
+    /// A `hello` with another kind than the connection's first.
+    #[error("this connection is a {have} connection (fixed by its first hello); it cannot become {asked}")]
+    KindFixed {
+        /// The pinned kind.
+        have: &'static str,
+        /// What the hello asked for.
+        asked: &'static str,
+    },
+    /// A host method that needs `attach` first.
+    #[error("{0} needs an attached task: send attach {{task}} first")]
+    NotAttached(&'static str),
+    /// `attach` on a connection of the wrong kind or transport.
+    #[error("{0}")]
+    CannotAttach(&'static str),
+    /// A video ticket that cannot be redeemed.
+    #[error("the video ticket is {0}: call video_open for a new one")]
+    Ticket(&'static str),
 }
 
 impl DaemonError {
@@ -182,6 +199,10 @@ impl DaemonError {
             | DaemonError::MissingTask(_)
             | DaemonError::AfterEnd { .. }
             | DaemonError::BadHost(_) => (ErrorCode::InvalidParams, false),
+            DaemonError::KindFixed { .. } => (ErrorCode::KindFixed, false),
+            DaemonError::NotAttached(_) => (ErrorCode::NotAttached, false),
+            DaemonError::CannotAttach(_) => (ErrorCode::InvalidRequest, false),
+            DaemonError::Ticket(_) => (ErrorCode::TicketInvalid, false),
             DaemonError::OperationConflict { .. } => (ErrorCode::OperationConflict, false),
             DaemonError::Untypeable(_) => (ErrorCode::UntypeableText, false),
             DaemonError::Calibration(_) => (ErrorCode::CalibrationFailed, true),

@@ -9,6 +9,7 @@ mod act;
 mod calibrate;
 mod caller;
 mod error;
+mod host_methods;
 mod input;
 mod limits;
 mod observations;
@@ -21,6 +22,7 @@ pub mod tasks;
 mod token_methods;
 pub mod tokens;
 mod turn;
+pub mod video;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -44,6 +46,7 @@ pub use status::{
 pub use tasks::{TaskError, TaskState};
 pub use tokens::{TokenError, TokenInfo, Tokens, SESSION_LIFETIME};
 pub use turn::DEFAULT_QUEUE_TIMEOUT;
+pub use video::{VideoEnd, VideoViewer, MAX_VIEWERS, TICKET_TTL, VIDEO_PATH};
 
 use crate::device::geometry::PixelRect;
 use crate::device::hid::descriptor::PointerProfile;
@@ -161,6 +164,7 @@ struct Inner {
     geometry_epoch: AtomicU64,
     refusals: std::sync::Mutex<task_methods::RefusalWindows>,
     tokens: Tokens,
+    video: Arc<video::VideoGrants>,
 }
 
 /// Handle to the daemon; clones share it.
@@ -238,6 +242,7 @@ impl Daemon {
                 geometry_epoch: AtomicU64::new(1),
                 refusals: std::sync::Mutex::default(),
                 tokens,
+                video: Arc::default(),
             }),
         };
         daemon.watch_device();
@@ -264,6 +269,7 @@ impl Daemon {
             while frames.state_changed().await {
                 let Some(inner) = weak.upgrade() else { break };
                 let daemon = Daemon { inner };
+                daemon.inner.video.generation_changed(daemon.inner.frames.state().generation);
                 if let Some(change) = daemon.inner.tasks.check_device(&daemon.device_identity()) {
                     tracing::warn!(task = change.task, "the device changed: task interrupted");
                     daemon.persist(change).await;
@@ -348,6 +354,7 @@ impl Daemon {
     /// released by the lane).
     pub fn shutdown(&self) {
         self.inner.shutdown.cancel();
+        self.inner.video.shutdown();
     }
 
     fn lock_observations(&self) -> std::sync::MutexGuard<'_, ObservationStore> {
@@ -388,6 +395,15 @@ impl Daemon {
         if self.inner.shutdown.is_cancelled() {
             return Err(DaemonError::ShuttingDown);
         }
+        // An attached connection's calls go to its task, whatever task they name.
+        let stamped;
+        let call = match session.attached() {
+            Some(task) if !matches!(call, Call::Attach(_)) => {
+                stamped = call.stamped(task);
+                &stamped
+            }
+            _ => call,
+        };
         let acting = self.authorize(session, token, call).await?;
         let value = match call {
             Call::Hello(params) => to_value(&self.hello(session, token.is_some(), params)?),
@@ -415,6 +431,13 @@ impl Daemon {
             Call::TaskFinish(p) => self.task_finish(session, acting, p).await?,
             Call::Token(p) => self.token(p).await?,
             Call::Pair(p) => self.pair(p).await?,
+            Call::Attach(p) => self.attach(session, p).await?,
+            Call::Detach(_) => self.detach(session),
+            Call::MailboxFlush(p) => self.mailbox_flush(session, p).await?,
+            Call::UserMessage(p) => self.user_message(session, acting, p).await?,
+            Call::TaskMessages(p) => self.task_messages(acting, p, cancel).await?,
+            Call::VideoOpen(_) => self.video_open(session)?,
+            Call::VideoRevoke(_) => self.video_revoke(session),
         };
         Ok(value)
     }
@@ -457,6 +480,11 @@ impl Daemon {
         if let Some(client) = &params.client {
             tracing::info!(session = session.id.0, client = %client, "hello");
         }
+        let asked = params.kind.unwrap_or_default();
+        let have = *session.kind.get_or_init(|| asked);
+        if params.kind.is_some() && have != asked {
+            return Err(DaemonError::KindFixed { have: have.as_str(), asked: asked.as_str() });
+        }
         Ok(HelloResult {
             protocol: PROTOCOL_NAME,
             version: env!("CARGO_PKG_VERSION"),
@@ -477,6 +505,7 @@ impl Daemon {
             limits: Limits::CURRENT,
             caller: session.caller.clone(),
             session: session.id,
+            kind: have.as_str(),
         })
     }
 
@@ -579,7 +608,7 @@ mod tests {
         assert_eq!(v["protocol"], "tether/1");
         assert_eq!(v["caller"]["role"], "operate");
         assert_eq!(v["limits"]["max_request_bytes"], 65536);
-        let bad = HelloParams { protocol: Some("tether/2".into()), client: None };
+        let bad = HelloParams { protocol: Some("tether/2".into()), client: None, kind: None };
         assert!(matches!(
             d.handle(&s, RequestId(1), &Call::Hello(bad)).await,
             Err(DaemonError::UnsupportedProtocol { .. })
@@ -683,7 +712,7 @@ mod tests {
             assert!(Instant::now() < deadline, "no picture for the viewer");
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
-        assert!(first.unit.keyframe);
+        assert!(first.keyframe);
         let st = d.status().await;
         assert_eq!((st.video.encoder, st.video.viewers.viewers), ("software", 1));
         d.viewer_hub().leave(id);
@@ -836,6 +865,11 @@ mod tests {
             Method::TaskFinish => format!(r#"{{"task":{task},"ok":true}}"#),
             Method::Token => r#"{"action":"list"}"#.into(),
             Method::Pair => r#"{"role":"view"}"#.into(),
+            Method::Attach => format!(r#"{{"task":{task}}}"#),
+            Method::Detach | Method::VideoOpen | Method::VideoRevoke => "{}".into(),
+            Method::MailboxFlush => r#"{"after_seq":0}"#.into(),
+            Method::UserMessage => r#"{"text":"hi"}"#.into(),
+            Method::TaskMessages => format!(r#"{{"task":{task}}}"#),
         };
         Method::ALL
             .iter()

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::{Caller, Daemon, DaemonError, Inner, Principal};
+use crate::protocol::host_params::ConnectionKind;
 use crate::protocol::{Event, RequestId};
 use crate::sync::LockPlain;
 
@@ -43,6 +44,25 @@ pub struct Session {
     pub(super) events: tokio::sync::mpsc::Sender<SessionMessage>,
     pub(super) events_rx: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<SessionMessage>>>,
     pub(super) inner: Arc<Inner>,
+    /// Fixed by the first `hello`.
+    pub(super) kind: std::sync::OnceLock<ConnectionKind>,
+    /// The task this connection mirrors (`attach`).
+    pub(super) mirror: std::sync::Mutex<Option<Mirror>>,
+    /// Opened for one HTTP request: what outlives the request (a video ticket) is bound
+    /// to the caller's principal instead.
+    pub(super) per_request: std::sync::atomic::AtomicBool,
+}
+
+/// An attached connection's mirror of one task.
+#[derive(Debug)]
+pub(super) struct Mirror {
+    /// The task.
+    pub(super) task: i64,
+    /// The task's last seq when the mirror started: later events arrive live, earlier
+    /// ones through `mailbox_flush`.
+    pub(super) live_from: i64,
+    /// Ends the mirror's stream.
+    pub(super) cancel: CancellationToken,
 }
 
 /// The cancellable requests in flight on one session, by request id.
@@ -90,7 +110,30 @@ impl Session {
             events,
             events_rx: std::sync::Mutex::new(Some(events_rx)),
             inner,
+            kind: std::sync::OnceLock::new(),
+            mirror: std::sync::Mutex::new(None),
+            per_request: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// What this connection is (fixed by its first `hello`; `host` until then).
+    pub fn kind(&self) -> ConnectionKind {
+        self.kind.get().copied().unwrap_or_default()
+    }
+
+    /// The task this connection mirrors and where its live events started.
+    pub fn mirror(&self) -> Option<(i64, i64)> {
+        self.mirror.lock_plain().as_ref().map(|m| (m.task, m.live_from))
+    }
+
+    /// The task this connection is attached to: its task-scoped calls go there.
+    pub fn attached(&self) -> Option<i64> {
+        self.mirror().map(|m| m.0)
+    }
+
+    /// Marks the session as serving a single HTTP request (see `per_request`).
+    pub fn set_per_request(&self) {
+        self.per_request.store(true, Ordering::Relaxed);
     }
 
     /// Whom this session's caller acts as (a task's opener, operation ids).
@@ -147,6 +190,9 @@ impl Drop for Session {
     fn drop(&mut self) {
         self.cancel.cancel();
         self.inner.sessions.fetch_sub(1, Ordering::Relaxed);
+        if !self.per_request.load(Ordering::Relaxed) {
+            self.inner.video.session_closed(self.id);
+        }
         // The lease: a task opened on this connection is abandoned now (its input was
         // cancelled with the task), and the transition is persisted in the background.
         let withdrawn = self.inner.tasks.withdraw_asked_by(self.id);

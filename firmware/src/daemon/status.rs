@@ -35,6 +35,8 @@ pub struct HelloResult {
     pub caller: Caller,
     /// Your session id.
     pub session: SessionId,
+    /// This connection's kind (`console`, `host`, `agent`), fixed by its first `hello`.
+    pub kind: &'static str,
 }
 
 /// A size in pixels.

@@ -309,6 +309,35 @@ impl Store {
         .await
     }
 
+    /// Events of one `kind` of `task_id` after `after_seq`, in order (at most `limit`):
+    /// a task's inbox is its `user_message` events.
+    pub async fn events_of_kind_after(
+        &self,
+        task_id: i64,
+        kind: &'static str,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        self.run(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT seq, at_ms, kind, body FROM events WHERE task_id = ?1 AND kind = ?2 AND seq > ?3 \
+                 ORDER BY seq LIMIT ?4",
+            )?;
+            let rows = stmt.query_map(params![task_id, kind, after_seq, limit], |r| {
+                let body: String = r.get(3)?;
+                Ok(StoredEvent {
+                    task_id,
+                    seq: r.get(0)?,
+                    at_ms: r.get(1)?,
+                    kind: r.get(2)?,
+                    body: serde_json::from_str(&body).unwrap_or(Value::String(body)),
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
     /// A task's summary.
     pub async fn task(&self, task_id: i64) -> Result<StoredTask, StoreError> {
         self.run(move |conn| {

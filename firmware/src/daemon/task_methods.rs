@@ -116,7 +116,7 @@ fn new_token() -> Result<String, DaemonError> {
 }
 
 /// Who did something, for the journal.
-fn by(session: &Session, acting: Acting) -> Value {
+pub(super) fn by(session: &Session, acting: Acting) -> Value {
     let identity = serde_json::to_value(session.caller.identity).unwrap_or(Value::Null);
     json!({
         "role": session.caller.role,
@@ -282,7 +282,7 @@ impl Daemon {
 
     /// Why `action` cannot apply to `task`, which is not the active task: it has finished
     /// (say in which state) or it does not exist.
-    async fn not_active(&self, task: i64, action: &'static str) -> DaemonError {
+    pub(super) async fn not_active(&self, task: i64, action: &'static str) -> DaemonError {
         match self.inner.store.task(task).await {
             Ok(t) => {
                 let state = TaskState::from_name(&t.state).map_or("unknown", TaskState::as_str);

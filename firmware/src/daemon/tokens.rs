@@ -109,7 +109,7 @@ fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).unwrap_or(0)
 }
 
-fn sha256(bytes: &[u8]) -> [u8; 32] {
+pub(super) fn sha256(bytes: &[u8]) -> [u8; 32] {
     let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
     let mut out = [0u8; 32];
     out.copy_from_slice(digest.as_ref());

@@ -193,6 +193,12 @@ impl Method {
             Method::TaskConfirm => (None, OwnTask, Any),
             Method::TaskNote | Method::TaskFinish => (Some(Operate), OwnTask, Humans::OpenerOrAdmin),
             Method::Token | Method::Pair => (Some(Role::Admin), Refused, Any),
+            // A host watches (view) and talks to the agent (operate); an agent's token is
+            // its stamp already and never attaches to another task.
+            Method::Attach | Method::MailboxFlush => (Some(View), Refused, Any),
+            Method::Detach | Method::VideoRevoke => (Some(Agent), Ignored, Any),
+            Method::UserMessage => (Some(Operate), Refused, Any),
+            Method::TaskMessages | Method::VideoOpen => (Some(View), OwnTask, Any),
         };
         Rule { min_role, token, humans }
     }
@@ -216,8 +222,26 @@ impl Call {
             Call::TaskControl(p) => Some(p.task),
             Call::TaskNote(p) => p.task,
             Call::TaskFinish(p) => p.task,
+            Call::TaskMessages(p) => p.task,
+            Call::Attach(p) => Some(p.task),
             _ => None,
         }
+    }
+
+    /// The same call aimed at `task`: what an attached connection sends goes to the task
+    /// it attached to, whatever task id it wrote (reference 001: the server stamps the
+    /// target). Calls that name no task, and `attach` itself, are unchanged.
+    pub fn stamped(&self, task: i64) -> Call {
+        let mut call = self.clone();
+        match &mut call {
+            Call::TaskEvents(p) => p.task = task,
+            Call::TaskControl(p) => p.task = task,
+            Call::TaskNote(p) => p.task = Some(task),
+            Call::TaskFinish(p) => p.task = Some(task),
+            Call::TaskMessages(p) => p.task = Some(task),
+            _ => {}
+        }
+        call
     }
 }
 
@@ -295,6 +319,11 @@ mod tests {
             Method::TaskFinish => r#"{"task":7,"ok":true}"#,
             Method::Token => r#"{"action":"list"}"#,
             Method::Pair => r#"{"role":"view"}"#,
+            Method::Attach => r#"{"task":7}"#,
+            Method::Detach | Method::VideoOpen | Method::VideoRevoke => "{}",
+            Method::MailboxFlush => r#"{"after_seq":0}"#,
+            Method::UserMessage => r#"{"text":"hi"}"#,
+            Method::TaskMessages => r#"{"task":7}"#,
         };
         // The envelope carries the parameters beside `id` and `method`.
         let fields = &params[1..params.len() - 1];
@@ -329,6 +358,13 @@ mod tests {
         ("task_finish", [false, false, true, true], true),
         ("token", [false, false, false, true], false),
         ("pair", [false, false, false, true], false),
+        ("attach", [false, true, true, true], false),
+        ("detach", [true, true, true, true], true),
+        ("mailbox_flush", [false, true, true, true], false),
+        ("user_message", [false, false, true, true], false),
+        ("task_messages", [false, true, true, true], true),
+        ("video_open", [false, true, true, true], true),
+        ("video_revoke", [true, true, true, true], true),
     ];
 
     #[test]

@@ -103,6 +103,14 @@ pub enum ErrorCode {
     PairingInvalid,
     /// No such path on this server.
     NotFound,
+    // --- hosts and live video (WebSocket) ---
+    /// The connection's kind was fixed by its first `hello`; it cannot change.
+    KindFixed,
+    /// `mailbox_flush` or `user_message` before `attach`: attach to a running task first.
+    NotAttached,
+    /// The video ticket is unknown, used, expired or from an older video generation:
+    /// call `video_open` for a new one.
+    TicketInvalid,
 }
 
 impl ErrorCode {
@@ -174,6 +182,9 @@ impl ErrorCode {
             ErrorCode::LastAdmin => "LAST_ADMIN",
             ErrorCode::PairingInvalid => "PAIRING_INVALID",
             ErrorCode::NotFound => "NOT_FOUND",
+            ErrorCode::KindFixed => "KIND_FIXED",
+            ErrorCode::NotAttached => "NOT_ATTACHED",
+            ErrorCode::TicketInvalid => "TICKET_INVALID",
         }
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod access;
 mod error;
+pub mod host_params;
 mod limits;
 mod message;
 pub mod params;

@@ -19,6 +19,10 @@ use super::task_params::{
     self, BatchParams, TaskConfirmParams, TaskControlParams, TaskEventsParams, TaskFinishParams, TaskListParams,
     TaskNoteParams, TaskOpenParams, MAX_BATCH_ACTIONS,
 };
+use super::host_params::{
+    self, AttachParams, ConnectionKind, DetachParams, MailboxFlushParams, TaskMessagesParams, UserMessageParams,
+    VideoOpenParams, VideoRevokeParams,
+};
 use super::token_params::{PairParams, TokenParams};
 use super::{ErrorBody, ErrorCode, MAX_NESTING_DEPTH, MAX_REQUEST_BYTES};
 
@@ -73,6 +77,20 @@ pub enum Method {
     Token,
     /// Make a one-time pairing code for a new named token (admin).
     Pair,
+    /// Mirror one running task on this connection (a third-party host).
+    Attach,
+    /// End this connection's mirror.
+    Detach,
+    /// Replay the attached task's events the client missed before it attached.
+    MailboxFlush,
+    /// A person's message to the attached task's agent.
+    UserMessage,
+    /// What people sent to a task's agent (its inbox).
+    TaskMessages,
+    /// A one-time ticket for the live H.264 WebSocket.
+    VideoOpen,
+    /// Void this caller's video tickets and close its video sockets.
+    VideoRevoke,
 }
 
 impl Method {
@@ -96,6 +114,13 @@ impl Method {
         Method::TaskFinish,
         Method::Token,
         Method::Pair,
+        Method::Attach,
+        Method::Detach,
+        Method::MailboxFlush,
+        Method::UserMessage,
+        Method::TaskMessages,
+        Method::VideoOpen,
+        Method::VideoRevoke,
     ];
 
     /// The wire name.
@@ -119,6 +144,13 @@ impl Method {
             Method::TaskFinish => "task_finish",
             Method::Token => "token",
             Method::Pair => "pair",
+            Method::Attach => "attach",
+            Method::Detach => "detach",
+            Method::MailboxFlush => "mailbox_flush",
+            Method::UserMessage => "user_message",
+            Method::TaskMessages => "task_messages",
+            Method::VideoOpen => "video_open",
+            Method::VideoRevoke => "video_revoke",
         }
     }
 
@@ -138,6 +170,9 @@ pub struct HelloParams {
     /// A free-form client name for logs (at most 128 bytes).
     #[serde(default)]
     pub client: Option<String>,
+    /// What this connection is; the first `hello` fixes it (default `host`).
+    #[serde(default)]
+    pub kind: Option<ConnectionKind>,
 }
 
 /// Parameters of `status` (none).
@@ -184,6 +219,20 @@ pub enum Call {
     Token(TokenParams),
     /// `pair`.
     Pair(PairParams),
+    /// `attach`.
+    Attach(AttachParams),
+    /// `detach`.
+    Detach(DetachParams),
+    /// `mailbox_flush`.
+    MailboxFlush(MailboxFlushParams),
+    /// `user_message`.
+    UserMessage(UserMessageParams),
+    /// `task_messages`.
+    TaskMessages(TaskMessagesParams),
+    /// `video_open`.
+    VideoOpen(VideoOpenParams),
+    /// `video_revoke`.
+    VideoRevoke(VideoRevokeParams),
 }
 
 impl Call {
@@ -208,6 +257,13 @@ impl Call {
             Call::TaskFinish(_) => Method::TaskFinish,
             Call::Token(_) => Method::Token,
             Call::Pair(_) => Method::Pair,
+            Call::Attach(_) => Method::Attach,
+            Call::Detach(_) => Method::Detach,
+            Call::MailboxFlush(_) => Method::MailboxFlush,
+            Call::UserMessage(_) => Method::UserMessage,
+            Call::TaskMessages(_) => Method::TaskMessages,
+            Call::VideoOpen(_) => Method::VideoOpen,
+            Call::VideoRevoke(_) => Method::VideoRevoke,
         }
     }
 }
@@ -412,6 +468,27 @@ pub fn parse_request(line: &[u8]) -> Result<Request, RequestError> {
                 .map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
             Call::Pair(p)
         }
+        Method::Attach => Call::Attach(params(id, known, fields)?),
+        Method::Detach => Call::Detach(params(id, known, fields)?),
+        Method::MailboxFlush => {
+            let p: MailboxFlushParams = params(id, known, fields)?;
+            host_params::validate_flush(&p).map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
+            Call::MailboxFlush(p)
+        }
+        Method::UserMessage => {
+            let p: UserMessageParams = params(id, known, fields)?;
+            task_params::validate_text("user_message: text", &p.text)
+                .map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
+            Call::UserMessage(p)
+        }
+        Method::TaskMessages => {
+            let p: TaskMessagesParams = params(id, known, fields)?;
+            host_params::validate_messages(&p)
+                .map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
+            Call::TaskMessages(p)
+        }
+        Method::VideoOpen => Call::VideoOpen(params(id, known, fields)?),
+        Method::VideoRevoke => Call::VideoRevoke(params(id, known, fields)?),
     };
     Ok(Request { id, task_token, call })
 }
@@ -584,7 +661,7 @@ mod tests {
     fn parses_hello_and_status() {
         let req = parse_request(br#"{"id":7,"method":"hello","protocol":"tether/1"}"#).unwrap();
         assert_eq!(req.id, RequestId(7));
-        assert_eq!(req.call, Call::Hello(HelloParams { protocol: Some("tether/1".into()), client: None }));
+        assert_eq!(req.call, Call::Hello(HelloParams { protocol: Some("tether/1".into()), client: None, kind: None }));
         let req = parse_request(br#"{"method":"status","id":0,"task_token":"abc"}"#).unwrap();
         assert_eq!(req.call, Call::Status(StatusParams {}));
         assert_eq!(req.task_token.as_deref(), Some("abc"));

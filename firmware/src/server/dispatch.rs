@@ -1,8 +1,7 @@
 //! The transport-neutral request loop of one connection: parse each message, bound the
 //! requests in flight, run each on its own task, answer on the connection's bounded
 //! queue, forward the task events the session follows, and cancel what is left when the
-//! connection goes. The Unix socket feeds it lines; the WebSocket transport will feed it
-//! text messages.
+//! connection goes. The Unix socket feeds it lines; `/api/ws` feeds it text messages.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,6 +40,7 @@ pub struct Dispatcher {
     in_flight: Arc<Semaphore>,
     requests: JoinSet<()>,
     forwarder: Option<JoinHandle<()>>,
+    task_token: Option<String>,
 }
 
 impl Dispatcher {
@@ -81,7 +81,14 @@ impl Dispatcher {
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             requests: JoinSet::new(),
             forwarder,
+            task_token: None,
         })
+    }
+
+    /// A task token the connection presented when it opened (a header), used by every
+    /// request that carries none of its own.
+    pub fn set_task_token(&mut self, token: Option<String>) {
+        self.task_token = token;
     }
 
     /// The connection's session.
@@ -97,13 +104,16 @@ impl Dispatcher {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Flow::Continue;
         }
-        let request = match parse_request(bytes) {
+        let mut request = match parse_request(bytes) {
             Ok(request) => request,
             Err(err) => {
                 self.refuse(err).await;
                 return Flow::Continue;
             }
         };
+        if request.task_token.is_none() {
+            request.task_token.clone_from(&self.task_token);
+        }
         let permit = tokio::select! {
             () = closed.cancelled() => return Flow::Closed,
             p = self.in_flight.clone().acquire_owned() => match p {

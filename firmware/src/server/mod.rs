@@ -8,5 +8,6 @@ mod lines;
 mod outbound;
 pub mod tls;
 pub mod unix;
+mod websocket;
 
 pub use unix::{RolePolicy, ServerError, UnixServer, UnixServerConfig};

@@ -18,28 +18,43 @@ use tokio_util::sync::CancellationToken;
 use crate::daemon::OutputBudget;
 
 /// One queued message and the byte budgets (the connection's, the daemon's) it holds
-/// until written.
+/// until written: drop it once its bytes are out.
 #[derive(Debug)]
-struct Queued {
+pub struct Queued {
     line: Vec<u8>,
     _bytes: OwnedSemaphorePermit,
     _global: OwnedSemaphorePermit,
 }
 
+impl Queued {
+    /// Takes the message's bytes (a line, with its newline); the budgets stay held until
+    /// this is dropped.
+    pub fn take_line(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.line)
+    }
+}
+
 /// When the writer last made progress, in ms since `start`.
 #[derive(Debug)]
-struct Progress {
+pub struct Progress {
     start: Instant,
     last_ms: AtomicU64,
 }
 
 impl Progress {
-    fn touch(&self) {
+    /// Progress starting now.
+    pub fn new() -> Progress {
+        Progress { start: Instant::now(), last_ms: AtomicU64::new(0) }
+    }
+
+    /// Records progress now (bytes went out, or there was nothing to write).
+    pub fn touch(&self) {
         let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.last_ms.store(ms, Ordering::Release);
     }
 
-    fn since(&self) -> Duration {
+    /// How long since the last progress.
+    pub fn since(&self) -> Duration {
         let now = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
         Duration::from_millis(now.saturating_sub(self.last_ms.load(Ordering::Acquire)))
     }
@@ -76,12 +91,19 @@ impl Outbound {
         global: OutputBudget,
         closed: CancellationToken,
     ) -> (Outbound, impl std::future::Future<Output = ()> + Send) {
+        let (out, queue) = Outbound::channel(limits, global, closed);
+        (out, write_loop(sink, queue))
+    }
+
+    /// The queue alone, for a writer of another shape (WebSocket messages): the writer
+    /// takes from the [`OutboundQueue`] and reports its progress there.
+    pub fn channel(limits: QueueLimits, global: OutputBudget, closed: CancellationToken) -> (Outbound, OutboundQueue) {
         let (tx, rx) = mpsc::channel(limits.max_messages.max(1));
         let bytes = Arc::new(Semaphore::new(limits.max_bytes));
-        let progress = Arc::new(Progress { start: Instant::now(), last_ms: AtomicU64::new(0) });
-        let writer = write_loop(sink, rx, limits.stall, progress.clone(), closed.clone());
+        let progress = Arc::new(Progress::new());
+        let queue = OutboundQueue { rx, stall: limits.stall, progress: progress.clone(), closed: closed.clone() };
         let out = Outbound { tx, bytes, max_bytes: limits.max_bytes, global, stall: limits.stall, progress, closed };
-        (out, writer)
+        (out, queue)
     }
 
     /// Queues one line. Waits for room while the peer keeps reading; gives up (and closes
@@ -127,22 +149,48 @@ pub struct QueueLimits {
     pub stall: Duration,
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(
-    mut sink: W,
-    mut rx: mpsc::Receiver<Queued>,
+/// The consuming side of an [`Outbound`]: what a writer drains.
+#[derive(Debug)]
+pub struct OutboundQueue {
+    rx: mpsc::Receiver<Queued>,
     stall: Duration,
     progress: Arc<Progress>,
     closed: CancellationToken,
-) {
-    'messages: loop {
-        progress.touch(); // idle with nothing to write is not a stall
+}
+
+impl OutboundQueue {
+    /// The next message, or `None` once the connection is closed or every producer gone.
+    /// Waiting here counts as progress (idle with nothing to write is not a stall).
+    pub async fn next(&mut self) -> Option<Queued> {
+        self.progress.touch();
         let queued = tokio::select! {
-            () = closed.cancelled() => break,
-            q = rx.recv() => match q {
-                Some(q) => q,
-                None => break,
-            },
+            () = self.closed.cancelled() => None,
+            q = self.rx.recv() => q,
         };
+        self.progress.touch();
+        queued
+    }
+
+    /// Where the writer reports progress (every byte the peer takes).
+    pub fn progress(&self) -> Arc<Progress> {
+        self.progress.clone()
+    }
+
+    /// The stall timeout.
+    pub fn stall(&self) -> Duration {
+        self.stall
+    }
+
+    /// The connection's closing token (fired on a stall or a failed write).
+    pub fn closed(&self) -> &CancellationToken {
+        &self.closed
+    }
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(mut sink: W, mut queue: OutboundQueue) {
+    let (stall, progress, closed) = (queue.stall, queue.progress.clone(), queue.closed.clone());
+    'messages: loop {
+        let Some(queued) = queue.next().await else { break };
         progress.touch();
         // Partial writes: every byte the peer takes is progress, however slowly it reads.
         let mut rest: &[u8] = &queued.line;

@@ -2,13 +2,27 @@
 //! (reference 000: 60 frames / 8 MiB tap; 8 frames / 1 MiB unacknowledged per viewer;
 //! overflow drops dependent pictures until the next IDR; keyframe requests ≤ 1/s).
 //!
-//! The encoder publishes; transports (the WebSocket, later) take from their viewer's queue
-//! and acknowledge. Nothing here ever blocks the encoder.
+//! Each picture becomes one immutable CDV1 message when it is published, and every viewer
+//! is handed the same bytes (no per-viewer copy). The encoder publishes; transports (the
+//! `/api/video` WebSocket) take from their viewer's queue and acknowledge. Nothing here
+//! ever blocks the encoder.
+//!
+//! CDV1 (`h264-annexb/1`), big-endian:
+//!
+//! | offset | type | value |
+//! |---|---|---|
+//! | 0 | u32 | `0x43445631` (`CDV1`) |
+//! | 4 | u32 | video generation (a new one needs a new `video_open`) |
+//! | 8 | u32 | sequence, one per published picture (a gap: pictures were skipped) |
+//! | 12 | u64 | capture time, µs of `CLOCK_MONOTONIC` |
+//! | 20 | u32 | flags: 1 = IDR keyframe (with SPS and PPS), 0 = delta |
+//! | 24 | bytes | the Annex B access unit |
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use bytes::{BufMut, Bytes, BytesMut};
 use tokio::sync::Notify;
 
 use super::codec::AccessUnit;
@@ -24,35 +38,60 @@ pub const VIEWER_FRAMES: usize = 8;
 pub const VIEWER_BYTES: usize = 1 << 20;
 /// Keyframe requests are honoured at most this often.
 pub const KEYFRAME_INTERVAL: Duration = Duration::from_secs(1);
+/// The CDV1 magic, `CDV1`.
+pub const CDV1_MAGIC: u32 = 0x4344_5631;
+/// Bytes before the access unit in a CDV1 message.
+pub const CDV1_HEADER: usize = 24;
+/// The CDV1 flag of an IDR.
+pub const CDV1_KEYFRAME: u32 = 1;
+/// The codec string (WebCodecs, RFC 6381) before any IDR says otherwise: constrained
+/// baseline, level 3.1, which is what openh264 produces for the sim's screen.
+pub const DEFAULT_CODEC: &str = "avc1.42C01F";
 
 /// Identifies a viewer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ViewerId(pub u64);
 
-/// One message for a viewer: the access unit and its per-viewer sequence number.
+/// One prepared message: the same bytes for every viewer that takes it.
 #[derive(Debug, Clone)]
 pub struct ViewerFrame {
-    /// Sequence within this viewer's stream (gaps mean dropped pictures).
-    pub sequence: u64,
-    /// The picture.
-    pub unit: AccessUnit,
+    /// The hub's sequence of this picture (CDV1 offset 8; gaps mean skipped pictures).
+    pub sequence: u32,
+    /// Whether it is an IDR.
+    pub keyframe: bool,
+    /// When the source frame was captured.
+    pub captured_at: Instant,
+    /// The whole CDV1 message (header and access unit).
+    pub message: Bytes,
+}
+
+impl ViewerFrame {
+    /// The access unit inside the message.
+    pub fn access_unit(&self) -> &[u8] {
+        self.message.get(CDV1_HEADER..).unwrap_or_default()
+    }
+}
+
+#[derive(Debug)]
+struct Unacked {
+    sequence: u32,
+    bytes: usize,
+    since: Instant,
 }
 
 #[derive(Debug, Default)]
 struct Viewer {
     ready: VecDeque<ViewerFrame>,
-    unacked: VecDeque<(u64, usize)>,
+    unacked: VecDeque<Unacked>,
     waiting_for_idr: bool,
-    next_sequence: u64,
-    dropped: u64,
     notify: Arc<Notify>,
 }
 
 impl Viewer {
     fn outstanding(&self) -> (usize, usize) {
         let frames = self.ready.len() + self.unacked.len();
-        let bytes = self.ready.iter().map(|f| f.unit.data.len()).sum::<usize>()
-            + self.unacked.iter().map(|u| u.1).sum::<usize>();
+        let bytes = self.ready.iter().map(|f| f.message.len()).sum::<usize>()
+            + self.unacked.iter().map(|u| u.bytes).sum::<usize>();
         (frames, bytes)
     }
 }
@@ -60,12 +99,16 @@ impl Viewer {
 #[derive(Debug, Default)]
 struct Inner {
     viewers: HashMap<ViewerId, Viewer>,
-    tap: VecDeque<AccessUnit>,
+    tap: VecDeque<ViewerFrame>,
     tap_bytes: usize,
     next_id: u64,
+    next_sequence: u32,
     keyframe_wanted: bool,
     last_keyframe_request: Option<Instant>,
     encoder: &'static str,
+    codec: Option<String>,
+    skipped: u64,
+    keyframe_requests: u64,
 }
 
 /// Counters for `status`.
@@ -73,10 +116,14 @@ struct Inner {
 pub struct ViewerStats {
     /// Connected viewers.
     pub viewers: usize,
+    /// Bytes waiting for viewers or for their acknowledgement, all viewers together.
+    pub queued_bytes: usize,
+    /// Pictures skipped for slow (or just joined) viewers, since start.
+    pub skipped: u64,
+    /// Keyframes viewers asked for, since start (honoured at most once a second).
+    pub keyframe_requests: u64,
     /// Pictures in the tap.
     pub tap_frames: usize,
-    /// Pictures dropped for slow viewers, in total.
-    pub dropped: u64,
 }
 
 /// The hub; clones share it.
@@ -85,6 +132,47 @@ pub struct ViewerHub {
     inner: Arc<Mutex<Inner>>,
     /// Woken when a viewer joins, so an idle encoder sleeps instead of polling.
     joined: Arc<Notify>,
+}
+
+/// Microseconds of `CLOCK_MONOTONIC` at `at` (the clock `Instant` reads on Linux), so a
+/// client on the same machine can measure latency against its own monotonic clock.
+fn monotonic_micros(at: Instant) -> u64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| Duration::new(u64::try_from(t.tv_sec()).unwrap_or(0), u32::try_from(t.tv_nsec()).unwrap_or(0)))
+        .unwrap_or_default();
+    let then = now.saturating_sub(at.elapsed());
+    u64::try_from(then.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The CDV1 message of `unit` with sequence `sequence`: one copy of the access unit.
+pub fn cdv1_message(unit: &AccessUnit, sequence: u32) -> Bytes {
+    let mut buf = BytesMut::with_capacity(CDV1_HEADER + unit.data.len());
+    buf.put_u32(CDV1_MAGIC);
+    buf.put_u32(unit.generation);
+    buf.put_u32(sequence);
+    buf.put_u64(monotonic_micros(unit.captured_at));
+    buf.put_u32(if unit.keyframe { CDV1_KEYFRAME } else { 0 });
+    buf.put_slice(&unit.data);
+    buf.freeze()
+}
+
+/// The RFC 6381 codec string (`avc1.PPCCLL`) of the first SPS in an Annex B access unit.
+pub fn codec_of(annex_b: &[u8]) -> Option<String> {
+    let mut i = 0;
+    while i + 3 < annex_b.len() {
+        let start = annex_b.get(i..i + 3)? == [0, 0, 1];
+        if start {
+            let nal = annex_b.get(i + 3..)?;
+            if nal.first().is_some_and(|h| h & 0x1f == 7) {
+                let (p, c, l) = (*nal.get(1)?, *nal.get(2)?, *nal.get(3)?);
+                return Some(format!("avc1.{p:02X}{c:02X}{l:02X}"));
+            }
+            i += 3;
+        } else {
+            i += 1;
+        }
+    }
+    None
 }
 
 impl ViewerHub {
@@ -121,12 +209,17 @@ impl ViewerHub {
         self.lock().viewers.remove(&id);
     }
 
+    /// Viewers watching now.
+    pub fn viewer_count(&self) -> usize {
+        self.lock().viewers.len()
+    }
+
     /// Whether anyone is watching (the encoder idles otherwise).
     pub fn has_viewers(&self) -> bool {
         !self.lock().viewers.is_empty()
     }
 
-    /// A viewer asks for a keyframe (it saw a gap); honoured at most once a second.
+    /// The encoder's own need for a keyframe (a skipped picture); at most once a second.
     pub fn request_keyframe(&self) -> bool {
         let mut inner = self.lock();
         let now = Instant::now();
@@ -138,42 +231,60 @@ impl ViewerHub {
         true
     }
 
+    /// A viewer asks for a keyframe (`{"type":"keyframe"}`): counted, and honoured at most
+    /// once a second for all viewers together. Returns whether it was honoured.
+    pub fn viewer_wants_keyframe(&self) -> bool {
+        self.lock().keyframe_requests += 1;
+        self.request_keyframe()
+    }
+
     /// For the encoder: whether the next picture must be an IDR (clears the request).
     pub fn take_keyframe_request(&self) -> bool {
         std::mem::take(&mut self.lock().keyframe_wanted)
     }
 
-    /// Publishes one picture to the tap and every viewer with room for it.
+    /// Publishes one picture to the tap and every viewer with room for it, as one message
+    /// all of them share.
     pub fn publish(&self, unit: AccessUnit) {
         let mut inner = self.lock();
-        let len = unit.data.len();
-        inner.tap.push_back(unit.clone());
+        let sequence = inner.next_sequence;
+        inner.next_sequence = sequence.wrapping_add(1);
+        if unit.keyframe {
+            if let Some(codec) = codec_of(&unit.data) {
+                inner.codec = Some(codec);
+            }
+        }
+        let frame =
+            ViewerFrame { sequence, keyframe: unit.keyframe, captured_at: unit.captured_at, message: cdv1_message(&unit, sequence) };
+        let len = frame.message.len();
+        inner.tap.push_back(frame.clone());
         inner.tap_bytes += len;
         while inner.tap.len() > TAP_FRAMES || (inner.tap_bytes > TAP_BYTES && inner.tap.len() > 1) {
             if let Some(old) = inner.tap.pop_front() {
-                inner.tap_bytes -= old.data.len();
+                inner.tap_bytes -= old.message.len();
             }
         }
         let mut want_keyframe = false;
+        let mut skipped = 0;
         for v in inner.viewers.values_mut() {
             if v.waiting_for_idr && !unit.keyframe {
-                v.dropped += 1;
+                skipped += 1;
                 continue;
             }
             let (frames, bytes) = v.outstanding();
             let fits = frames < VIEWER_FRAMES && (bytes + len <= VIEWER_BYTES || (unit.keyframe && frames == 0));
             if !fits {
                 // A dependent picture is lost: skip until an IDR and ask for one.
-                v.dropped += 1;
+                skipped += 1;
                 v.waiting_for_idr = true;
                 want_keyframe = true;
                 continue;
             }
             v.waiting_for_idr = false;
-            v.next_sequence += 1;
-            v.ready.push_back(ViewerFrame { sequence: v.next_sequence, unit: unit.clone() });
+            v.ready.push_back(frame.clone());
             v.notify.notify_one();
         }
+        inner.skipped += skipped;
         drop(inner);
         if want_keyframe {
             self.request_keyframe();
@@ -185,17 +296,24 @@ impl ViewerHub {
         let mut inner = self.lock();
         let v = inner.viewers.get_mut(&id)?;
         let f = v.ready.pop_front()?;
-        v.unacked.push_back((f.sequence, f.unit.data.len()));
+        v.unacked.push_back(Unacked { sequence: f.sequence, bytes: f.message.len(), since: Instant::now() });
         Some(f)
     }
 
-    /// Acknowledges everything up to and including `sequence`.
-    pub fn ack(&self, id: ViewerId, sequence: u64) {
-        if let Some(v) = self.lock().viewers.get_mut(&id) {
-            while v.unacked.front().is_some_and(|u| u.0 <= sequence) {
-                v.unacked.pop_front();
-            }
-        }
+    /// Acknowledges `sequence` and everything taken before it; an ack of a picture the
+    /// viewer does not hold changes nothing (returns `false`).
+    pub fn ack(&self, id: ViewerId, sequence: u32) -> bool {
+        let mut inner = self.lock();
+        let Some(v) = inner.viewers.get_mut(&id) else { return false };
+        let Some(at) = v.unacked.iter().position(|u| u.sequence == sequence) else { return false };
+        v.unacked.drain(..=at);
+        true
+    }
+
+    /// How long the oldest picture `id` has not acknowledged has been out (`None`: it
+    /// holds none).
+    pub fn oldest_unacked(&self, id: ViewerId) -> Option<Duration> {
+        self.lock().viewers.get(&id)?.unacked.front().map(|u| u.since.elapsed())
     }
 
     /// Records which encoder feeds the hub (`software`, `v4l2-m2m`).
@@ -213,13 +331,21 @@ impl ViewerHub {
         }
     }
 
+    /// The stream's codec string for WebCodecs, from the last IDR's SPS
+    /// ([`DEFAULT_CODEC`] before the first).
+    pub fn codec(&self) -> String {
+        self.lock().codec.clone().unwrap_or_else(|| DEFAULT_CODEC.to_string())
+    }
+
     /// Counters.
     pub fn stats(&self) -> ViewerStats {
         let inner = self.lock();
         ViewerStats {
             viewers: inner.viewers.len(),
+            queued_bytes: inner.viewers.values().map(|v| v.outstanding().1).sum(),
+            skipped: inner.skipped,
+            keyframe_requests: inner.keyframe_requests,
             tap_frames: inner.tap.len(),
-            dropped: inner.viewers.values().map(|v| v.dropped).sum(),
         }
     }
 }
@@ -248,7 +374,7 @@ mod tests {
         hub.publish(au(true, 10));
         hub.publish(au(false, 10));
         let f = hub.take(id).unwrap();
-        assert!(f.unit.keyframe);
+        assert!(f.keyframe);
         assert_eq!(hub.take(id).unwrap().sequence, f.sequence + 1);
     }
 
@@ -271,18 +397,21 @@ mod tests {
             hub.ack(fast, f.sequence);
         }
         // The slow viewer never acked: it holds at most 8 pictures, then waits for an IDR.
-        let mut slow_frames = 0;
-        while hub.take(slow).is_some() {
-            slow_frames += 1;
+        let mut slow_frames = Vec::new();
+        while let Some(f) = hub.take(slow) {
+            slow_frames.push(f.sequence);
         }
-        assert_eq!(slow_frames, VIEWER_FRAMES);
-        assert!(hub.stats().dropped >= 12);
+        assert_eq!(slow_frames.len(), VIEWER_FRAMES);
+        assert!(hub.oldest_unacked(slow).is_some() && hub.oldest_unacked(fast).is_none());
+        assert!(hub.stats().skipped >= 12);
         assert!(hub.take_keyframe_request(), "overflow asks for a keyframe");
-        hub.ack(slow, u64::MAX);
+        assert!(!hub.ack(slow, 9999), "an ack of a picture it never took changes nothing");
+        assert!(hub.ack(slow, *slow_frames.last().unwrap()), "one ack covers everything before it");
+        assert!(hub.oldest_unacked(slow).is_none());
         hub.publish(au(false, 100));
         assert!(hub.take(slow).is_none(), "still waiting for the IDR");
         hub.publish(au(true, 100));
-        assert!(hub.take(slow).unwrap().unit.keyframe);
+        assert!(hub.take(slow).unwrap().keyframe);
     }
 
     #[test]
@@ -304,5 +433,42 @@ mod tests {
             hub.publish(au(false, 10));
         }
         assert_eq!(hub.stats().tap_frames, TAP_FRAMES);
+    }
+
+    #[test]
+    fn one_cdv1_message_is_shared_by_every_viewer() {
+        let hub = ViewerHub::default();
+        let (a, _) = hub.join();
+        let (b, _) = hub.join();
+        // An IDR as openh264 writes it: SPS (profile 0x42, constraints 0xC0, level 3.1), PPS, slice.
+        let idr: Vec<u8> =
+            [&[0, 0, 0, 1, 0x67, 0x42, 0xC0, 0x1F, 0xAA][..], &[0, 0, 0, 1, 0x68, 0xCE], &[0, 0, 1, 0x65, 0x88]].concat();
+        let unit = AccessUnit { data: Arc::from(idr.clone()), keyframe: true, generation: 7, frame_id: 3, captured_at: Instant::now() };
+        hub.publish(unit);
+        let (fa, fb) = (hub.take(a).unwrap(), hub.take(b).unwrap());
+        assert_eq!(fa.message.as_ptr(), fb.message.as_ptr(), "the same bytes, not a copy per viewer");
+        let m = &fa.message;
+        assert_eq!(&m[0..4], b"CDV1");
+        assert_eq!(u32::from_be_bytes(m[4..8].try_into().unwrap()), 7, "generation");
+        assert_eq!(u32::from_be_bytes(m[8..12].try_into().unwrap()), fa.sequence);
+        let at = u64::from_be_bytes(m[12..20].try_into().unwrap());
+        let now = monotonic_micros(Instant::now());
+        assert!(at <= now && now - at < 5_000_000, "capture time on CLOCK_MONOTONIC: {at} vs {now}");
+        assert_eq!(u32::from_be_bytes(m[20..24].try_into().unwrap()), CDV1_KEYFRAME);
+        assert_eq!(fa.access_unit(), &idr[..]);
+        assert_eq!(hub.codec(), "avc1.42C01F");
+        assert_eq!(codec_of(&[0, 0, 1, 0x65, 1, 2, 3]), None, "no SPS, no codec string");
+        let st = hub.stats();
+        assert_eq!((st.viewers, st.queued_bytes), (2, 2 * m.len()));
+    }
+
+    #[test]
+    fn viewer_keyframe_requests_are_counted_and_rate_limited() {
+        let hub = ViewerHub::default();
+        hub.join();
+        hub.take_keyframe_request();
+        assert!(!hub.viewer_wants_keyframe(), "within a second of the join's own request");
+        assert!(!hub.take_keyframe_request());
+        assert_eq!(hub.stats().keyframe_requests, 1);
     }
 }

@@ -70,8 +70,10 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::ScopeExceeded
         | C::DuplicateId
         | C::TokenExists
-        | C::LastAdmin => StatusCode::CONFLICT,
-        C::TaskEnded | C::PairingInvalid => StatusCode::GONE,
+        | C::LastAdmin
+        | C::KindFixed
+        | C::NotAttached => StatusCode::CONFLICT,
+        C::TaskEnded | C::PairingInvalid | C::TicketInvalid => StatusCode::GONE,
         C::CalibrationFailed => StatusCode::UNPROCESSABLE_ENTITY,
         C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }

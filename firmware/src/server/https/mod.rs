@@ -15,6 +15,8 @@
 mod body;
 mod guard;
 mod routes;
+mod video;
+mod ws;
 
 use std::collections::VecDeque;
 use std::io;
@@ -190,6 +192,8 @@ impl HttpsListener {
             noisy: guard::FailureLimiter::default(),
             max_body: config.max_body,
             keepalive: config.keepalive,
+            shutdown: shutdown.clone(),
+            video_pending: video::Pending::default(),
         });
         tracing::info!(
             listen = %listener.local_addr().map_or(config.listen, |a| a),

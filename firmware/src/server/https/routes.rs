@@ -12,6 +12,8 @@
 //! | `POST /api/tasks/{id}/{pause\|resume\|takeover\|handback\|stop\|approve\|reject}` | `task_control` |
 //! | `POST /api/tasks/{id}/note`, `.../finish` | `task_note`, `task_finish` |
 //! | `POST /api/rpc` | any one tether/1 request (body: the request object) |
+//! | `GET /api/ws` | WebSocket: tether/1 text messages ([`super::ws`]) |
+//! | `GET /api/video` | WebSocket: live H.264 after a `video_open` ticket ([`super::video`]) |
 //! | `GET /ca.crt`, `GET /ca.mobileconfig` | the CA, no auth |
 //! | `POST /api/pair`, `POST /login`, `POST /logout` | sessions |
 
@@ -55,6 +57,10 @@ pub struct Shared {
     pub max_body: usize,
     /// How often a streamed answer says it is alive.
     pub keepalive: Duration,
+    /// The server's shutdown (WebSockets close with 1001).
+    pub shutdown: tokio_util::sync::CancellationToken,
+    /// Video sockets waiting for their ticket.
+    pub video_pending: super::video::Pending,
 }
 
 /// The connection a request came on.
@@ -101,6 +107,10 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
         (&Method::POST, "/login") => return login(&shared, &peer, &raw_host, scheme, req).await,
         (&Method::POST, "/api/pair") => return pair(&shared, &peer, &raw_host, scheme, req).await,
         (&Method::POST, "/logout") => return logout(&shared),
+        // The ticket in its first message authenticates it.
+        (&Method::GET, crate::daemon::VIDEO_PATH) => {
+            return super::video::upgrade(&shared, req, &format!("{scheme}://{raw_host}"))
+        }
         _ => {}
     }
     if !path.starts_with("/api/") {
@@ -119,6 +129,9 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
         }
     }
     peer.conn.proven();
+    if method == Method::GET && path == "/api/ws" {
+        return super::ws::upgrade(&shared, auth, req, &format!("{scheme}://{raw_host}"));
+    }
     route(&shared, &peer, auth, req).await.unwrap_or_else(body::error)
 }
 
@@ -285,6 +298,8 @@ fn wire_request(
 async fn call(shared: &Shared, auth: &Authenticated, request: &WireRequest) -> Result<Value, ErrorBody> {
     let daemon = &shared.daemon;
     let session = daemon.try_open_session(auth.caller.clone()).map_err(|e| ErrorBody::from(&e))?;
+    // Lives for this request only: a video ticket it issues is bound to the caller.
+    session.set_per_request();
     let slot = session.begin_request(request.id).map_err(|e| ErrorBody::from(&e))?;
     daemon.handle_request(&session, request, &slot).await.map_err(|e| ErrorBody::from(&e))
 }

@@ -1,0 +1,290 @@
+//! Live video grants (reference 000): `video_open` issues a one-time ticket; the
+//! `/api/video` WebSocket redeems it within 15 s, once, for a viewer of the current video
+//! generation. Revocation, the issuing connection closing, a new video generation and
+//! shutdown end tickets and viewers alike.
+//!
+//! Tickets are kept only as SHA-256 hashes and never logged; the transport never puts one
+//! in a URL.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::tokens::sha256;
+use super::{Daemon, DaemonError, Principal, Session, SessionId};
+use crate::device::video::viewers::{ViewerHub, ViewerId};
+use crate::sync::LockPlain;
+
+/// How long a ticket may wait for its socket.
+pub const TICKET_TTL: Duration = Duration::from_secs(15);
+/// Viewers watching at once.
+pub const MAX_VIEWERS: usize = 8;
+/// Unredeemed tickets kept at once (each is 15 s of memory; more is someone looping).
+const MAX_TICKETS: usize = 64;
+/// Random bytes in a ticket (32 base64url characters).
+const TICKET_BYTES: usize = 24;
+/// Where the video WebSocket is, on the HTTPS port.
+pub const VIDEO_PATH: &str = "/api/video";
+
+/// Why the daemon ended a viewer (the transport's close code says it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VideoEnd {
+    /// `video_revoke`.
+    Revoked,
+    /// The picture changed generation (a new source or format): open video again.
+    GenerationChanged,
+    /// The connection that opened it closed.
+    SessionClosed,
+    /// The daemon is stopping.
+    ShuttingDown,
+}
+
+impl VideoEnd {
+    /// For a person (a WebSocket close reason).
+    pub fn reason(self) -> &'static str {
+        match self {
+            VideoEnd::Revoked => "video revoked",
+            VideoEnd::GenerationChanged => "the video generation changed: call video_open again",
+            VideoEnd::SessionClosed => "the connection that opened this video closed",
+            VideoEnd::ShuttingDown => "the appliance is shutting down",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Ticket {
+    principal: Principal,
+    session: Option<SessionId>,
+    generation: u32,
+    expires: Instant,
+}
+
+#[derive(Debug)]
+struct Grant {
+    principal: Principal,
+    session: Option<SessionId>,
+    generation: u32,
+    end: Ending,
+}
+
+/// The end of one viewer: a token and why it fired.
+#[derive(Debug, Clone, Default)]
+struct Ending {
+    cancel: CancellationToken,
+    why: Arc<OnceLock<VideoEnd>>,
+}
+
+impl Ending {
+    fn end(&self, why: VideoEnd) {
+        let _ = self.why.set(why);
+        self.cancel.cancel();
+    }
+}
+
+#[derive(Debug, Default)]
+struct GrantsInner {
+    tickets: HashMap<[u8; 32], Ticket>,
+    viewers: HashMap<u64, Grant>,
+}
+
+/// Tickets and viewers.
+#[derive(Debug, Default)]
+pub(super) struct VideoGrants {
+    inner: Mutex<GrantsInner>,
+    next: AtomicU64,
+}
+
+impl VideoGrants {
+    fn lock(&self) -> std::sync::MutexGuard<'_, GrantsInner> {
+        // Plain maps; a panic elsewhere cannot leave them inconsistent.
+        self.inner.lock_plain()
+    }
+
+    /// The issuing connection closed: its tickets are void and its viewers end.
+    pub(super) fn session_closed(&self, session: SessionId) {
+        let mut inner = self.lock();
+        inner.tickets.retain(|_, t| t.session != Some(session));
+        for g in inner.viewers.values().filter(|g| g.session == Some(session)) {
+            g.end.end(VideoEnd::SessionClosed);
+        }
+    }
+
+    /// A new video generation: older tickets are void and older viewers end.
+    pub(super) fn generation_changed(&self, generation: u32) {
+        let mut inner = self.lock();
+        inner.tickets.retain(|_, t| t.generation == generation);
+        for g in inner.viewers.values().filter(|g| g.generation != generation) {
+            g.end.end(VideoEnd::GenerationChanged);
+        }
+    }
+
+    /// Shutdown: everything ends.
+    pub(super) fn shutdown(&self) {
+        let mut inner = self.lock();
+        inner.tickets.clear();
+        for g in inner.viewers.values() {
+            g.end.end(VideoEnd::ShuttingDown);
+        }
+    }
+
+    fn remove(&self, grant: u64) {
+        self.lock().viewers.remove(&grant);
+    }
+}
+
+/// One authorized viewer: take its pictures from [`VideoViewer::hub`]. Dropping it leaves.
+#[derive(Debug)]
+pub struct VideoViewer {
+    id: ViewerId,
+    notify: Arc<Notify>,
+    hub: ViewerHub,
+    grant: u64,
+    grants: Arc<VideoGrants>,
+    end: Ending,
+    generation: u32,
+    codec: String,
+}
+
+impl VideoViewer {
+    /// Its queue in the hub.
+    pub fn id(&self) -> ViewerId {
+        self.id
+    }
+
+    /// Woken when a picture is queued for it.
+    pub fn notify(&self) -> &Notify {
+        &self.notify
+    }
+
+    /// The hub its pictures come from (take, ack, keyframe requests).
+    pub fn hub(&self) -> &ViewerHub {
+        &self.hub
+    }
+
+    /// The video generation it watches.
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// The stream's codec string (WebCodecs).
+    pub fn codec(&self) -> &str {
+        &self.codec
+    }
+
+    /// Fires when the daemon ends this viewer; [`VideoViewer::ended_because`] says why.
+    pub fn ended(&self) -> &CancellationToken {
+        &self.end.cancel
+    }
+
+    /// Why the daemon ended it, once it did.
+    pub fn ended_because(&self) -> Option<VideoEnd> {
+        self.end.why.get().copied()
+    }
+}
+
+impl Drop for VideoViewer {
+    fn drop(&mut self) {
+        self.hub.leave(self.id);
+        self.grants.remove(self.grant);
+    }
+}
+
+fn ticket_hash(ticket: &str) -> [u8; 32] {
+    sha256(ticket.as_bytes())
+}
+
+impl Daemon {
+    /// `video_open`: a one-time ticket for the live H.264 WebSocket.
+    pub(super) fn video_open(&self, session: &Session) -> Result<Value, DaemonError> {
+        let generation = self.inner.frames.state().generation;
+        let mut bytes = [0u8; TICKET_BYTES];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+            .map_err(|_| DaemonError::NoRandomness)?;
+        let ticket = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+        let now = Instant::now();
+        let bound = (!session.per_request.load(Ordering::Relaxed)).then_some(session.id);
+        {
+            let mut inner = self.inner.video.lock();
+            inner.tickets.retain(|_, t| t.expires > now);
+            if inner.tickets.len() >= MAX_TICKETS {
+                return Err(DaemonError::Busy("too many video tickets are waiting to be used"));
+            }
+            inner.tickets.insert(
+                ticket_hash(&ticket),
+                Ticket { principal: session.principal().clone(), session: bound, generation, expires: now + TICKET_TTL },
+            );
+        }
+        let url = self.inner.options.https.as_ref().and_then(|h| {
+            let host = h.hosts.first()?;
+            let port = if h.port == 443 { String::new() } else { format!(":{}", h.port) };
+            Some(format!("wss://{host}{port}{VIDEO_PATH}"))
+        });
+        Ok(json!({
+            "url": url,
+            "path": VIDEO_PATH,
+            "ticket": ticket,
+            "expires_in_ms": TICKET_TTL.as_millis(),
+            "codec": self.inner.viewers.codec(),
+            "protocol": "h264-annexb/1",
+            "generation": generation,
+        }))
+    }
+
+    /// `video_revoke`: voids the caller's tickets and ends its viewers.
+    pub(super) fn video_revoke(&self, session: &Session) -> Value {
+        let principal = session.principal();
+        let mut inner = self.inner.video.lock();
+        let before = inner.tickets.len();
+        inner.tickets.retain(|_, t| &t.principal != principal);
+        let tickets = before - inner.tickets.len();
+        let mut viewers = 0;
+        for g in inner.viewers.values().filter(|g| &g.principal == principal) {
+            g.end.end(VideoEnd::Revoked);
+            viewers += 1;
+        }
+        json!({"tickets": tickets, "viewers": viewers})
+    }
+
+    /// Redeems a ticket (the `/api/video` socket's first message) for a viewer: once,
+    /// within [`TICKET_TTL`], in the generation it was issued for, while fewer than
+    /// [`MAX_VIEWERS`] watch.
+    pub fn redeem_video_ticket(&self, ticket: &str) -> Result<VideoViewer, DaemonError> {
+        let generation = self.inner.frames.state().generation;
+        let mut inner = self.inner.video.lock();
+        // Removed whatever happens next: a ticket is tried once.
+        let t = inner.tickets.remove(&ticket_hash(ticket)).ok_or(DaemonError::Ticket("unknown or already used"))?;
+        if t.expires <= Instant::now() {
+            return Err(DaemonError::Ticket("expired (tickets last 15 s)"));
+        }
+        if t.generation != generation {
+            return Err(DaemonError::Ticket("from an older video generation"));
+        }
+        if inner.viewers.len() >= MAX_VIEWERS {
+            return Err(DaemonError::Busy("8 viewers are watching already"));
+        }
+        let grant = self.inner.video.next.fetch_add(1, Ordering::Relaxed);
+        let end = Ending::default();
+        inner.viewers.insert(
+            grant,
+            Grant { principal: t.principal, session: t.session, generation, end: end.clone() },
+        );
+        drop(inner);
+        let (id, notify) = self.inner.viewers.join();
+        Ok(VideoViewer {
+            id,
+            notify,
+            hub: self.inner.viewers.clone(),
+            grant,
+            grants: self.inner.video.clone(),
+            end,
+            generation,
+            codec: self.inner.viewers.codec(),
+        })
+    }
+}
