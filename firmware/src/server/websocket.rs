@@ -147,6 +147,25 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Counted<I> {
     }
 }
 
+/// After our close frame: holds the socket until the peer closes too, or for a second.
+/// Dropping it at once while the peer is still sending (an oversized message) would reset
+/// the connection before the peer read why it was closed.
+pub async fn linger(stream: &mut futures_util::stream::SplitStream<Socket>) {
+    use futures_util::StreamExt;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    loop {
+        match tokio::time::timeout_at(deadline, stream.next()).await {
+            Ok(Some(Ok(Message::Close(_)))) | Err(_) => return,
+            Ok(Some(Ok(_))) => {}
+            Ok(None) | Ok(Some(Err(_))) => {
+                // The stream cannot be read any more; keep the connection a moment anyway.
+                tokio::time::sleep_until(deadline).await;
+                return;
+            }
+        }
+    }
+}
+
 /// Sends one message, giving up once the peer has taken nothing for `stall`.
 pub async fn send_with_progress(
     sink: &mut SplitSink<Socket, Message>,

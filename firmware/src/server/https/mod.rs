@@ -224,6 +224,7 @@ impl HttpsListener {
                 continue;
             }
             let id = next_id.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(peer = %addr, id, "accepted a connection");
             let cancel = shutdown.child_token();
             unproven.add(id, cancel.clone());
             open.fetch_add(1, Ordering::AcqRel);
@@ -274,6 +275,7 @@ impl Connection {
                 }
             };
             let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+            tracing::debug!(peer = %self.addr, h2, "TLS handshake done");
             self.serve(Watched::new(stream, activity.clone()), activity, true, h2).await;
         } else {
             self.serve(Watched::new(stream, activity.clone()), activity, false, false).await;

@@ -81,6 +81,7 @@ type Answer = Response<ResponseBody>;
 
 /// Handles one request; never fails (every refusal is an answer).
 pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> Answer {
+    tracing::debug!(peer = %peer.addr, path = %req.uri().path(), "request");
     let Some(raw_host) = guard::host_of(req.uri(), req.headers()) else {
         return body::refuse(ErrorCode::InvalidRequest, "the request names no Host");
     };

@@ -117,8 +117,10 @@ async fn serve(daemon: Daemon, upgraded: hyper::upgrade::Upgraded, slot: Pending
         Ok(v) => Arc::new(v),
         Err((code, reason)) => {
             tracing::debug!(code, reason = %reason, "video socket refused");
-            let _ = websocket::send_with_progress(&mut sink, websocket::close_message(code, &reason), &progress, SEND_STALL)
-                .await;
+            let close = websocket::close_message(code, &reason);
+            if websocket::send_with_progress(&mut sink, close, &progress, SEND_STALL).await.is_ok() {
+                websocket::linger(&mut stream).await;
+            }
             return;
         }
     };
@@ -141,6 +143,8 @@ async fn serve(daemon: Daemon, upgraded: hyper::upgrade::Upgraded, slot: Pending
         let _ = close_tx.try_send(websocket::close_message(code, &reason));
         if tokio::time::timeout(Duration::from_secs(1), &mut writer).await.is_err() {
             writer.abort();
+        } else if code != close::NORMAL {
+            websocket::linger(&mut stream).await;
         }
     } else {
         writer.abort();

@@ -98,6 +98,10 @@ async fn serve(daemon: Daemon, auth: Authenticated, upgraded: hyper::upgrade::Up
     if tokio::time::timeout(Duration::from_secs(2), writer).await.is_err() {
         tracing::debug!(session, "WebSocket writer did not finish; dropped");
     }
+    // After the peer's own close it is done; after ours, give it time to read why.
+    if ending.as_ref().is_some_and(|(code, _)| *code != close::NORMAL) {
+        websocket::linger(&mut stream).await;
+    }
 }
 
 async fn read_requests(
