@@ -454,7 +454,7 @@ impl Config {
                 s.capture_width, s.capture_height
             ));
         }
-        if s.capture_width % 2 != 0 || s.capture_height % 2 != 0 {
+        if !s.capture_width.is_multiple_of(2) || !s.capture_height.is_multiple_of(2) {
             return Err(format!(
                 "sim_phone capture {}x{}: width and height must be even (the sim draws 4:2:0 frames, like an HDMI capture)",
                 s.capture_width, s.capture_height

@@ -160,3 +160,95 @@ impl Daemon {
         Ok(json!({"task": task, "messages": messages, "last_seq": last_seq}))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::{Caller, DaemonOptions, Devices, Role, SessionMessage};
+    use crate::device::hid::RecordingSink;
+    use crate::device::sim::{SimConfig, SimPhone};
+    use crate::protocol::{Call, RequestId};
+
+    fn daemon() -> Daemon {
+        let phone = SimPhone::new(SimConfig::default());
+        Daemon::start(
+            Devices { hid: Box::new(RecordingSink::default()), video: Box::new(phone.display()), sim: Some(phone) },
+            DaemonOptions { sim: true, ..DaemonOptions::default() },
+        )
+        .unwrap()
+    }
+
+    fn call(line: &str) -> Call {
+        crate::protocol::parse_request(line.as_bytes()).unwrap().call
+    }
+
+    async fn next_seq(rx: &mut tokio::sync::mpsc::Receiver<SessionMessage>) -> u64 {
+        loop {
+            match tokio::time::timeout(std::time::Duration::from_secs(5), rx.recv()).await {
+                Ok(Some(SessionMessage::Event(e))) => return e.seq,
+                Ok(Some(_)) => {}
+                other => panic!("no event: {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_mirror_gets_live_events_and_the_flush_fills_exactly_the_gap() {
+        let d = daemon();
+        let opener = d.open_session(Caller::in_process(Role::Operate));
+        let opened = d
+            .handle(&opener, RequestId(1), &call(r#"{"id":1,"method":"task_open","title":"t","events":false}"#))
+            .await
+            .unwrap();
+        let task = opened["id"].as_i64().unwrap();
+        let note = |n: u64| call(&format!(r#"{{"id":{n},"method":"task_note","task":{task},"text":"n{n}"}}"#));
+        for n in 2..5 {
+            d.handle(&opener, RequestId(n), &note(n)).await.unwrap();
+        }
+        let host = d.open_session(Caller::in_process(Role::Operate));
+        let attach = call(&format!(r#"{{"id":1,"method":"attach","task":{task}}}"#));
+        let refused = d.handle(&host, RequestId(1), &attach).await.unwrap_err();
+        assert!(matches!(refused, DaemonError::CannotAttach(_)), "nobody reads this session's events: {refused}");
+        let mut rx = host.take_events().unwrap();
+        let att = d.handle(&host, RequestId(2), &attach).await.unwrap();
+        let live_from = att["live_from"].as_i64().unwrap();
+        assert!(live_from >= 4, "the open and three notes are before the mirror");
+        d.handle(&opener, RequestId(9), &note(9)).await.unwrap();
+        assert_eq!(next_seq(&mut rx).await, u64::try_from(live_from).unwrap() + 1, "live after the start");
+        let flush =
+            d.handle(&host, RequestId(3), &call(r#"{"id":3,"method":"mailbox_flush","after_seq":2}"#)).await.unwrap();
+        let seqs: Vec<i64> = flush["events"].as_array().unwrap().iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+        assert_eq!(seqs, (3..=live_from).collect::<Vec<_>>());
+        // Stamping: a task id the host writes is replaced by the attached one.
+        let ev =
+            d.handle(&host, RequestId(4), &call(r#"{"id":4,"method":"task_events","task":424242}"#)).await.unwrap();
+        assert_eq!(ev["task"]["id"], task);
+        // The inbox: a user message is an event the agent reads.
+        let sent =
+            d.handle(&host, RequestId(5), &call(r#"{"id":5,"method":"user_message","text":"hi"}"#)).await.unwrap();
+        let read = d
+            .handle(&opener, RequestId(6), &call(&format!(r#"{{"id":6,"method":"task_messages","task":{task}}}"#)))
+            .await
+            .unwrap();
+        assert_eq!(read["messages"][0]["text"], "hi");
+        assert_eq!(read["last_seq"], sent["seq"]);
+        assert_eq!(
+            d.handle(&host, RequestId(7), &call(r#"{"id":7,"method":"detach"}"#)).await.unwrap()["detached"],
+            task
+        );
+        let e =
+            d.handle(&host, RequestId(8), &call(r#"{"id":8,"method":"user_message","text":"x"}"#)).await.unwrap_err();
+        assert!(matches!(e, DaemonError::NotAttached(_)));
+    }
+
+    #[tokio::test]
+    async fn the_first_hello_fixes_the_kind() {
+        let d = daemon();
+        let s = d.open_session(Caller::in_process(Role::View));
+        let console = call(r#"{"id":1,"method":"hello","kind":"console"}"#);
+        assert_eq!(d.handle(&s, RequestId(1), &console).await.unwrap()["kind"], "console");
+        let host = call(r#"{"id":2,"method":"hello","kind":"host"}"#);
+        assert!(matches!(d.handle(&s, RequestId(2), &host).await, Err(DaemonError::KindFixed { .. })));
+        assert_eq!(s.kind(), ConnectionKind::Console);
+    }
+}

@@ -217,7 +217,12 @@ impl Daemon {
             }
             inner.tickets.insert(
                 ticket_hash(&ticket),
-                Ticket { principal: session.principal().clone(), session: bound, generation, expires: now + TICKET_TTL },
+                Ticket {
+                    principal: session.principal().clone(),
+                    session: bound,
+                    generation,
+                    expires: now + TICKET_TTL,
+                },
             );
         }
         let url = self.inner.options.https.as_ref().and_then(|h| {
@@ -270,10 +275,7 @@ impl Daemon {
         }
         let grant = self.inner.video.next.fetch_add(1, Ordering::Relaxed);
         let end = Ending::default();
-        inner.viewers.insert(
-            grant,
-            Grant { principal: t.principal, session: t.session, generation, end: end.clone() },
-        );
+        inner.viewers.insert(grant, Grant { principal: t.principal, session: t.session, generation, end: end.clone() });
         drop(inner);
         let (id, notify) = self.inner.viewers.join();
         Ok(VideoViewer {
@@ -286,5 +288,76 @@ impl Daemon {
             generation,
             codec: self.inner.viewers.codec(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::{Caller, DaemonOptions, Devices, Role};
+    use crate::device::hid::RecordingSink;
+    use crate::device::sim::{SimConfig, SimPhone};
+
+    fn daemon() -> Daemon {
+        let phone = SimPhone::new(SimConfig::default());
+        Daemon::start(
+            Devices { hid: Box::new(RecordingSink::default()), video: Box::new(phone.display()), sim: Some(phone) },
+            DaemonOptions { sim: true, ..DaemonOptions::default() },
+        )
+        .unwrap()
+    }
+
+    fn ticket(d: &Daemon, s: &Session) -> String {
+        d.video_open(s).unwrap()["ticket"].as_str().unwrap().to_string()
+    }
+
+    #[tokio::test]
+    async fn a_ticket_is_redeemed_once_and_revocation_ends_its_viewer() {
+        let d = daemon();
+        let s = d.open_session(Caller::in_process(Role::View));
+        let t = ticket(&d, &s);
+        assert_eq!(t.len(), 32, "24 random bytes, base64url");
+        let viewer = d.redeem_video_ticket(&t).unwrap();
+        assert!(matches!(d.redeem_video_ticket(&t), Err(DaemonError::Ticket(_))), "single use");
+        assert!(matches!(d.redeem_video_ticket("made-up"), Err(DaemonError::Ticket(_))));
+        assert_eq!(d.status().await.video.viewers.viewers, 1);
+        let spare = ticket(&d, &s);
+        let revoked = d.video_revoke(&s);
+        assert_eq!((revoked["viewers"].as_u64(), revoked["tickets"].as_u64()), (Some(1), Some(1)));
+        assert!(viewer.ended().is_cancelled());
+        assert_eq!(viewer.ended_because(), Some(VideoEnd::Revoked));
+        assert!(d.redeem_video_ticket(&spare).is_err(), "revoked tickets are void");
+        drop(viewer);
+        assert_eq!(d.status().await.video.viewers.viewers, 0, "dropping the viewer leaves the hub");
+    }
+
+    #[tokio::test]
+    async fn the_issuing_connection_closing_ends_its_viewers_unless_it_was_one_request() {
+        let d = daemon();
+        let conn = d.open_session(Caller::in_process(Role::View));
+        let viewer = d.redeem_video_ticket(&ticket(&d, &conn)).unwrap();
+        let unused = ticket(&d, &conn);
+        drop(conn);
+        assert_eq!(viewer.ended_because(), Some(VideoEnd::SessionClosed));
+        assert!(d.redeem_video_ticket(&unused).is_err());
+        // An HTTP request's session ends with its answer; its ticket is the caller's.
+        let request = d.open_session(Caller::in_process(Role::View));
+        request.set_per_request();
+        let t = ticket(&d, &request);
+        drop(request);
+        let viewer = d.redeem_video_ticket(&t).unwrap();
+        assert!(!viewer.ended().is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn at_most_eight_watch_and_a_new_generation_ends_them() {
+        let d = daemon();
+        let s = d.open_session(Caller::in_process(Role::View));
+        let viewers: Vec<_> = (0..MAX_VIEWERS).map(|_| d.redeem_video_ticket(&ticket(&d, &s)).unwrap()).collect();
+        assert!(matches!(d.redeem_video_ticket(&ticket(&d, &s)), Err(DaemonError::Busy(_))));
+        let waiting = ticket(&d, &s);
+        d.inner.video.generation_changed(viewers[0].generation() + 1);
+        assert!(viewers.iter().all(|v| v.ended_because() == Some(VideoEnd::GenerationChanged)));
+        assert!(d.redeem_video_ticket(&waiting).is_err(), "a ticket of the old generation is void");
     }
 }

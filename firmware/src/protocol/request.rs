@@ -10,6 +10,10 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::host_params::{
+    self, AttachParams, ConnectionKind, DetachParams, MailboxFlushParams, TaskMessagesParams, UserMessageParams,
+    VideoOpenParams, VideoRevokeParams,
+};
 use super::params::{
     ActionParams, ActionSpec, CalibrateParams, CancelParams, PreviewParams, ScreenshotParams, SimStateParams,
     MAX_EDGE_LIMIT, MAX_PATH_POINTS, MAX_PREVIEW_EDGE, MAX_TEXT_BYTES, MAX_TIMEOUT_MS,
@@ -18,10 +22,6 @@ use super::strict_json::{self, StrictError};
 use super::task_params::{
     self, BatchParams, TaskConfirmParams, TaskControlParams, TaskEventsParams, TaskFinishParams, TaskListParams,
     TaskNoteParams, TaskOpenParams, MAX_BATCH_ACTIONS,
-};
-use super::host_params::{
-    self, AttachParams, ConnectionKind, DetachParams, MailboxFlushParams, TaskMessagesParams, UserMessageParams,
-    VideoOpenParams, VideoRevokeParams,
 };
 use super::token_params::{PairParams, TokenParams};
 use super::{ErrorBody, ErrorCode, MAX_NESTING_DEPTH, MAX_REQUEST_BYTES};
@@ -483,8 +483,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request, RequestError> {
         }
         Method::TaskMessages => {
             let p: TaskMessagesParams = params(id, known, fields)?;
-            host_params::validate_messages(&p)
-                .map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
+            host_params::validate_messages(&p).map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
             Call::TaskMessages(p)
         }
         Method::VideoOpen => Call::VideoOpen(params(id, known, fields)?),
@@ -758,7 +757,14 @@ mod tests {
                 "task_note",
                 "task_finish",
                 "token",
-                "pair"
+                "pair",
+                "attach",
+                "detach",
+                "mailbox_flush",
+                "user_message",
+                "task_messages",
+                "video_open",
+                "video_revoke"
             ]
         );
         for m in Method::ALL {
@@ -793,6 +799,29 @@ mod tests {
             r#"{"id":1,"method":"pair","role":"agent"}"#,
         ];
         for line in bad {
+            assert_eq!(code(line).1, ErrorCode::InvalidParams, "{line}");
+        }
+    }
+
+    #[test]
+    fn host_params_are_validated() {
+        for line in [
+            r#"{"id":1,"method":"hello","kind":"console"}"#,
+            r#"{"id":1,"method":"attach","task":3}"#,
+            r#"{"id":1,"method":"mailbox_flush","after_seq":0}"#,
+            r#"{"id":1,"method":"user_message","text":"open Settings"}"#,
+            r#"{"id":1,"method":"task_messages","after_seq":4,"wait_ms":30000}"#,
+        ] {
+            assert!(parse_request(line.as_bytes()).is_ok(), "{line}");
+        }
+        for line in [
+            r#"{"id":1,"method":"hello","kind":"desktop"}"#,
+            r#"{"id":1,"method":"attach"}"#,
+            r#"{"id":1,"method":"mailbox_flush","after_seq":-1}"#,
+            r#"{"id":1,"method":"user_message","text":""}"#,
+            r#"{"id":1,"method":"task_messages","wait_ms":30001}"#,
+            r#"{"id":1,"method":"video_open","ticket":"x"}"#,
+        ] {
             assert_eq!(code(line).1, ErrorCode::InvalidParams, "{line}");
         }
     }

@@ -94,11 +94,7 @@ pub fn accept(req: &mut Request<Incoming>) -> Result<(Response<()>, hyper::upgra
 }
 
 /// Wraps the upgraded connection as a WebSocket whose writes count as progress.
-pub async fn open(
-    upgraded: hyper::upgrade::Upgraded,
-    progress: Arc<Progress>,
-    max_message: usize,
-) -> Socket {
+pub async fn open(upgraded: hyper::upgrade::Upgraded, progress: Arc<Progress>, max_message: usize) -> Socket {
     let config = WebSocketConfig::default().max_message_size(Some(max_message)).max_frame_size(Some(max_message));
     WebSocketStream::from_raw_socket(Counted { inner: TokioIo::new(upgraded), progress }, Role::Server, Some(config))
         .await

@@ -228,7 +228,7 @@ pub fn rgb_to_yuyv(rgb: &[u8], width: usize, height: usize) -> Vec<u8> {
 /// `src` is not `width * height * 3 / 2` bytes.
 pub fn nv12_to_i420(src: &[u8], width: usize, height: usize) -> Option<Vec<u8>> {
     let luma_len = width.checked_mul(height)?;
-    if width % 2 != 0 || height % 2 != 0 || src.len() != luma_len.checked_add(luma_len / 2)? {
+    if !width.is_multiple_of(2) || !height.is_multiple_of(2) || src.len() != luma_len.checked_add(luma_len / 2)? {
         return None;
     }
     let quarter = luma_len / 4;

@@ -28,7 +28,7 @@ impl PixelFormat {
         let pixels = usize::try_from(width).ok()?.checked_mul(usize::try_from(height).ok()?)?;
         match self {
             PixelFormat::Rgb24 => pixels.checked_mul(3),
-            PixelFormat::Nv12 if width % 2 == 0 && height % 2 == 0 => pixels.checked_add(pixels / 2),
+            PixelFormat::Nv12 if width.is_multiple_of(2) && height.is_multiple_of(2) => pixels.checked_add(pixels / 2),
             PixelFormat::Nv12 => None,
         }
     }

@@ -254,8 +254,12 @@ impl ViewerHub {
                 inner.codec = Some(codec);
             }
         }
-        let frame =
-            ViewerFrame { sequence, keyframe: unit.keyframe, captured_at: unit.captured_at, message: cdv1_message(&unit, sequence) };
+        let frame = ViewerFrame {
+            sequence,
+            keyframe: unit.keyframe,
+            captured_at: unit.captured_at,
+            message: cdv1_message(&unit, sequence),
+        };
         let len = frame.message.len();
         inner.tap.push_back(frame.clone());
         inner.tap_bytes += len;
@@ -442,8 +446,15 @@ mod tests {
         let (b, _) = hub.join();
         // An IDR as openh264 writes it: SPS (profile 0x42, constraints 0xC0, level 3.1), PPS, slice.
         let idr: Vec<u8> =
-            [&[0, 0, 0, 1, 0x67, 0x42, 0xC0, 0x1F, 0xAA][..], &[0, 0, 0, 1, 0x68, 0xCE], &[0, 0, 1, 0x65, 0x88]].concat();
-        let unit = AccessUnit { data: Arc::from(idr.clone()), keyframe: true, generation: 7, frame_id: 3, captured_at: Instant::now() };
+            [&[0, 0, 0, 1, 0x67, 0x42, 0xC0, 0x1F, 0xAA][..], &[0, 0, 0, 1, 0x68, 0xCE], &[0, 0, 1, 0x65, 0x88]]
+                .concat();
+        let unit = AccessUnit {
+            data: Arc::from(idr.clone()),
+            keyframe: true,
+            generation: 7,
+            frame_id: 3,
+            captured_at: Instant::now(),
+        };
         hub.publish(unit);
         let (fa, fb) = (hub.take(a).unwrap(), hub.take(b).unwrap());
         assert_eq!(fa.message.as_ptr(), fb.message.as_ptr(), "the same bytes, not a copy per viewer");

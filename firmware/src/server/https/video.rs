@@ -131,7 +131,8 @@ async fn serve(daemon: Daemon, upgraded: hyper::upgrade::Upgraded, slot: Pending
         "generation": viewer.generation(),
         "codec": viewer.codec(),
     });
-    if websocket::send_with_progress(&mut sink, Message::text(ready.to_string()), &progress, SEND_STALL).await.is_err() {
+    if websocket::send_with_progress(&mut sink, Message::text(ready.to_string()), &progress, SEND_STALL).await.is_err()
+    {
         return;
     }
     tracing::info!(viewer = viewer.id().0, "video viewer watching");

@@ -36,7 +36,9 @@ pub fn check_origin(req: &Request<Incoming>, auth: &Authenticated, own: &str) ->
     let origin = req.headers().get(ORIGIN).and_then(|v| v.to_str().ok());
     match origin {
         Some(o) if o.eq_ignore_ascii_case(own) => Ok(()),
-        Some(_) => Err(ErrorBody::new(ErrorCode::PermissionDenied, "this WebSocket takes only the console's own Origin")),
+        Some(_) => {
+            Err(ErrorBody::new(ErrorCode::PermissionDenied, "this WebSocket takes only the console's own Origin"))
+        }
         None if auth.how == Auth::Cookie => Err(ErrorBody::new(
             ErrorCode::PermissionDenied,
             "a WebSocket with a session cookie needs the console's Origin (programs: use a Bearer token)",
@@ -46,7 +48,12 @@ pub fn check_origin(req: &Request<Incoming>, auth: &Authenticated, own: &str) ->
 }
 
 /// Upgrades an authenticated request to the tether/1 WebSocket.
-pub fn upgrade(shared: &Shared, auth: Authenticated, mut req: Request<Incoming>, own_origin: &str) -> hyper::Response<ResponseBody> {
+pub fn upgrade(
+    shared: &Shared,
+    auth: Authenticated,
+    mut req: Request<Incoming>,
+    own_origin: &str,
+) -> hyper::Response<ResponseBody> {
     if let Err(e) = check_origin(&req, &auth, own_origin) {
         return body::error(e);
     }
@@ -130,7 +137,10 @@ async fn read_requests(
         let message = match message {
             None => return None,
             Some(Err(WsError::Capacity(_))) => {
-                return Some((close::TOO_BIG, format!("a message over {MAX_WS_MESSAGE} bytes; requests are at most {MAX_REQUEST_BYTES}")))
+                return Some((
+                    close::TOO_BIG,
+                    format!("a message over {MAX_WS_MESSAGE} bytes; requests are at most {MAX_REQUEST_BYTES}"),
+                ))
             }
             Some(Err(e)) => {
                 tracing::debug!(error = %e, "WebSocket read failed");

@@ -107,7 +107,13 @@ impl std::fmt::Debug for SoftwareH264 {
 impl SoftwareH264 {
     /// An encoder for `width`x`height` frames (both even, at most 3840x2160).
     pub fn new(width: u32, height: u32, s: EncoderSettings) -> Result<SoftwareH264, EncoderError> {
-        if width % 2 != 0 || height % 2 != 0 || width == 0 || height == 0 || width > 3840 || height > 2160 {
+        if !width.is_multiple_of(2)
+            || !height.is_multiple_of(2)
+            || width == 0
+            || height == 0
+            || width > 3840
+            || height > 2160
+        {
             return Err(EncoderError::Frame { width, height, why: "sizes must be even, non-zero, at most 3840x2160" });
         }
         let period = (s.fps.max(1.0) * s.idr_interval_s.max(1) as f32).round();

@@ -750,7 +750,7 @@ impl V4l2Device {
 
     /// `VIDIOC_S_EDID` of `pad` (see [`V4l2Device::edid`]).
     pub fn set_edid(&self, pad: u32, edid: &[u8]) -> Result<(), V4l2Error> {
-        if edid.len() % 128 != 0 {
+        if !edid.len().is_multiple_of(128) {
             return Err(V4l2Error::Invalid("an EDID is a whole number of 128-byte blocks".into()));
         }
         let mut data = edid.to_vec();
