@@ -195,6 +195,18 @@ fn append_event(conn: &Connection, task_id: i64, kind: &str, body: &Value) -> Re
     Ok(seq)
 }
 
+/// One `SELECT seq, at_ms, kind, body` row of `task_id`'s events.
+fn stored_event(task_id: i64, r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent> {
+    let body: String = r.get(3)?;
+    Ok(StoredEvent {
+        task_id,
+        seq: r.get(0)?,
+        at_ms: r.get(1)?,
+        kind: r.get(2)?,
+        body: serde_json::from_str(&body).unwrap_or(Value::String(body)),
+    })
+}
+
 impl Store {
     /// Opens the database at `path` and starts the store thread. Unfinished tasks from a
     /// previous run become `interrupted` (with an event) before anything else happens.
@@ -294,16 +306,7 @@ impl Store {
             let mut stmt = conn.prepare_cached(
                 "SELECT seq, at_ms, kind, body FROM events WHERE task_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
             )?;
-            let rows = stmt.query_map(params![task_id, after_seq, limit], |r| {
-                let body: String = r.get(3)?;
-                Ok(StoredEvent {
-                    task_id,
-                    seq: r.get(0)?,
-                    at_ms: r.get(1)?,
-                    kind: r.get(2)?,
-                    body: serde_json::from_str(&body).unwrap_or(Value::String(body)),
-                })
-            })?;
+            let rows = stmt.query_map(params![task_id, after_seq, limit], |r| stored_event(task_id, r))?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })
         .await
@@ -323,16 +326,7 @@ impl Store {
                 "SELECT seq, at_ms, kind, body FROM events WHERE task_id = ?1 AND kind = ?2 AND seq > ?3 \
                  ORDER BY seq LIMIT ?4",
             )?;
-            let rows = stmt.query_map(params![task_id, kind, after_seq, limit], |r| {
-                let body: String = r.get(3)?;
-                Ok(StoredEvent {
-                    task_id,
-                    seq: r.get(0)?,
-                    at_ms: r.get(1)?,
-                    kind: r.get(2)?,
-                    body: serde_json::from_str(&body).unwrap_or(Value::String(body)),
-                })
-            })?;
+            let rows = stmt.query_map(params![task_id, kind, after_seq, limit], |r| stored_event(task_id, r))?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })
         .await
