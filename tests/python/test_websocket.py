@@ -126,7 +126,14 @@ class Base(unittest.TestCase):
     def open_task(self, title="ws task"):
         """A task whose lease is a socket connection of this test; (client, id, token)."""
         c = self.unix()
-        r = c.call({"id": 1, "method": "task_open", "title": title, "events": False})
+        # The last test's lease ends when the daemon sees its socket close, which may be
+        # just after this test starts: TASK_ACTIVE is retryable, so retry it (briefly).
+        deadline = time.time() + 10
+        while True:
+            r = c.call({"id": 1, "method": "task_open", "title": title, "events": False})
+            if r["ok"] or r["error"]["code"] != "TASK_ACTIVE" or time.time() > deadline:
+                break
+            time.sleep(0.05)
         self.assertTrue(r["ok"], r)
         return c, r["result"]["id"], r["result"]["token"]
 
@@ -282,6 +289,7 @@ class Control(Base):
         self.assertIn("daemon", self.ws().ok("status"), "the daemon goes on")
 
     def test_closing_the_socket_ends_the_lease_of_its_task(self):
+        wait_for("an earlier test's lease to end", lambda: self.d.status().get("task") is None)
         w = Ws(self.d, self.op)
         opened = w.ok("task_open", title="lease over ws")
         task = opened["id"]

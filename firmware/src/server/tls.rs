@@ -354,7 +354,17 @@ fn first_cert_der(pem: &str, path: &Path) -> Result<Vec<u8>, TlsError> {
         .ok_or_else(|| TlsError::BadPem { path: path.into(), what: "holds no certificate".into() })
 }
 
-/// Builds rustls' server configuration (ring, TLS 1.2 and 1.3, ALPN h2 then http/1.1).
+/// Builds rustls' server configuration (ring, TLS 1.2 and 1.3, ALPN h2 then http/1.1, no
+/// TLS 1.3 session tickets).
+///
+/// Why no tickets: TLS 1.3 sends them *after* the handshake, so they reach the client at
+/// the moment it sends its first request. Clients that read a socket on one thread and
+/// write it on another (Python's `websockets` sync client, `websocket-client`, engineio)
+/// then have OpenSSL inside `SSL_read` (the tickets) and `SSL_write` (the request) on one
+/// `SSL` object at once, which is not safe: we saw the request never leave the client, 1
+/// connection in a few hundred on a busy machine (cpython#137583, websockets#1648 are the
+/// same race). Resumption would save a LAN client about a millisecond; a hung connect costs
+/// it its timeout.
 fn server_config(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
@@ -365,6 +375,7 @@ fn server_config(
         .with_no_client_auth()
         .with_single_cert(chain, key)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.send_tls13_tickets = 0;
     Ok(Arc::new(config))
 }
 
@@ -666,6 +677,51 @@ mod tests {
         assert!(matches!(from_files(&cert_path, &key_path, &names()), Err(TlsError::BadPem { .. })));
         std::fs::write(&cert_path, "").unwrap();
         assert!(matches!(from_files(&cert_path, &dir.path().join("missing"), &names()), Err(TlsError::BadPem { .. })));
+    }
+
+    /// Runs a TLS 1.3 handshake in memory against `server_config`; whether the client
+    /// was handed a session ticket.
+    fn client_gets_a_ticket(server_config: Arc<rustls::ServerConfig>, ca_der: &[u8]) -> bool {
+        use rustls::client::ClientSessionStore;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(CertificateDer::from(ca_der.to_vec())).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut client_config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let store = Arc::new(rustls::client::ClientSessionMemoryCache::new(8));
+        client_config.resumption = rustls::client::Resumption::store(store.clone());
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let mut client = rustls::ClientConnection::new(Arc::new(client_config), name.clone()).unwrap();
+        let mut server = rustls::ServerConnection::new(server_config).unwrap();
+        // Shuttle bytes both ways until nothing is left in flight (a ticket is written by
+        // the server once it has the client's Finished).
+        for _ in 0..10 {
+            let mut wire = Vec::new();
+            client.write_tls(&mut wire).unwrap();
+            server.read_tls(&mut wire.as_slice()).unwrap();
+            server.process_new_packets().unwrap();
+            let mut back = Vec::new();
+            server.write_tls(&mut back).unwrap();
+            client.read_tls(&mut back.as_slice()).unwrap();
+            client.process_new_packets().unwrap();
+        }
+        assert!(!client.is_handshaking() && !server.is_handshaking(), "the handshake completed");
+        assert_eq!(client.protocol_version(), Some(rustls::ProtocolVersion::TLSv1_3));
+        store.take_tls13_ticket(&name).is_some()
+    }
+
+    #[test]
+    fn a_tls13_client_gets_no_session_ticket_after_the_handshake() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = load_or_create(dir.path(), &names()).unwrap();
+        assert!(!client_gets_a_ticket(m.config.clone(), &m.ca_der), "no NewSessionTicket reached the client");
+        // The check sees tickets when there are some (rustls' default sends them).
+        let mut with_tickets = (*m.config).clone();
+        with_tickets.send_tls13_tickets = 2;
+        assert!(client_gets_a_ticket(Arc::new(with_tickets), &m.ca_der));
     }
 
     #[test]
