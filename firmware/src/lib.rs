@@ -22,3 +22,4 @@ pub mod device;
 pub mod protocol;
 pub mod server;
 pub mod sync;
+pub mod tools;

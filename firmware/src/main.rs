@@ -70,6 +70,19 @@ enum Command {
         /// The pairing URL, `https://HOST[:PORT]/pair#code=…&fp=…` (quote it in the shell).
         url: String,
     },
+    /// An MCP server on stdin/stdout with the phone's tools, for an MCP client to start.
+    ///
+    /// On the appliance it uses the control socket (inside `tether task run`, as the task's
+    /// agent). With `--url` it forwards to the appliance's `/mcp` over HTTPS, with the
+    /// login `tether login` stored. Example, in an MCP client's config:
+    /// `{"command": "tether", "args": ["mcp", "--url", "https://tether.local"]}`.
+    Mcp {
+        /// Control socket path (on the appliance).
+        #[arg(long, value_name = "PATH", env = "TETHER_SOCKET")]
+        socket: Option<PathBuf>,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
 }
 
 /// `tether task` subcommands.
@@ -380,7 +393,25 @@ struct DoctorArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    use clap::{CommandFactory, FromArgMatches};
+    // The derived commands plus one verb per catalog tool (`tether tap X Y`, …).
+    let matches = Cli::command()
+        .subcommands(cli::verbs::commands())
+        .after_help(
+            "Drive the phone: screenshot, tap, double-tap, long-press, swipe, drag, scroll, type, press, hotkey, \
+             home, app-switcher, open, back, wait-for-change (and confirm, messages inside a task): the same \
+             tools agents get from `tether mcp`. `tether tap --help` explains one.",
+        )
+        .get_matches();
+    if let Some((name, sub)) = matches.subcommand() {
+        if let Some(tool) = tether::tools::catalog::verb(name) {
+            return finish(cli::verbs::run(tool, sub));
+        }
+    }
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         Command::Serve(args) => cli::serve::run_serve(cli::serve::ServeOptions {
             sim: args.sim,
@@ -405,7 +436,12 @@ fn main() -> ExitCode {
         Command::Pair(a) => Endpoint::resolve(a.target.socket, &a.target.remote)
             .and_then(|e| cli::token::run_pair(e, Some(a.role), a.name, a.host, a.ttl, a.svg, a.json)),
         Command::Login { url } => cli::login::run_login(&url),
+        Command::Mcp { socket, remote } => cli::mcp::run_mcp(socket, remote),
     };
+    finish(result)
+}
+
+fn finish(result: anyhow::Result<ExitCode>) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {

@@ -71,7 +71,13 @@ impl Lease {
         match self {
             Lease::Socket { path, .. } => vec![(super::task::ENV_SOCKET, path.display().to_string())],
             Lease::Remote { client, fingerprint, .. } => {
-                vec![("TETHER_URL", client.target().base_url()), ("TETHER_FINGERPRINT", fingerprint.clone())]
+                let url = client.target().base_url();
+                vec![
+                    // `tether mcp --url "$TETHER_MCP_URL"`, or an MCP client's HTTP config.
+                    ("TETHER_MCP_URL", format!("{url}{}", tether::server::mcp::MCP_PATH)),
+                    ("TETHER_URL", url),
+                    ("TETHER_FINGERPRINT", fingerprint.clone()),
+                ]
             }
         }
     }

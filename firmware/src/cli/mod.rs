@@ -5,11 +5,13 @@ pub mod doctor;
 pub mod gadget;
 pub mod lease;
 pub mod login;
+pub mod mcp;
 pub mod remote;
 pub mod serve;
 pub mod status;
 pub mod task;
 pub mod token;
+pub mod verbs;
 
 use std::path::PathBuf;
 

@@ -253,12 +253,25 @@ impl HttpsClient {
         body: Option<&Value>,
     ) -> Result<Request<Full<Bytes>>, HttpsClientError> {
         let bytes = body.map(|b| serde_json::to_vec(b).unwrap_or_default()).unwrap_or_default();
+        let content_type = body.map(|_| "application/json");
+        self.request_with(method, path, Bytes::from(bytes), content_type, &[])
+    }
+
+    /// A request with raw body bytes and extra headers (the MCP bridge's).
+    fn request_with(
+        &self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+        content_type: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Result<Request<Full<Bytes>>, HttpsClientError> {
         let mut builder = Request::builder()
             .method(method)
             .uri(path)
             .header(hyper::header::HOST, self.target.base_url().trim_start_matches("https://"));
-        if body.is_some() {
-            builder = builder.header(hyper::header::CONTENT_TYPE, "application/json");
+        if let Some(ct) = content_type {
+            builder = builder.header(hyper::header::CONTENT_TYPE, ct);
         }
         if let Some(t) = &self.credentials.token {
             builder = builder.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
@@ -266,7 +279,10 @@ impl HttpsClient {
         if let Some(t) = &self.credentials.task_token {
             builder = builder.header("tether-task-token", t);
         }
-        builder.body(Full::new(Bytes::from(bytes))).map_err(|e| HttpsClientError::Protocol(e.to_string()))
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        builder.body(Full::new(body)).map_err(|e| HttpsClientError::Protocol(e.to_string()))
     }
 
     /// Sends a request and reads its JSON answer; an error answer becomes
@@ -311,6 +327,31 @@ impl KeptAlive {
         let request = self.client.request(method, path, body)?;
         self.sender.ready().await?;
         Ok(self.sender.send_request(request).await?)
+    }
+
+    /// Sends a request with raw body bytes and extra headers; the body is unread.
+    pub async fn send_with(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+        content_type: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Result<Response<Incoming>, HttpsClientError> {
+        let request = self.client.request_with(method, path, body, content_type, headers)?;
+        self.sender.ready().await?;
+        Ok(self.sender.send_request(request).await?)
+    }
+
+    /// Waits until the connection can take another request (the last answer's body was
+    /// read); `false` if it closed instead.
+    pub async fn wait_ready(&mut self) -> bool {
+        self.sender.ready().await.is_ok()
+    }
+
+    /// Whether the connection can take another request (the server has not closed it).
+    pub fn is_open(&self) -> bool {
+        !self.sender.is_closed()
     }
 
     /// Sends a request and reads its JSON answer (an error answer is an error).

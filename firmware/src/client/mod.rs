@@ -1,7 +1,9 @@
 //! The remote side: a small tether/1 client over the control socket, used by the CLI.
 #![forbid(unsafe_code)]
 
+pub mod backends;
 pub mod https;
+pub mod mcp_bridge;
 
 use std::io;
 use std::path::{Path, PathBuf};

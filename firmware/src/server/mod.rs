@@ -4,7 +4,9 @@
 
 mod dispatch;
 pub mod https;
+pub mod inprocess;
 mod lines;
+pub mod mcp;
 mod outbound;
 pub mod tls;
 pub mod unix;

@@ -14,6 +14,7 @@
 
 mod body;
 mod guard;
+mod mcp;
 mod routes;
 mod video;
 mod ws;
@@ -181,6 +182,7 @@ impl HttpsListener {
     /// Serves `daemon` until `shutdown` fires; each connection runs on its own task.
     pub async fn serve(self, daemon: Daemon, shutdown: CancellationToken) {
         let HttpsListener { listener, config, port } = self;
+        let daemon_for_mcp = daemon.clone();
         let shared = Arc::new(routes::Shared {
             daemon,
             hosts: config.hosts.clone(),
@@ -194,6 +196,7 @@ impl HttpsListener {
             keepalive: config.keepalive,
             shutdown: shutdown.clone(),
             video_pending: video::Pending::default(),
+            mcp: mcp::service(daemon_for_mcp, &shutdown),
         });
         tracing::info!(
             listen = %listener.local_addr().map_or(config.listen, |a| a),

@@ -33,6 +33,7 @@ use super::body::{self, ResponseBody};
 use super::guard::{self, Auth, Authenticated, FailureLimiter, HostAllowlist};
 use crate::daemon::{Daemon, Session, SessionMessage, SESSION_LIFETIME};
 use crate::protocol::{parse_request, ErrorBody, ErrorCode, Event, Request as WireRequest};
+use crate::server::inprocess::wire_request;
 
 /// What every request of one server shares.
 #[derive(Debug)]
@@ -61,6 +62,8 @@ pub struct Shared {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// Video sockets waiting for their ticket.
     pub video_pending: super::video::Pending,
+    /// `/mcp`.
+    pub mcp: super::mcp::McpService,
 }
 
 /// The connection a request came on.
@@ -78,6 +81,9 @@ pub struct Peer {
 const MAX_PUBLIC_BODY: usize = 4096;
 
 type Answer = Response<ResponseBody>;
+
+/// MCP's path.
+const MCP_PATH: &str = crate::server::mcp::MCP_PATH;
 
 /// Handles one request; never fails (every refusal is an answer).
 pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> Answer {
@@ -114,7 +120,7 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
         }
         _ => {}
     }
-    if !path.starts_with("/api/") {
+    if !path.starts_with("/api/") && path != MCP_PATH {
         return body::refuse(ErrorCode::NotFound, format!("no page at {path} (the web console comes with its issue)"));
     }
     let auth = match guard::authenticate(&shared.daemon, &shared.limiter, req.headers(), shared.port, peer.addr) {
@@ -132,6 +138,10 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
     peer.conn.proven();
     if method == Method::GET && path == "/api/ws" {
         return super::ws::upgrade(&shared, auth, req, &format!("{scheme}://{raw_host}"));
+    }
+    if path == MCP_PATH {
+        let stream = peer.conn.stream_guard();
+        return super::mcp::handle(&shared.mcp, auth, req, &format!("{scheme}://{raw_host}"), stream).await;
     }
     route(&shared, &peer, auth, req).await.unwrap_or_else(body::error)
 }
@@ -280,29 +290,9 @@ async fn read_body(max: usize, req: Request<Incoming>) -> Result<Bytes, ErrorBod
     }
 }
 
-/// The tether/1 request for `method` with `params`, as the socket would have parsed it.
-fn wire_request(
-    method: &str,
-    mut params: Map<String, Value>,
-    task_token: Option<&str>,
-) -> Result<WireRequest, ErrorBody> {
-    params.insert("id".into(), 1.into());
-    params.insert("method".into(), method.into());
-    if let Some(t) = task_token {
-        params.insert("task_token".into(), t.into());
-    }
-    let bytes = serde_json::to_vec(&Value::Object(params)).unwrap_or_default();
-    parse_request(&bytes).map_err(|e| e.error)
-}
-
 /// Runs one request on a session of its own.
 async fn call(shared: &Shared, auth: &Authenticated, request: &WireRequest) -> Result<Value, ErrorBody> {
-    let daemon = &shared.daemon;
-    let session = daemon.try_open_session(auth.caller.clone()).map_err(|e| ErrorBody::from(&e))?;
-    // Lives for this request only: a video ticket it issues is bound to the caller.
-    session.set_per_request();
-    let slot = session.begin_request(request.id).map_err(|e| ErrorBody::from(&e))?;
-    daemon.handle_request(&session, request, &slot).await.map_err(|e| ErrorBody::from(&e))
+    crate::server::inprocess::call(&shared.daemon, &auth.caller, request).await
 }
 
 async fn answer(

@@ -1,0 +1,195 @@
+//! The tool catalog as CLI verbs: `tether screenshot -o shot.png`, `tether tap 200 410`,
+//! `tether type "hello"`, … — the same tools, parameters and help an agent gets over MCP,
+//! for people and shell scripts, on the appliance (control socket) or with `--url`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::{Arg, ArgAction, ArgMatches, Command};
+use serde_json::{Map, Value};
+use tether::client::backends::SocketBackend;
+use tether::client::https::HttpsClient;
+use tether::tools::catalog::{ParamKind, ToolDef, TOOLS};
+use tether::tools::{Backend, NoScreenshot, Runner, ToolError};
+
+use super::remote::{Endpoint, RemoteArgs};
+
+/// Where a verb's calls go.
+enum CliBackend {
+    Socket(SocketBackend),
+    Remote(HttpsClient),
+}
+
+impl Backend for CliBackend {
+    async fn call(&self, method: &str, params: Map<String, Value>) -> Result<Value, ToolError> {
+        match self {
+            CliBackend::Socket(s) => s.call(method, params).await,
+            CliBackend::Remote(h) => Backend::call(h, method, params).await,
+        }
+    }
+}
+
+fn flag_name(param: &str) -> String {
+    param.replace('_', "-")
+}
+
+/// One clap command per catalog tool that has a verb.
+pub fn commands() -> Vec<Command> {
+    TOOLS.iter().filter_map(|t| t.verb.map(|v| command(t, v))).collect()
+}
+
+fn command(tool: &ToolDef, verb: &'static str) -> Command {
+    let mut cmd = Command::new(verb).about(tool.summary()).long_about(long_about(tool));
+    for param in tool.params {
+        let help = param.about;
+        let arg = if param.required {
+            let mut a = Arg::new(param.name).value_name(param.name.to_uppercase()).required(true).help(help);
+            match param.kind {
+                ParamKind::Points => a = a.num_args(2..=128).value_name("X,Y"),
+                ParamKind::Keys => a = a.num_args(2..=6).value_name("KEY"),
+                ParamKind::Choice(words) => a = a.value_parser(clap::builder::PossibleValuesParser::new(words)),
+                ParamKind::Number => a = a.allow_negative_numbers(true),
+                _ => {}
+            }
+            a
+        } else {
+            let mut a = Arg::new(param.name).long(flag_name(param.name)).value_name("VALUE").help(help);
+            if let ParamKind::Choice(words) = param.kind {
+                a = a.value_parser(clap::builder::PossibleValuesParser::new(words));
+            }
+            a
+        };
+        cmd = cmd.arg(arg);
+    }
+    if tool.name == "screenshot" {
+        cmd = cmd.arg(
+            Arg::new("output")
+                .short('o')
+                .long("output")
+                .value_name("FILE.png")
+                .value_parser(clap::value_parser!(PathBuf))
+                .help("Where to write the PNG (default screenshot.png)."),
+        );
+    }
+    cmd.arg(
+        Arg::new("socket")
+            .long("socket")
+            .value_name("PATH")
+            .env("TETHER_SOCKET")
+            .value_parser(clap::value_parser!(PathBuf))
+            .help("Control socket (on the appliance)."),
+    )
+    .arg(
+        Arg::new("url")
+            .long("url")
+            .value_name("URL")
+            .env("TETHER_URL")
+            .help("An appliance's URL (https://host:port): go over HTTPS; `tether login` stores its token."),
+    )
+    .arg(
+        Arg::new("fingerprint")
+            .long("fingerprint")
+            .value_name("SHA256")
+            .env("TETHER_FINGERPRINT")
+            .help("The CA fingerprint to pin, when the URL was not stored by `tether login`."),
+    )
+    .arg(Arg::new("json").long("json").action(ArgAction::SetTrue).help("Print the daemon's result as JSON."))
+}
+
+fn long_about(tool: &ToolDef) -> String {
+    let pointer = tool.params.iter().any(|p| p.name == "observation_id");
+    let mut text = tool.about.to_string();
+    if pointer {
+        text.push_str(
+            "\n\nCoordinates are pixels of a screenshot at the default size (what `tether screenshot` \
+             writes); without --observation-id a fresh screenshot is taken first.",
+        );
+    }
+    text.push_str("\n\nThe same tool is `");
+    text.push_str(tool.name);
+    text.push_str("` over MCP (`tether mcp`).");
+    text
+}
+
+/// The JSON arguments of `tool` from the command line.
+fn arguments(tool: &ToolDef, m: &ArgMatches) -> anyhow::Result<Map<String, Value>> {
+    let mut args = Map::new();
+    for param in tool.params {
+        let values: Vec<&String> = match m.get_many::<String>(param.name) {
+            Some(v) => v.collect(),
+            None => continue,
+        };
+        let one = || values.first().map(|s| s.as_str()).unwrap_or_default();
+        let name = param.name;
+        let value = match param.kind {
+            ParamKind::Number => {
+                Value::from(one().parse::<f64>().with_context(|| format!("{name} must be a number, not {:?}", one()))?)
+            }
+            ParamKind::Integer => Value::from(
+                one().parse::<u64>().with_context(|| format!("{name} must be a whole number, not {:?}", one()))?,
+            ),
+            ParamKind::Text | ParamKind::Choice(_) => Value::from(one()),
+            ParamKind::Keys => Value::from(values.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
+            ParamKind::Points => {
+                let mut points = Vec::new();
+                for v in &values {
+                    let Some((x, y)) = v.split_once(',') else { bail!("{name}: each point is X,Y (got {v:?})") };
+                    let (x, y): (f64, f64) = (
+                        x.trim().parse().with_context(|| format!("{name}: {v:?} is not X,Y"))?,
+                        y.trim().parse().with_context(|| format!("{name}: {v:?} is not X,Y"))?,
+                    );
+                    points.push(serde_json::json!({"x": x, "y": y}));
+                }
+                Value::from(points)
+            }
+        };
+        args.insert(name.into(), value);
+    }
+    Ok(args)
+}
+
+/// Runs the verb `tool` with its parsed command line.
+pub fn run(tool: &'static ToolDef, m: &ArgMatches) -> anyhow::Result<ExitCode> {
+    let args = arguments(tool, m)?;
+    let remote = RemoteArgs {
+        url: m.get_one::<String>("url").cloned(),
+        fingerprint: m.get_one::<String>("fingerprint").cloned(),
+    };
+    let json = m.get_flag("json");
+    let output = m.try_get_one::<PathBuf>("output").ok().flatten().cloned();
+    let endpoint = Endpoint::resolve(m.get_one::<PathBuf>("socket").cloned(), &remote)?;
+    super::client_runtime()?.block_on(async move {
+        let backend = match endpoint {
+            Endpoint::Socket(path) => {
+                let task_token = std::env::var(super::task::ENV_TOKEN).ok().filter(|t| !t.is_empty());
+                CliBackend::Socket(SocketBackend::connect(&path, task_token).await?)
+            }
+            Endpoint::Remote(client) => CliBackend::Remote(client),
+        };
+        let runner = Runner::new(backend, NoScreenshot::TakeOne);
+        match runner.run(tool, args).await {
+            Ok(out) => {
+                if let Some((_, data)) = &out.image {
+                    use base64::Engine;
+                    let png = base64::engine::general_purpose::STANDARD
+                        .decode(data)
+                        .context("the screenshot is not base64")?;
+                    let path = output.unwrap_or_else(|| PathBuf::from("screenshot.png"));
+                    std::fs::write(&path, png).with_context(|| format!("write {}", path.display()))?;
+                    eprintln!("wrote {}", path.display());
+                }
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&out.result)?);
+                } else {
+                    println!("{}", out.text);
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("tether {}: {}: {}\n{}", tool.verb.unwrap_or(tool.name), e.code, e.message, e.next_step());
+                Ok(ExitCode::FAILURE)
+            }
+        }
+    })
+}

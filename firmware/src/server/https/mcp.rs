@@ -1,0 +1,124 @@
+//! `/mcp`: MCP over Streamable HTTP (rmcp's service, mounted in our hyper service).
+//!
+//! Our guard has already checked the Host (so rmcp's own Host list is off: one list, not
+//! two) and authenticated the caller (a Bearer token, a task token, or the console's
+//! cookie); here a browser Origin must be the console's own, and the caller rides along in
+//! the request's extensions to the session's [`McpServer`](crate::server::mcp::McpServer),
+//! which calls the daemon in-process as that caller. Sessions hold no lease and are
+//! dropped after 10 minutes without traffic.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming};
+use hyper::{Request, Response};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::RoleServer;
+use tokio_util::sync::CancellationToken;
+
+use super::body::{self, ResponseBody};
+use super::guard::Authenticated;
+use super::StreamGuard;
+use crate::daemon::Daemon;
+use crate::server::inprocess::InProcess;
+use crate::server::mcp::{IdentityOf, MakeBackend, McpServer};
+
+/// The largest MCP message a client may POST.
+pub const MAX_MCP_BODY: usize = 1 << 20;
+/// An MCP session with no traffic for this long is forgotten (the client initializes again).
+pub const SESSION_IDLE: Duration = Duration::from_secs(600);
+
+/// The mounted service.
+#[derive(Clone)]
+pub struct McpService(StreamableHttpService<McpServer<InProcess>, LocalSessionManager>);
+
+impl std::fmt::Debug for McpService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpService").finish_non_exhaustive()
+    }
+}
+
+/// Who a request authenticated as (set by our guard, read by the MCP server).
+fn authenticated(ctx: &RequestContext<RoleServer>) -> Option<&Authenticated> {
+    ctx.extensions.get::<hyper::http::request::Parts>()?.extensions.get::<Authenticated>()
+}
+
+fn identity(auth: &Authenticated) -> String {
+    // A task token is its own caller: the agent of that task, not the connection's role.
+    match &auth.task_token {
+        Some(t) => {
+            let digest = ring::digest::digest(&ring::digest::SHA256, t.as_bytes());
+            let hex: String = digest.as_ref()[..8].iter().map(|b| format!("{b:02x}")).collect();
+            format!("task-token:{hex}")
+        }
+        // The role too: a token re-made under the same name with another role is another caller.
+        None => format!("{}:{}", auth.caller.principal.label(), auth.caller.role),
+    }
+}
+
+/// Builds `/mcp`'s service for `daemon`; `shutdown` ends its sessions.
+pub fn service(daemon: Daemon, shutdown: &CancellationToken) -> McpService {
+    let make: MakeBackend<InProcess> = Arc::new(move |ctx| {
+        let auth = authenticated(ctx)
+            .ok_or_else(|| rmcp::ErrorData::internal_error("the request carries no authenticated caller", None))?;
+        Ok(InProcess { daemon: daemon.clone(), caller: auth.caller.clone(), task_token: auth.task_token.clone() })
+    });
+    let identity_of: IdentityOf = Arc::new(|ctx| authenticated(ctx).map(identity));
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(SESSION_IDLE);
+    let config = StreamableHttpServerConfig::default()
+        .disable_allowed_hosts()
+        .with_max_request_body_bytes(MAX_MCP_BODY)
+        .with_cancellation_token(shutdown.child_token());
+    // One server for all sessions: rmcp clones it per session (or per request).
+    let server = McpServer::new(make, identity_of);
+    McpService(StreamableHttpService::new(move || Ok(server.clone()), Arc::new(sessions), config))
+}
+
+/// Answers one `/mcp` request of an authenticated caller.
+pub async fn handle(
+    service: &McpService,
+    auth: Authenticated,
+    mut req: Request<Incoming>,
+    own_origin: &str,
+    stream: StreamGuard,
+) -> Response<ResponseBody> {
+    if let Err(e) = super::ws::check_origin(&req, &auth, own_origin) {
+        return body::error(e);
+    }
+    req.extensions_mut().insert(auth);
+    let response = service.0.handle(req).await;
+    // An SSE answer can stream for minutes (a question waiting for a person): it counts as
+    // an open stream of its connection, like a task's lease.
+    response.map(|b| Guarded { body: b, _stream: stream }.boxed_unsync())
+}
+
+/// A body that holds its connection's stream guard while it streams.
+struct Guarded {
+    body: http_body_util::combinators::BoxBody<Bytes, Infallible>,
+    _stream: StreamGuard,
+}
+
+impl Body for Guarded {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}

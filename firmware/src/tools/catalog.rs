@@ -1,0 +1,441 @@
+//! The tool catalog: every tool's name, parameters and help, written once. MCP's
+//! `tools/list` (JSON Schema) and the CLI verbs (`tether tap X Y`) are both generated from
+//! it, so a tool an agent sees is a command a person can type, with the same words.
+
+use serde_json::{json, Map, Value};
+
+use crate::protocol::Method;
+
+/// What one parameter holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamKind {
+    /// A number (pixels, fractions).
+    Number,
+    /// A whole number (milliseconds, sequence numbers).
+    Integer,
+    /// Text.
+    Text,
+    /// One of the listed words.
+    Choice(&'static [&'static str]),
+    /// A path of 2–128 points `{x, y}` (CLI: `X,Y` words).
+    Points,
+    /// 2–6 key names (CLI: words).
+    Keys,
+}
+
+/// One parameter of a tool.
+#[derive(Debug, Clone, Copy)]
+pub struct Param {
+    /// Its name (MCP argument; CLI `--name-with-dashes`, or a positional when required).
+    pub name: &'static str,
+    /// What it holds.
+    pub kind: ParamKind,
+    /// Whether the tool needs it (required parameters are the CLI's positionals, in order).
+    pub required: bool,
+    /// What it means, for a model and a person.
+    pub about: &'static str,
+}
+
+/// One tool.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolDef {
+    /// The MCP tool name (snake_case).
+    pub name: &'static str,
+    /// The CLI verb (`None`: not a verb, because the CLI has its own command for it).
+    pub verb: Option<&'static str>,
+    /// The tether/1 method it calls: a caller sees the tool only if the role table lets it
+    /// call this method (`hello`'s `capabilities.methods`).
+    pub method: Method,
+    /// Whether it only looks (never moves the phone).
+    pub read_only: bool,
+    /// Whether it exists only inside a task (for the task's agent).
+    pub in_task: bool,
+    /// What it does, for a model (first sentence: the CLI's one-line help).
+    pub about: &'static str,
+    /// Its parameters.
+    pub params: &'static [Param],
+}
+
+const fn p(name: &'static str, kind: ParamKind, required: bool, about: &'static str) -> Param {
+    Param { name, kind, required, about }
+}
+
+const X: Param = p("x", ParamKind::Number, true, "X in pixels of the latest screenshot (0 = left edge).");
+const Y: Param = p("y", ParamKind::Number, true, "Y in pixels of the latest screenshot (0 = top edge).");
+const OBSERVATION: Param = p(
+    "observation_id",
+    ParamKind::Text,
+    false,
+    "The screenshot the coordinates refer to. Omit it to use the latest screenshot taken here.",
+);
+const OPERATION: Param = p(
+    "operation_id",
+    ParamKind::Text,
+    false,
+    "An idempotency key: retrying with the same key and arguments returns the first result \
+     instead of acting twice. Omit it for a fresh one.",
+);
+const DURATION: Param =
+    p("duration_ms", ParamKind::Integer, false, "How long the gesture takes, 100..5000 ms (default about 700).");
+
+/// Every tool, in the order `tools/list` shows them.
+pub const TOOLS: &[ToolDef] = &[
+    ToolDef {
+        name: "screenshot",
+        verb: Some("screenshot"),
+        method: Method::Screenshot,
+        read_only: true,
+        in_task: false,
+        about: "Take a screenshot of the iPhone's screen. Coordinates for tap, swipe and the other \
+                pointer tools are pixels of this image; its observation id is in the text.",
+        params: &[p("max_edge", ParamKind::Integer, false, "Longest edge of the image in pixels, 64..4096 (default 1568).")],
+    },
+    ToolDef {
+        name: "tap",
+        verb: Some("tap"),
+        method: Method::Action,
+        read_only: false,
+        in_task: false,
+        about: "Tap a point on the screen (pixels of the latest screenshot).",
+        params: &[X, Y, OBSERVATION, OPERATION],
+    },
+    ToolDef {
+        name: "double_tap",
+        verb: Some("double-tap"),
+        method: Method::Action,
+        read_only: false,
+        in_task: false,
+        about: "Double-tap a point on the screen (pixels of the latest screenshot).",
+        params: &[X, Y, OBSERVATION, OPERATION],
+    },
+    ToolDef {
+        name: "long_press",
+        verb: Some("long-press"),
+        method: Method::Action,
+        read_only: false,
+        in_task: false,
+        about: "Press and hold a point for 1.5 s (context menus, rearranging icons).",
+        params: &[X, Y, OBSERVATION, OPERATION],
+    },
+    ToolDef {
+        name: "swipe",
+        verb: Some("swipe"),
+        method: Method::Action,
+        read_only: false,
+        in_task: false,
+        about: "Swipe in a straight line from one point to another (pixels of the latest screenshot).",
+        params: &[
+            p("from_x", ParamKind::Number, true, "Start X."),
+            p("from_y", ParamKind::Number, true, "Start Y."),
+            p("to_x", ParamKind::Number, true, "End X."),
+            p("to_y", ParamKind::Number, true, "End Y."),
+            DURATION,
+            OBSERVATION,
+            OPERATION,
+        ],
+    },
+    ToolDef {
+        name: "drag",
+        verb: Some("drag"),
+        method: Method::Action,
+        read_only: false,
+        in_task: false,
+        about: "Press, move along a path of points, and release (sliders, drawing, moving things).",
+        params: &[
+            p("path", ParamKind::Points, true, "2 to 128 points {x, y} in pixels of the latest screenshot."),
+            DURATION,
+            OBSERVATION,
+            OPERATION,
+        ],
+    },
+    ToolDef {
+        name: "scroll",
+        verb: Some("scroll"),
+        method: Method::Action,
+        read_only: false,
+        in_task: false,
+        about: "Scroll to reveal more content in a direction (done by dragging, as a finger would).",
+        params: &[
+            p("direction", ParamKind::Choice(&["up", "down", "left", "right"]), true, "Which content to reveal: down shows what is below."),
+            p("amount", ParamKind::Number, false, "How far, in screenshot pixels (default a third of the screen)."),
+            p("x", ParamKind::Number, false, "Where to start (default the middle of the screen)."),
+            p("y", ParamKind::Number, false, "Where to start (default the middle of the screen)."),
+            OBSERVATION,
+            OPERATION,
+        ],
+    },
+    ToolDef {
+        name: "type_text",
+        verb: Some("type"),
+        method: Method::Action,
+        read_only: false,
+        in_task: false,
+        about: "Type text into the focused field with the phone's keyboard layout (tap the field first). \
+                Characters the layout cannot type are refused before anything is typed.",
+        params: &[p("text", ParamKind::Text, true, "The text, at most 16 KiB. A newline presses Return."), OPERATION],
+    },
+    ToolDef {
+        name: "press_key",
+        verb: Some("press"),
+        method: Method::Action,
+        read_only: false,
+        in_task: false,
+        about: "Press one key: enter, tab, escape, backspace, delete, space, up, down, left, right, f1..f12, or a character.",
+        params: &[p("key", ParamKind::Text, true, "The key's name or a single character."), OPERATION],
+    },
+    ToolDef {
+        name: "hotkey",
+        verb: Some("hotkey"),
+        method: Method::Action,
+        read_only: false,
+        in_task: false,
+        about: "Press modifier keys with one key, e.g. [\"cmd\", \"h\"] (cmd, ctrl, alt/option, shift).",
+        params: &[p("keys", ParamKind::Keys, true, "2 to 6 key names: modifiers first, then the key."), OPERATION],
+    },
+    ToolDef {
+        name: "home",
+        verb: Some("home"),
+        method: Method::Action,
+        read_only: false,
+        in_task: false,
+        about: "Go to the home screen.",
+        params: &[OPERATION],
+    },
+    ToolDef {
+        name: "app_switcher",
+        verb: Some("app-switcher"),
+        method: Method::Action,
+        read_only: false,
+        in_task: false,
+        about: "Show the app switcher.",
+        params: &[OPERATION],
+    },
+    ToolDef {
+        name: "open_app",
+        verb: Some("open"),
+        method: Method::Action,
+        read_only: false,
+        in_task: false,
+        about: "Open an app by name through Spotlight (as you would type it in Spotlight).",
+        params: &[p("name", ParamKind::Text, true, "The app's name, e.g. Settings."), OPERATION],
+    },
+    ToolDef {
+        name: "back",
+        verb: Some("back"),
+        method: Method::Action,
+        read_only: false,
+        in_task: false,
+        about: "Go back (Cmd+[), like the back button at the top left of many apps.",
+        params: &[OPERATION],
+    },
+    ToolDef {
+        name: "wait_for_change",
+        verb: Some("wait-for-change"),
+        method: Method::Preview,
+        read_only: true,
+        in_task: false,
+        about: "Wait until the screen changes (an animation ends, a page loads) or the timeout passes. \
+                Take a screenshot afterwards to see it.",
+        params: &[p("timeout_ms", ParamKind::Integer, false, "How long to wait, 100..30000 ms (default 5000).")],
+    },
+    ToolDef {
+        name: "status",
+        verb: None,
+        method: Method::Status,
+        read_only: true,
+        in_task: false,
+        about: "The appliance's state: whether the phone is connected, the screen's size, and the \
+                running task (paused, taken over by a human, waiting for an answer).",
+        params: &[],
+    },
+    ToolDef {
+        name: "confirm",
+        verb: Some("confirm"),
+        method: Method::TaskConfirm,
+        read_only: false,
+        in_task: true,
+        about: "Ask the human watching this task a yes/no question and wait for the answer \
+                (only inside a task). Ask before anything irreversible.",
+        params: &[p("question", ParamKind::Text, true, "The question, for a person.")],
+    },
+    ToolDef {
+        name: "messages",
+        verb: Some("messages"),
+        method: Method::TaskMessages,
+        read_only: true,
+        in_task: true,
+        about: "Read what humans sent to this task (only inside a task).",
+        params: &[
+            p("after_seq", ParamKind::Integer, false, "Only messages after this seq (the last one you read)."),
+            p("wait_ms", ParamKind::Integer, false, "Wait up to this long for one, 0..30000 ms (default 0)."),
+        ],
+    },
+];
+
+/// The tool named `name`.
+pub fn tool(name: &str) -> Option<&'static ToolDef> {
+    TOOLS.iter().find(|t| t.name == name)
+}
+
+/// The tool whose CLI verb is `verb`.
+pub fn verb(verb: &str) -> Option<&'static ToolDef> {
+    TOOLS.iter().find(|t| t.verb == Some(verb))
+}
+
+impl ParamKind {
+    fn schema(self) -> Value {
+        match self {
+            ParamKind::Number => json!({"type": "number"}),
+            ParamKind::Integer => json!({"type": "integer", "minimum": 0}),
+            ParamKind::Text => json!({"type": "string"}),
+            ParamKind::Choice(words) => json!({"type": "string", "enum": words}),
+            ParamKind::Points => json!({
+                "type": "array",
+                "minItems": 2,
+                "maxItems": 128,
+                "items": {
+                    "type": "object",
+                    "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+                    "required": ["x", "y"],
+                    "additionalProperties": false,
+                },
+            }),
+            ParamKind::Keys => json!({"type": "array", "minItems": 2, "maxItems": 6, "items": {"type": "string"}}),
+        }
+    }
+}
+
+impl ToolDef {
+    /// The JSON Schema of the tool's arguments (an object; unknown arguments refused).
+    pub fn input_schema(&self) -> Map<String, Value> {
+        let mut properties = Map::new();
+        for param in self.params {
+            let mut schema = param.kind.schema();
+            if let Value::Object(o) = &mut schema {
+                o.insert("description".into(), param.about.into());
+            }
+            properties.insert(param.name.into(), schema);
+        }
+        let required: Vec<&str> = self.params.iter().filter(|p| p.required).map(|p| p.name).collect();
+        let mut schema = Map::new();
+        schema.insert("type".into(), "object".into());
+        schema.insert("properties".into(), Value::Object(properties));
+        if !required.is_empty() {
+            schema.insert("required".into(), json!(required));
+        }
+        schema.insert("additionalProperties".into(), false.into());
+        schema
+    }
+
+    /// The first sentence of `about`: the CLI's one-line help.
+    pub fn summary(&self) -> &'static str {
+        let about: &'static str = self.about;
+        match about.find(". ") {
+            Some(end) => &about[..=end],
+            None => about,
+        }
+    }
+
+    /// Checks `args` against the parameters: unknown names, missing required ones and
+    /// wrong kinds are refused with a message naming the parameter.
+    pub fn check_args(&self, args: &Map<String, Value>) -> Result<(), String> {
+        for name in args.keys() {
+            if !self.params.iter().any(|p| p.name == name) {
+                let known: Vec<&str> = self.params.iter().map(|p| p.name).collect();
+                return Err(format!("{} takes no argument `{name}` (it takes: {})", self.name, known.join(", ")));
+            }
+        }
+        for param in self.params {
+            match args.get(param.name) {
+                None | Some(Value::Null) if param.required => {
+                    return Err(format!("{} needs `{}`: {}", self.name, param.name, param.about))
+                }
+                None | Some(Value::Null) => {}
+                Some(v) if !param.kind.accepts(v) => {
+                    return Err(format!("`{}` of {} must be {}", param.name, self.name, param.kind.describe()))
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ParamKind {
+    fn accepts(self, v: &Value) -> bool {
+        match self {
+            ParamKind::Number => v.is_number(),
+            ParamKind::Integer => v.is_u64(),
+            ParamKind::Text => v.is_string(),
+            ParamKind::Choice(words) => v.as_str().is_some_and(|s| words.contains(&s)),
+            ParamKind::Points => v.as_array().is_some_and(|a| {
+                (2..=128).contains(&a.len())
+                    && a.iter().all(|pt| {
+                        pt.get("x").is_some_and(Value::is_number) && pt.get("y").is_some_and(Value::is_number)
+                    })
+            }),
+            ParamKind::Keys => {
+                v.as_array().is_some_and(|a| (2..=6).contains(&a.len()) && a.iter().all(Value::is_string))
+            }
+        }
+    }
+
+    /// What a value of this kind looks like, for error messages.
+    pub fn describe(self) -> String {
+        match self {
+            ParamKind::Number => "a number".into(),
+            ParamKind::Integer => "a whole number ≥ 0".into(),
+            ParamKind::Text => "a string".into(),
+            ParamKind::Choice(words) => format!("one of {}", words.join(", ")),
+            ParamKind::Points => "2 to 128 points {x, y}".into(),
+            ParamKind::Keys => "2 to 6 key names".into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_verbs_are_unique_and_schemas_list_every_required_param() {
+        let mut names: Vec<&str> = TOOLS.iter().map(|t| t.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), TOOLS.len());
+        let mut verbs: Vec<&str> = TOOLS.iter().filter_map(|t| t.verb).collect();
+        let n = verbs.len();
+        verbs.sort_unstable();
+        verbs.dedup();
+        assert_eq!(verbs.len(), n);
+        let tap = tool("tap").unwrap();
+        let schema = tap.input_schema();
+        assert_eq!(schema["required"], json!(["x", "y"]));
+        assert_eq!(schema["additionalProperties"], json!(false));
+        assert_eq!(schema["properties"]["x"]["type"], "number");
+        assert!(tool("home").unwrap().input_schema().get("required").is_none());
+        assert_eq!(verb("type").unwrap().name, "type_text");
+        assert_eq!(tap.summary(), "Tap a point on the screen (pixels of the latest screenshot).");
+        assert!(tool("screenshot").unwrap().summary().ends_with("screen."));
+    }
+
+    #[test]
+    fn arguments_are_checked_by_name_and_kind() {
+        let tap = tool("tap").unwrap();
+        let ok = json!({"x": 10, "y": 20.5});
+        assert!(tap.check_args(ok.as_object().unwrap()).is_ok());
+        let err = tap.check_args(json!({"x": 1}).as_object().unwrap()).unwrap_err();
+        assert!(err.contains("needs `y`"), "{err}");
+        let err = tap.check_args(json!({"x": 1, "y": 2, "z": 3}).as_object().unwrap()).unwrap_err();
+        assert!(err.contains("no argument `z`"), "{err}");
+        let err = tap.check_args(json!({"x": "1", "y": 2}).as_object().unwrap()).unwrap_err();
+        assert!(err.contains("must be a number"), "{err}");
+        let scroll = tool("scroll").unwrap();
+        assert!(scroll.check_args(json!({"direction": "sideways"}).as_object().unwrap()).is_err());
+        let drag = tool("drag").unwrap();
+        assert!(drag.check_args(json!({"path": [{"x": 1, "y": 2}]}).as_object().unwrap()).is_err());
+        assert!(drag.check_args(json!({"path": [{"x": 1, "y": 2}, {"x": 3, "y": 4}]}).as_object().unwrap()).is_ok());
+        let hotkey = tool("hotkey").unwrap();
+        assert!(hotkey.check_args(json!({"keys": ["cmd"]}).as_object().unwrap()).is_err());
+    }
+}

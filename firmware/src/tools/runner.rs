@@ -1,0 +1,525 @@
+//! Runs a catalog tool: checks its arguments, turns it into tether/1 calls on a
+//! [`Backend`], and words the outcome for a model or a person.
+//!
+//! The runner remembers the latest screenshot it took, so pointer tools may omit
+//! `observation_id` (and the answer says which screenshot was used). It never invents one:
+//! with no screenshot yet, a pointer tool asks for one (MCP), or takes a fresh one first
+//! when told to (the CLI, where each command is a new process).
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use super::catalog::{self, ToolDef};
+use crate::protocol::Method;
+use crate::sync::LockPlain;
+
+/// A failed call: the stable code, the daemon's message, and what to do next.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ToolError {
+    /// The stable error code (`STALE_OBSERVATION`, `TASK_RUNNING`, …).
+    pub code: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl ToolError {
+    /// An error with `code` and `message`.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> ToolError {
+        ToolError { code: code.into(), message: message.into() }
+    }
+
+    /// What the caller should do next, by code.
+    pub fn next_step(&self) -> &'static str {
+        match self.code.as_str() {
+            "STALE_OBSERVATION" | "OBSERVATION_EXPIRED" | "NEEDS_OBSERVATION" => {
+                "Take a new screenshot and use coordinates from it."
+            }
+            "OUT_OF_BOUNDS" => "Use coordinates inside the latest screenshot.",
+            "INTERRUPTED" => "A human paused, took over or stopped the task: take a screenshot before going on.",
+            "TASK_RUNNING" => "Wait for that task to end (or ask its owner); you can still take screenshots.",
+            "TASK_ENDED" => "The task is over: stop acting.",
+            "TASK_ACTIVE" => "Another task holds the phone: wait for it to end.",
+            "REJECTED" => "The human said no: do not do that; go on within the task's scope.",
+            "SCOPE_EXCEEDED" => "The task reached its limit and was stopped.",
+            "PERMISSION_DENIED" | "UNAUTHORIZED" => "Your token's role does not allow this; ask for an operate token.",
+            "UNTYPEABLE_TEXT" => "Type only characters of the phone's keyboard layout.",
+            "DEVICE_UNAVAILABLE" | "HOST_NOT_CONNECTED" | "NO_FRAME" => {
+                "The phone is not connected or shows no picture; check the cable, then retry."
+            }
+            "BUSY" | "TIMEOUT" | "RATE_LIMITED" => "Retry in a moment.",
+            "INVALID_PARAMS" | "OPERATION_CONFLICT" => "Fix the arguments and call again.",
+            "UNAVAILABLE" => "The appliance cannot be reached; check that `tether serve` runs, then retry.",
+            _ => "See the message.",
+        }
+    }
+}
+
+/// Where the runner's tether/1 calls go: the daemon in-process, its control socket, or
+/// its HTTPS API. Every backend speaks for one caller (its role, its task token).
+pub trait Backend: Send + Sync + 'static {
+    /// Calls `method` with `params` (no `id`/`method` keys) and returns its result.
+    fn call(&self, method: &str, params: Map<String, Value>) -> impl Future<Output = Result<Value, ToolError>> + Send;
+}
+
+/// A backend shared by reference (the stdio server's one socket connection).
+impl<T: Backend> Backend for std::sync::Arc<T> {
+    fn call(&self, method: &str, params: Map<String, Value>) -> impl Future<Output = Result<Value, ToolError>> + Send {
+        T::call(self, method, params)
+    }
+}
+
+/// What a tool produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    /// A short account for a model or a person.
+    pub text: String,
+    /// The daemon's result, for programs.
+    pub result: Value,
+    /// An image (`mime type`, base64 data), for `screenshot`.
+    pub image: Option<(String, String)>,
+}
+
+/// When a pointer tool names no screenshot and none was taken here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoScreenshot {
+    /// Refuse: the caller must look first (MCP: a model must see what it taps).
+    Refuse,
+    /// Take one first and read the coordinates in it (the CLI: one command per process).
+    TakeOne,
+}
+
+/// The latest screenshot this runner took.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    observation_id: String,
+    width: u64,
+    height: u64,
+}
+
+/// Runs tools on one backend.
+#[derive(Debug)]
+pub struct Runner<B> {
+    backend: B,
+    latest: Mutex<Option<Seen>>,
+    no_screenshot: NoScreenshot,
+}
+
+/// How long `wait_for_change` polls between pictures.
+const CHANGE_POLL: Duration = Duration::from_millis(150);
+/// A pixel counts as changed past this difference (0..255, of the brightest channel).
+const CHANGE_TOLERANCE: u8 = 24;
+/// The screen counts as changed when this fraction of its pixels changed.
+const CHANGE_FRACTION: f64 = 0.002;
+
+impl<B: Backend> Runner<B> {
+    /// A runner over `backend`.
+    pub fn new(backend: B, no_screenshot: NoScreenshot) -> Runner<B> {
+        Runner { backend, latest: Mutex::new(None), no_screenshot }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The tools a caller may call, given the methods its role allows (`hello`'s
+    /// `capabilities.methods`). The in-task tools need a task's agent: a caller whose
+    /// methods include `task_confirm`, which only a live task token grants.
+    pub fn allowed(methods: &[String]) -> Vec<&'static ToolDef> {
+        let has = |m: &str| methods.iter().any(|x| x == m);
+        let agent = has(crate::protocol::Method::TaskConfirm.as_str());
+        catalog::TOOLS.iter().filter(|t| has(t.method.as_str()) && (agent || !t.in_task)).collect()
+    }
+
+    /// Runs `tool` with `args`.
+    pub async fn run(&self, tool: &ToolDef, args: Map<String, Value>) -> Result<ToolOutput, ToolError> {
+        tool.check_args(&args).map_err(|m| ToolError::new("INVALID_PARAMS", m))?;
+        match tool.name {
+            "screenshot" => self.screenshot(args.get("max_edge").and_then(Value::as_u64)).await,
+            "status" => self.status().await,
+            "wait_for_change" => self.wait_for_change(args.get("timeout_ms").and_then(Value::as_u64)).await,
+            "confirm" => {
+                let r = self.backend.call("task_confirm", obj(json!({"question": args["question"]}))).await?;
+                let text = match r.get("approved").and_then(Value::as_bool) {
+                    Some(true) => "The human approved.".to_string(),
+                    Some(false) => "The human declined.".to_string(),
+                    None => format!("The human answered: {r}"),
+                };
+                Ok(ToolOutput { text, result: r, image: None })
+            }
+            "messages" => {
+                let r = self.backend.call("task_messages", args).await?;
+                let list = r.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
+                let text = if list.is_empty() {
+                    "No messages from humans.".to_string()
+                } else {
+                    let lines: Vec<String> = list
+                        .iter()
+                        .map(|m| format!("[seq {}] {}", m["seq"], m["text"].as_str().unwrap_or_default()))
+                        .collect();
+                    format!("{} message(s):\n{}", list.len(), lines.join("\n"))
+                };
+                Ok(ToolOutput { text, result: r, image: None })
+            }
+            _ => self.act(tool, args).await,
+        }
+    }
+
+    async fn screenshot(&self, max_edge: Option<u64>) -> Result<ToolOutput, ToolError> {
+        let mut params = Map::new();
+        if let Some(e) = max_edge {
+            params.insert("max_edge".into(), e.into());
+        }
+        let mut r = self.backend.call("screenshot", params).await?;
+        let meta = r.get("metadata").cloned().unwrap_or(Value::Null);
+        let seen = Seen {
+            observation_id: meta["observation_id"].as_str().unwrap_or_default().to_string(),
+            width: meta["image_size"]["width"].as_u64().unwrap_or(0),
+            height: meta["image_size"]["height"].as_u64().unwrap_or(0),
+        };
+        let text = format!(
+            "Screenshot {w}x{h} px, observation_id {id}. Pointer tools take pixels of this image \
+             (x 0..{w}, y 0..{h}) and use it until the next screenshot.",
+            w = seen.width,
+            h = seen.height,
+            id = seen.observation_id
+        );
+        *self.latest.lock_plain() = Some(seen);
+        let mime = r["mime_type"].as_str().map(str::to_string);
+        let image = match (mime, r.as_object_mut().and_then(|o| o.remove("data"))) {
+            (Some(mime), Some(Value::String(data))) => Some((mime, data)),
+            _ => None,
+        };
+        Ok(ToolOutput { text, result: r, image })
+    }
+
+    async fn status(&self) -> Result<ToolOutput, ToolError> {
+        let r = self.backend.call("status", Map::new()).await?;
+        let word = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
+        let size = &r["video"]["source_size"];
+        let mut text = format!(
+            "USB host: {}; video: {}{}.",
+            word(&r["hid"]["host"]),
+            word(&r["video"]["signal"]),
+            if size.is_object() { format!(" ({}x{})", size["width"], size["height"]) } else { String::new() }
+        );
+        match r.get("task").filter(|t| !t.is_null()) {
+            Some(t) => text.push_str(&format!(
+                " Task {} \"{}\" is {} ({} steps).",
+                t["id"],
+                t["title"].as_str().unwrap_or_default(),
+                t["state"].as_str().unwrap_or("?"),
+                t["steps"]
+            )),
+            None => text.push_str(" No task is running."),
+        }
+        Ok(ToolOutput { text, result: r, image: None })
+    }
+
+    /// Polls small previews until enough pixels differ from the first one.
+    async fn wait_for_change(&self, timeout_ms: Option<u64>) -> Result<ToolOutput, ToolError> {
+        let timeout = Duration::from_millis(timeout_ms.unwrap_or(5000).clamp(100, 30_000));
+        let started = tokio::time::Instant::now();
+        let preview = |after: Option<u64>| {
+            let mut p = Map::new();
+            p.insert("max_edge".into(), 160.into());
+            if let Some(a) = after {
+                p.insert("after_frame_id".into(), a.into());
+                p.insert("timeout_ms".into(), 1000.into());
+            }
+            self.backend.call("preview", p)
+        };
+        let first = preview(None).await?;
+        let base = decode_preview(&first)?;
+        let mut frame = first["metadata"]["frame_id"].as_u64();
+        loop {
+            let elapsed = started.elapsed();
+            if elapsed >= timeout {
+                let text = format!("The screen did not change in {} ms.", timeout.as_millis());
+                return Ok(ToolOutput {
+                    text,
+                    result: json!({"changed": false, "waited_ms": millis(elapsed)}),
+                    image: None,
+                });
+            }
+            tokio::time::sleep(CHANGE_POLL.min(timeout - elapsed)).await;
+            let next = preview(frame).await?;
+            if next.get("unchanged").and_then(Value::as_bool) == Some(true) {
+                continue;
+            }
+            frame = next["metadata"]["frame_id"].as_u64().or(frame);
+            let now = decode_preview(&next)?;
+            if changed(&base, &now) {
+                let waited = millis(started.elapsed());
+                let text = format!("The screen changed after {waited} ms; take a screenshot to see it.");
+                return Ok(ToolOutput { text, result: json!({"changed": true, "waited_ms": waited}), image: None });
+            }
+        }
+    }
+
+    /// The observation a pointer tool acts on: the one named, else the latest here, else
+    /// (CLI) a fresh one.
+    async fn observation(&self, named: Option<&str>) -> Result<(String, Option<Seen>, &'static str), ToolError> {
+        if let Some(id) = named {
+            return Ok((id.to_string(), None, "the screenshot named"));
+        }
+        let latest = self.latest.lock_plain().clone();
+        match (latest, self.no_screenshot) {
+            (Some(seen), _) => Ok((seen.observation_id.clone(), Some(seen), "the latest screenshot")),
+            (None, NoScreenshot::TakeOne) => {
+                self.screenshot(None).await?;
+                let seen = self.latest.lock_plain().clone();
+                let seen = seen.ok_or_else(|| ToolError::new("NO_FRAME", "the screenshot had no observation id"))?;
+                Ok((seen.observation_id.clone(), Some(seen), "a fresh screenshot"))
+            }
+            (None, NoScreenshot::Refuse) => Err(ToolError::new(
+                "NEEDS_OBSERVATION",
+                "no screenshot yet: call screenshot first; coordinates are pixels of that image",
+            )),
+        }
+    }
+
+    async fn act(&self, tool: &ToolDef, args: Map<String, Value>) -> Result<ToolOutput, ToolError> {
+        let num = |k: &str| args.get(k).and_then(Value::as_f64);
+        let spec = match tool.name {
+            "tap" | "double_tap" | "long_press" => json!({"type": tool.name, "x": num("x"), "y": num("y")}),
+            "swipe" => json!({
+                "type": "drag",
+                "path": [{"x": num("from_x"), "y": num("from_y")}, {"x": num("to_x"), "y": num("to_y")}],
+                "duration_ms": args.get("duration_ms"),
+            }),
+            "drag" => json!({"type": "drag", "path": args["path"], "duration_ms": args.get("duration_ms")}),
+            "scroll" => json!({"type": "scroll", "direction": args["direction"], "distance": num("amount")}),
+            "type_text" => json!({"type": "type_text", "text": args["text"]}),
+            "press_key" => json!({"type": "key_press", "key": args["key"]}),
+            "hotkey" => json!({"type": "hotkey", "keys": args["keys"]}),
+            "home" | "app_switcher" | "back" => json!({"type": tool.name}),
+            "open_app" => json!({"type": "open_app", "name": args["name"]}),
+            other => return Err(ToolError::new("UNKNOWN_METHOD", format!("no tool {other}"))),
+        };
+        let mut spec = obj(spec);
+        spec.retain(|_, v| !v.is_null());
+        let pointer = matches!(tool.name, "tap" | "double_tap" | "long_press" | "swipe" | "drag" | "scroll");
+        let mut params = Map::new();
+        let mut used = None;
+        if pointer {
+            let (id, seen, which) = self.observation(args.get("observation_id").and_then(Value::as_str)).await?;
+            if tool.name == "scroll" {
+                // Start in the middle of the screenshot unless told otherwise.
+                let (w, h) = seen.as_ref().map_or((0, 0), |s| (s.width, s.height));
+                let x = num("x").or((w > 0).then(|| w as f64 / 2.0));
+                let y = num("y").or((h > 0).then(|| h as f64 / 2.0));
+                match (x, y) {
+                    (Some(x), Some(y)) => {
+                        spec.insert("x".into(), x.into());
+                        spec.insert("y".into(), y.into());
+                    }
+                    _ => {
+                        return Err(ToolError::new(
+                            "INVALID_PARAMS",
+                            "scroll with a named observation_id needs x and y (where to start)",
+                        ))
+                    }
+                }
+            }
+            params.insert("observation_id".into(), id.clone().into());
+            used = Some((id, which));
+        }
+        let operation = match args.get("operation_id").and_then(Value::as_str) {
+            Some(op) => op.to_string(),
+            None => new_operation_id()?,
+        };
+        params.insert("operation_id".into(), operation.clone().into());
+        params.insert("action".into(), Value::Object(spec));
+        let r = self.backend.call(Method::Action.as_str(), params).await?;
+        let status = r["status"].as_str().unwrap_or("submitted").to_string();
+        let mut text = format!("{}: {status}", tool.name);
+        if let Some((id, which)) = used {
+            text.push_str(&format!(" (coordinates read in {which}, observation {id})"));
+        }
+        text.push_str(&format!("; operation_id {operation}."));
+        if status == "outcome_unknown" {
+            text.push_str(" It may or may not have happened: take a screenshot to see.");
+        }
+        Ok(ToolOutput { text, result: r, image: None })
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn obj(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// A fresh idempotency key: 96 random bits, hex.
+fn new_operation_id() -> Result<String, ToolError> {
+    let mut bytes = [0u8; 12];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+        .map_err(|_| ToolError::new("INTERNAL", "no randomness for an operation id"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A decoded preview: width, height, RGB(A) samples and samples per pixel.
+struct Picture {
+    width: u32,
+    height: u32,
+    samples: usize,
+    data: Vec<u8>,
+}
+
+fn decode_preview(r: &Value) -> Result<Picture, ToolError> {
+    use base64::Engine;
+    let bad = |what: &str| ToolError::new("INTERNAL", format!("the preview could not be read: {what}"));
+    let data = r["data"].as_str().ok_or_else(|| bad("no data"))?;
+    let png = base64::engine::general_purpose::STANDARD.decode(data).map_err(|_| bad("not base64"))?;
+    let mut reader = png::Decoder::new(std::io::Cursor::new(png)).read_info().map_err(|e| bad(&e.to_string()))?;
+    let mut buf = vec![0; reader.output_buffer_size().ok_or_else(|| bad("too large"))?];
+    let info = reader.next_frame(&mut buf).map_err(|e| bad(&e.to_string()))?;
+    buf.truncate(info.buffer_size());
+    let samples = info.color_type.samples();
+    Ok(Picture { width: info.width, height: info.height, samples, data: buf })
+}
+
+/// Whether enough pixels differ by more than the tolerance (a new size is a change).
+fn changed(a: &Picture, b: &Picture) -> bool {
+    if (a.width, a.height, a.samples) != (b.width, b.height, b.samples) {
+        return true;
+    }
+    let pixels = (u64::from(a.width) * u64::from(a.height)).max(1);
+    let differing = a
+        .data
+        .chunks_exact(a.samples)
+        .zip(b.data.chunks_exact(b.samples))
+        .filter(|(p, q)| p.iter().zip(q.iter()).any(|(x, y)| x.abs_diff(*y) > CHANGE_TOLERANCE))
+        .count();
+    differing as f64 / pixels as f64 >= CHANGE_FRACTION
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Records calls and answers from a script.
+    #[derive(Default)]
+    struct Script {
+        calls: Mutex<Vec<(String, Map<String, Value>)>>,
+    }
+
+    impl Backend for Script {
+        async fn call(&self, method: &str, params: Map<String, Value>) -> Result<Value, ToolError> {
+            self.calls.lock_plain().push((method.to_string(), params.clone()));
+            match method {
+                "screenshot" => Ok(json!({
+                    "mime_type": "image/png", "data": "iVBOR",
+                    "metadata": {"observation_id": "obs-7", "image_size": {"width": 400, "height": 800}},
+                })),
+                "action" => match params["action"]["type"].as_str() {
+                    Some("type_text") => Err(ToolError::new("UNTYPEABLE_TEXT", "no ü on this layout")),
+                    _ => Ok(json!({"status": "submitted"})),
+                },
+                _ => Ok(json!({})),
+            }
+        }
+    }
+
+    fn args(v: Value) -> Map<String, Value> {
+        obj(v)
+    }
+
+    #[tokio::test]
+    async fn pointer_tools_use_the_latest_screenshot_and_say_so() {
+        let script = Arc::new(Script::default());
+        let runner = Runner::new(script.clone(), NoScreenshot::Refuse);
+        let tap = catalog::tool("tap").unwrap();
+        let err = runner.run(tap, args(json!({"x": 5, "y": 6}))).await.unwrap_err();
+        assert_eq!(err.code, "NEEDS_OBSERVATION", "MCP never taps blind");
+        assert!(err.next_step().contains("screenshot"));
+        let shot = runner.run(catalog::tool("screenshot").unwrap(), Map::new()).await.unwrap();
+        assert_eq!(shot.image, Some(("image/png".into(), "iVBOR".into())));
+        assert!(shot.text.contains("obs-7") && shot.text.contains("400x800"), "{}", shot.text);
+        assert!(shot.result.get("data").is_none(), "the image goes once, as the image");
+        let out = runner.run(tap, args(json!({"x": 5, "y": 6}))).await.unwrap();
+        assert!(out.text.contains("the latest screenshot, observation obs-7"), "{}", out.text);
+        let scroll = catalog::tool("scroll").unwrap();
+        runner.run(scroll, args(json!({"direction": "down"}))).await.unwrap();
+        runner
+            .run(tap, args(json!({"x": 1, "y": 2, "observation_id": "obs-3", "operation_id": "op-1"})))
+            .await
+            .unwrap();
+        let calls = script.calls.lock_plain().clone();
+        let actions: Vec<&Map<String, Value>> = calls.iter().filter(|(m, _)| m == "action").map(|(_, p)| p).collect();
+        assert_eq!(actions.len(), 3);
+        assert_eq!(actions[0]["observation_id"], "obs-7");
+        assert_eq!(actions[0]["action"], json!({"type": "tap", "x": 5.0, "y": 6.0}));
+        assert_eq!(actions[0]["operation_id"].as_str().unwrap().len(), 24, "a fresh operation id");
+        assert_ne!(actions[0]["operation_id"], actions[1]["operation_id"]);
+        assert_eq!(
+            actions[1]["action"],
+            json!({"type": "scroll", "direction": "down", "x": 200.0, "y": 400.0}),
+            "a scroll starts mid-screen"
+        );
+        assert_eq!(actions[2]["observation_id"], "obs-3");
+        assert_eq!(actions[2]["operation_id"], "op-1");
+    }
+
+    #[tokio::test]
+    async fn the_cli_takes_a_screenshot_first_and_errors_keep_their_code() {
+        let script = Arc::new(Script::default());
+        let runner = Runner::new(script.clone(), NoScreenshot::TakeOne);
+        let swipe = catalog::tool("swipe").unwrap();
+        let out = runner.run(swipe, args(json!({"from_x": 1, "from_y": 2, "to_x": 3, "to_y": 4}))).await.unwrap();
+        assert!(out.text.contains("a fresh screenshot"), "{}", out.text);
+        let calls = script.calls.lock_plain().clone();
+        assert_eq!(calls[0].0, "screenshot");
+        assert_eq!(calls[1].1["action"]["path"], json!([{"x": 1.0, "y": 2.0}, {"x": 3.0, "y": 4.0}]));
+        let typed = runner.run(catalog::tool("type_text").unwrap(), args(json!({"text": "ü"}))).await.unwrap_err();
+        assert_eq!(typed.code, "UNTYPEABLE_TEXT");
+        let bad = runner.run(swipe, args(json!({"from_x": 1}))).await.unwrap_err();
+        assert_eq!(bad.code, "INVALID_PARAMS");
+        assert_eq!(script.calls.lock_plain().len(), 3, "bad arguments never reach the daemon");
+    }
+
+    #[test]
+    fn tools_are_listed_by_the_methods_a_role_may_call() {
+        let view: Vec<String> =
+            ["hello", "status", "screenshot", "preview", "task_messages"].map(String::from).to_vec();
+        let names: Vec<&str> = Runner::<Arc<Script>>::allowed(&view).iter().map(|t| t.name).collect();
+        assert_eq!(names, ["screenshot", "wait_for_change", "status"]);
+        let operate: Vec<String> = ["status", "screenshot", "preview", "action"].map(String::from).to_vec();
+        assert!(Runner::<Arc<Script>>::allowed(&operate).iter().any(|t| t.name == "tap"));
+        let agent: Vec<String> = ["screenshot", "action", "task_confirm", "task_messages"].map(String::from).to_vec();
+        let names: Vec<&str> = Runner::<Arc<Script>>::allowed(&agent).iter().map(|t| t.name).collect();
+        assert!(names.contains(&"confirm") && names.contains(&"messages"), "{names:?}");
+    }
+
+    #[test]
+    fn a_change_is_enough_pixels_past_the_tolerance() {
+        let pic = |fill: u8, n: usize| Picture {
+            width: 100,
+            height: 10,
+            samples: 3,
+            data: {
+                let mut d = vec![0u8; 3000];
+                for px in d.chunks_exact_mut(3).take(n) {
+                    px[0] = fill;
+                }
+                d
+            },
+        };
+        let base = pic(0, 0);
+        assert!(!changed(&base, &pic(20, 1000)), "noise under the tolerance");
+        assert!(!changed(&base, &pic(200, 1)), "one pixel");
+        assert!(changed(&base, &pic(200, 2)), "0.2 % of the pixels");
+        assert!(changed(&base, &Picture { width: 10, height: 100, samples: 3, data: vec![0; 3000] }), "rotated");
+    }
+}
