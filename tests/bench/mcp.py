@@ -70,7 +70,7 @@ async def mcp_run(d, token):
             t = time.perf_counter()
             r = await s.call_tool("status", {})
             times.append((time.perf_counter() - t) * 1000)
-            assert not r.isError, text_of(r)
+            assert not r.is_error, text_of(r)
         flow = await scripted_flow(d, s)
         return times, flow
 
@@ -96,7 +96,7 @@ async def scripted_flow(d, s):
         nonlocal steps
         steps += 1
         r = await s.call_tool(name, args or {})
-        assert not r.isError, f"{name}: {text_of(r)}"
+        assert not r.is_error, f"{name}: {text_of(r)}"
         return r
 
     async def settle():

@@ -165,7 +165,7 @@ class Mcp(unittest.TestCase):
             shot = await s.call_tool("screenshot", {})
             x, y = find_colour(image_of(shot), APP0, tolerance=10)
             r = await s.call_tool("tap", {"x": x, "y": y})
-            self.assertFalse(r.isError, text_of(r))
+            self.assertFalse(r.is_error, text_of(r))
             wait_for("the demo app to open", lambda: self.sim()["screen"] == "app")
 
     def test_tools_follow_the_role_and_a_tap_found_in_the_pixels_lands(self):
@@ -174,16 +174,16 @@ class Mcp(unittest.TestCase):
                 names = [t.name for t in (await s.list_tools()).tools]
                 self.assertEqual(sorted(names), ["screenshot", "status", "wait_for_change"])
                 r = await s.call_tool("tap", {"x": 1, "y": 1})
-                self.assertTrue(r.isError)
+                self.assertTrue(r.is_error)
                 self.assertIn("PERMISSION_DENIED", text_of(r))
             async with self.http_session({"Authorization": f"Bearer {self.op}"}) as s:
                 tools = {t.name: t for t in (await s.list_tools()).tools}
                 for name in ["tap", "swipe", "type_text", "open_app", "wait_for_change", "screenshot"]:
                     self.assertIn(name, tools)
                 self.assertNotIn("confirm", tools, "confirm is for a task's agent")
-                self.assertEqual(tools["tap"].inputSchema["required"], ["x", "y"])
+                self.assertEqual(tools["tap"].input_schema["required"], ["x", "y"])
                 r = await s.call_tool("tap", {"x": 5, "y": 5})
-                self.assertTrue(r.isError)
+                self.assertTrue(r.is_error)
                 self.assertIn("screenshot first", text_of(r), "never a tap without a screenshot")
                 await self.open_demo_app(s)
                 shot = await s.call_tool("screenshot", {})
@@ -195,23 +195,23 @@ class Mcp(unittest.TestCase):
                 before = self.element("button0")["taps"]
                 x, y = find_colour(png, BUTTON)
                 r = await s.call_tool("tap", {"x": x, "y": y})
-                self.assertFalse(r.isError, text_of(r))
+                self.assertFalse(r.is_error, text_of(r))
                 self.assertIn("latest screenshot", text_of(r), "it says which screenshot it used")
                 wait_for("button0 to count the tap", lambda: self.element("button0")["taps"] == before + 1)
                 # Type into the field: tap it (found by colour), then type.
                 fx, fy = find_colour(png, FIELD, tolerance=8)
                 r = await s.call_tool("tap", {"x": fx, "y": fy})
-                self.assertFalse(r.isError, text_of(r))
+                self.assertFalse(r.is_error, text_of(r))
                 wait_for("the field to take focus", lambda: self.element("text_field")["focused"])
                 r = await s.call_tool("type_text", {"text": "hello mcp"})
-                self.assertFalse(r.isError, text_of(r))
+                self.assertFalse(r.is_error, text_of(r))
                 wait_for("the text to arrive", lambda: self.element("text_field")["text"] == "hello mcp")
                 # Bad arguments are tool errors with a code, and the server goes on.
                 r = await s.call_tool("tap", {"x": "left", "y": 2})
-                self.assertTrue(r.isError)
+                self.assertTrue(r.is_error)
                 self.assertIn("INVALID_PARAMS", text_of(r))
                 r = await s.call_tool("status", {})
-                self.assertFalse(r.isError, text_of(r))
+                self.assertFalse(r.is_error, text_of(r))
         run(body())
 
     def test_a_task_agent_waits_while_paused_and_confirm_is_answered_over_http(self):
@@ -224,11 +224,11 @@ class Mcp(unittest.TestCase):
                 names = [t.name for t in (await agent.list_tools()).tools]
                 self.assertIn("confirm", names)
                 shot = await agent.call_tool("screenshot", {})
-                self.assertFalse(shot.isError, text_of(shot))
+                self.assertFalse(shot.is_error, text_of(shot))
                 # The one outside the task may look but not touch, and is told why.
-                self.assertFalse((await outsider.call_tool("screenshot", {})).isError)
+                self.assertFalse((await outsider.call_tool("screenshot", {})).is_error)
                 r = await outsider.call_tool("tap", {"x": 10, "y": 10})
-                self.assertTrue(r.isError)
+                self.assertTrue(r.is_error)
                 self.assertIn("TASK_RUNNING", text_of(r))
                 self.assertIn("mcp agent", text_of(r), "the refusal names the task")
                 # Pause: the agent's tap waits (and says why), resume lets it finish.
@@ -245,7 +245,7 @@ class Mcp(unittest.TestCase):
                     await asyncio.sleep(0.1)
                 self.control(task, "resume")
                 r = await asyncio.wait_for(tap, 30)
-                self.assertFalse(r.isError, text_of(r))
+                self.assertFalse(r.is_error, text_of(r))
                 # confirm waits for a person; the HTTP task API answers it.
                 ask = asyncio.ensure_future(agent.call_tool("confirm", {"question": "delete the album?"}))
                 deadline = time.time() + 30
@@ -259,7 +259,7 @@ class Mcp(unittest.TestCase):
                 self.assertEqual(q["text"], "delete the album?")
                 self.control(task, "approve")
                 r = await asyncio.wait_for(ask, 30)
-                self.assertFalse(r.isError, text_of(r))
+                self.assertFalse(r.is_error, text_of(r))
                 self.assertIn("approved", text_of(r))
         run(body())
 
@@ -302,10 +302,10 @@ class Mcp(unittest.TestCase):
                     names = [t.name for t in (await s.list_tools()).tools]
                     self.assertIn("tap", names)
                     shot = await s.call_tool("screenshot", {})
-                    self.assertFalse(shot.isError, text_of(shot))
+                    self.assertFalse(shot.is_error, text_of(shot))
                     decode_png(image_of(shot))
                     r = await s.call_tool("home", {})
-                    self.assertFalse(r.isError, text_of(r))
+                    self.assertFalse(r.is_error, text_of(r))
                     return names
 
         local = run(use(StdioServerParameters(command=TETHER, args=["mcp"], env=env)))

@@ -2,8 +2,8 @@
 //! (Streamable HTTP at `/mcp` in-process, stdio over the control socket in `tether mcp`).
 //!
 //! Calls are made as the request's caller (HTTP: whoever the request authenticated as),
-//! and what a caller's tools remember (the latest screenshot) is kept per caller, never
-//! shared with another token. `tools/list` shows only the tools the caller's role may call
+//! and what a caller's tools remember (the latest screenshot) is kept per MCP session of
+//! that caller (per caller for stateless clients), never shared with another token. `tools/list` shows only the tools the caller's role may call
 //! (from `hello`, i.e. the one role table). A tool call inside a task that must wait (the
 //! task is paused, taken over, or waiting for a human's answer) waits, with a progress
 //! notification every few seconds saying why; a stop ends it with the daemon's error.
@@ -51,12 +51,16 @@ struct CallerTools<B> {
     allowed: Vec<&'static ToolDef>,
 }
 
-/// Callers' tool state, by identity. MCP's newest revision is stateless (no session to hang
-/// the latest screenshot on), so it lives with the caller: the same token's later calls use
-/// it, another token's never do. Idle entries go after [`CALLER_IDLE`].
+/// Callers' tool state, by identity (the caller and its MCP session id, if any). It lives
+/// here rather than in the server instance because rmcp makes an instance per request for
+/// stateless clients (MCP's newest revision has no sessions). Idle entries go after
+/// [`CALLER_IDLE`].
 pub struct Callers<B> {
-    map: Mutex<HashMap<String, (Arc<CallerTools<B>>, Instant)>>,
+    map: Mutex<HashMap<String, Remembered<B>>>,
 }
+
+/// A caller's tools and when they were last used.
+type Remembered<B> = (Arc<CallerTools<B>>, Instant);
 
 impl<B> Default for Callers<B> {
     fn default() -> Self {

@@ -70,7 +70,20 @@ pub fn service(daemon: Daemon, shutdown: &CancellationToken) -> McpService {
             .ok_or_else(|| rmcp::ErrorData::internal_error("the request carries no authenticated caller", None))?;
         Ok(InProcess { daemon: daemon.clone(), caller: auth.caller.clone(), task_token: auth.task_token.clone() })
     });
-    let identity_of: IdentityOf = Arc::new(|ctx| authenticated(ctx).map(identity));
+    // The caller, and its MCP session when it has one: "the latest screenshot" is the
+    // session's (stateless clients, with no session id, have one per caller).
+    let identity_of: IdentityOf = Arc::new(|ctx| {
+        let who = identity(authenticated(ctx)?);
+        let session = ctx
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .and_then(|p| p.headers.get("mcp-session-id"))
+            .and_then(|v| v.to_str().ok());
+        Some(match session {
+            Some(id) => format!("{who}#{id}"),
+            None => who,
+        })
+    });
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(SESSION_IDLE);
     let config = StreamableHttpServerConfig::default()
@@ -94,7 +107,13 @@ pub async fn handle(
         return body::error(e);
     }
     req.extensions_mut().insert(auth);
-    let response = service.0.handle(req).await;
+    let delete = req.method() == hyper::Method::DELETE;
+    let mut response = service.0.handle(req).await;
+    if delete && response.status() == hyper::StatusCode::ACCEPTED {
+        // The session is gone (rmcp says 202); clients expect a success with no body
+        // (the Python SDK logs "termination failed" on 202).
+        *response.status_mut() = hyper::StatusCode::NO_CONTENT;
+    }
     // An SSE answer can stream for minutes (a question waiting for a person): it counts as
     // an open stream of its connection, like a task's lease.
     response.map(|b| Guarded { body: b, _stream: stream }.boxed_unsync())
