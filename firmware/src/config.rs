@@ -104,6 +104,9 @@ pub struct HttpsSettings {
     pub max_body_bytes: usize,
     /// Most connections open at once.
     pub max_connections: usize,
+    /// An MCP session at `/mcp` with no traffic for this many seconds is forgotten (its
+    /// client initializes again; `tether mcp --url` does so by itself). Default 600.
+    pub mcp_session_idle_s: u64,
 }
 
 impl Default for HttpsSettings {
@@ -115,6 +118,7 @@ impl Default for HttpsSettings {
             key: None,
             max_body_bytes: 1 << 20,
             max_connections: 1024,
+            mcp_session_idle_s: 600,
         }
     }
 }

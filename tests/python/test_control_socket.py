@@ -75,6 +75,14 @@ class Daemon:
                 raise RuntimeError("daemon did not start:\n" + self.log.read())
             time.sleep(0.02)
 
+    def call(self, request, timeout=15):
+        """One request on a fresh connection; its answer."""
+        c = Client(self.socket, timeout=timeout)
+        try:
+            return c.call(request)
+        finally:
+            c.close()
+
     def stop(self):
         self.proc.terminate()
         try:
@@ -83,6 +91,23 @@ class Daemon:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
+
+
+def open_task(socket_path, title):
+    """A task whose lease is a new socket connection: (client, id, token); close the client
+    to end the lease. A lease that just ended (the previous test's) may not have been seen
+    by the daemon yet: TASK_ACTIVE is retryable, so it is retried (briefly)."""
+    c = Client(socket_path, timeout=15)
+    deadline = time.time() + 10
+    while True:
+        r = c.call({"id": 1, "method": "task_open", "title": title, "events": False})
+        if r["ok"] or r["error"]["code"] != "TASK_ACTIVE" or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    if not r["ok"]:
+        c.close()
+        raise AssertionError(f"task_open failed: {r}")
+    return c, r["result"]["id"], r["result"]["token"]
 
 
 class ControlSocketTest(unittest.TestCase):

@@ -13,7 +13,6 @@ sets it): a release build is what the memory bound is about.
 
 import json
 import os
-import re
 import select
 import socket
 import threading

@@ -49,11 +49,7 @@ class HttpsDaemon(Daemon):
         self.base = f"https://localhost:{self.port}"
 
     def status(self):
-        c = Client(self.socket)
-        try:
-            return c.call({"id": 1, "method": "status"})["result"]
-        finally:
-            c.close()
+        return self.call({"id": 1, "method": "status"})["result"]
 
     def env(self, **extra):
         env = dict(os.environ)

@@ -7,6 +7,7 @@ here), and what the taps did is checked with the sim's state.
 import asyncio
 import json
 import os
+import select
 import socket
 import ssl
 import struct
@@ -16,13 +17,14 @@ import time
 import unittest
 import zlib
 import base64
+import shutil
 
 import httpx2
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from test_control_socket import TETHER, Client
+from test_control_socket import TETHER, Client, open_task
 from test_https import HttpsDaemon, wait_for
 
 BUTTON = (0, 122, 255)
@@ -112,11 +114,7 @@ class Mcp(unittest.TestCase):
         cls.d.stop()
 
     def sim(self):
-        c = Client(self.d.socket, timeout=15)
-        try:
-            return c.call({"id": 1, "method": "sim_state"})["result"]
-        finally:
-            c.close()
+        return self.d.call({"id": 1, "method": "sim_state"})["result"]
 
     def element(self, element_id):
         return next(e for e in self.sim()["elements"] if e["id"] == element_id)
@@ -144,16 +142,9 @@ class Mcp(unittest.TestCase):
 
     def open_task(self, title):
         """A task leased by a socket connection of this test: (client, id, token)."""
-        c = Client(self.d.socket, timeout=15)
+        c, task, token = open_task(self.d.socket, title)
         self.addCleanup(c.close)
-        deadline = time.time() + 10
-        while True:
-            r = c.call({"id": 1, "method": "task_open", "title": title, "events": False})
-            if r["ok"] or r["error"]["code"] != "TASK_ACTIVE" or time.time() > deadline:
-                break
-            time.sleep(0.05)
-        self.assertTrue(r["ok"], r)
-        return c, r["result"]["id"], r["result"]["token"]
+        return c, task, token
 
     def control(self, task, action):
         status, _, body = self.d.request("POST", f"/api/tasks/{task}/{action}", body={}, token=self.op)
@@ -331,6 +322,122 @@ class Mcp(unittest.TestCase):
         self.assertEqual(p.returncode, 0, err)
 
 
+class BridgeProcess:
+    """`tether mcp --url` driven by hand, JSON-RPC line by line."""
+
+    def __init__(self, url, env):
+        self.p = subprocess.Popen([TETHER, "mcp", "--url", url], env=env, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.buf = b""
+        self.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+        assert "result" in self.reply(0)
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def send(self, message):
+        self.p.stdin.write(json.dumps(message).encode() + b"\n")
+        self.p.stdin.flush()
+
+    def reply(self, rid, timeout=60):
+        """The next message answering `rid` (progress and other messages are skipped)."""
+        deadline = time.time() + timeout
+        while True:
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                message = json.loads(line)
+                if message.get("id") == rid:
+                    return message
+            left = deadline - time.time()
+            if left <= 0 or not select.select([self.p.stdout], [], [], left)[0]:
+                raise AssertionError(f"no answer to {rid} within {timeout} s")
+            chunk = os.read(self.p.stdout.fileno(), 65536)
+            if not chunk:
+                raise AssertionError(f"the bridge exited before answering {rid}: {self.p.stderr.read().decode()}")
+            self.buf += chunk
+
+    def call_tool(self, rid, name, arguments=None):
+        self.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                   "params": {"name": name, "arguments": arguments or {}}})
+        return self.reply(rid)
+
+    def close(self):
+        """Closes stdin (the bridge deletes its session and exits); its stderr."""
+        self.p.stdin.close()
+        self.p.wait(timeout=30)
+        err = self.p.stderr.read().decode()
+        self.p.stdout.close()
+        self.p.stderr.close()
+        return err
+
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+        for f in (self.p.stdin, self.p.stdout, self.p.stderr):
+            if not f.closed:
+                f.close()
+
+
+class SessionLoss(unittest.TestCase):
+    """MCP sessions are forgotten when idle; the bridge initializes again by itself, also
+    across a restart of the appliance on the same port."""
+
+    IDLE_S = 1
+
+    def start(self, config_text=None, **kw):
+        self.d = HttpsDaemon(config_text=config_text, **kw)
+        self.addCleanup(lambda: self.d.stop())
+        self.op = self.d.cli("token", "add", "bridge", "--role", "operate").stdout.strip()
+
+    def bridge(self):
+        # At info, the bridge says when it initializes again.
+        env = dict(self.d.env(), TETHER_TOKEN=self.op, TETHER_FINGERPRINT=self.d.fingerprint, RUST_LOG="info")
+        b = BridgeProcess(f"https://localhost:{self.d.port}/mcp", env)
+        self.addCleanup(b.kill)
+        return b
+
+    def assert_ok(self, reply):
+        self.assertIn("result", reply, reply)
+        self.assertFalse(reply["result"].get("isError"), reply)
+
+    def test_an_idle_session_is_forgotten_and_the_bridge_initializes_again(self):
+        self.start(f"[https]\nmcp_session_idle_s = {self.IDLE_S}\n")
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        headers = {"Accept": "application/json, text/event-stream"}
+        status, h, _ = self.d.request("POST", "/mcp", body=init, headers=headers, token=self.op)
+        self.assertEqual(status, 200)
+        session = h["mcp-session-id"]
+        b = self.bridge()
+        self.assert_ok(b.call_tool(1, "status"))
+        # Idleness is what is under test: nothing may touch either session meanwhile.
+        time.sleep(self.IDLE_S + 2)
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        status, _, _ = self.d.request("POST", "/mcp", body=listing, token=self.op,
+                                      headers=dict(headers, **{"mcp-session-id": session}))
+        self.assertEqual(status, 404, "an idle session is forgotten")
+        self.assert_ok(b.call_tool(2, "status"))
+        err = b.close()
+        self.assertIn("initializing again", err)
+        self.assertEqual(b.p.returncode, 0, err)
+
+    def test_the_bridge_carries_on_across_a_restart(self):
+        self.start()
+        b = self.bridge()
+        self.assert_ok(b.call_tool(1, "status"))
+        self.assert_ok(b.call_tool(2, "home"))
+        port, data = self.d.port, self.d.dir
+        self.d.stop()
+        wait_for("the old socket to go", lambda: not os.path.exists(self.d.socket))
+        # The same data (tokens, CA) and port: the bridge's pooled connections are dead
+        # and its session unknown; the next calls must still just work.
+        self.d = HttpsDaemon(listen=f"127.0.0.1:{port}", data_dir=data)
+        self.assert_ok(b.call_tool(3, "status"))
+        self.assert_ok(b.call_tool(4, "home"))
+        err = b.close()
+        self.assertEqual(b.p.returncode, 0, err)
+
+
 class InsideTaskRun(unittest.TestCase):
     """`tether task run --url` gives its command what `tether mcp --url` needs, and only the task's token."""
 
@@ -357,8 +464,17 @@ class InsideTaskRun(unittest.TestCase):
             f.write("".join(json.dumps(m) + "\n" for m in lines))
         os.chmod(requests, 0o644)
         out = self.out
+        # The child may also try the HTTP task API directly with its own token (curl, trusting
+        # the appliance's CA from a copy it can read).
+        ca = os.path.join(out, "ca.crt")
+        shutil.copy(self.d.ca, ca)
+        os.chmod(ca, 0o644)
+        direct = (f"curl -s -o /dev/null -w '%{{http_code}}' --cacert {ca} -X POST -H 'Content-Type: application/json' "
+                  f"-H \"Tether-Task-Token: $TETHER_TASK_TOKEN\" -d '{{}}' "
+                  f"https://localhost:{self.d.port}/api/tasks/$TETHER_TASK_ID")
         script = (f'{TETHER} mcp --url "$TETHER_MCP_URL" < {requests} > {out}/mcp.out 2> {out}/mcp.err; '
-                  f"{TETHER} task approve $TETHER_TASK_ID > {out}/approve.out 2>&1; echo $? > {out}/approve.rc")
+                  f"{TETHER} task approve $TETHER_TASK_ID > {out}/approve.out 2>&1; echo $? > {out}/approve.rc; "
+                  f"{direct}/approve > {out}/direct-approve.code; {direct}/pause > {out}/direct-pause.code")
         agent = ["--agent-user", "nobody"] if os.geteuid() == 0 else []
         r = subprocess.run([TETHER, "task", "run", "--url", f"https://localhost:{self.d.port}", "--title", "mcp child",
                             *agent, "--", "sh", "-c", script], capture_output=True, text=True, env=env, timeout=120)
@@ -372,6 +488,9 @@ class InsideTaskRun(unittest.TestCase):
         self.assertEqual(replies[3]["result"]["content"][0]["type"], "image")
         with open(f"{out}/approve.rc") as f:
             self.assertNotEqual(f.read().strip(), "0", "approve from inside the task fails")
+        for action in ["approve", "pause"]:
+            with open(f"{out}/direct-{action}.code") as f:
+                self.assertEqual(f.read().strip(), "403", f"a direct HTTP {action} with the task token is refused")
         # The steps were the task's: its journal has them.
         c = Client(self.d.socket)
         try:

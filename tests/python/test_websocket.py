@@ -7,8 +7,6 @@ import base64
 import json
 import os
 import shutil
-import socket
-import ssl
 import struct
 import subprocess
 import tempfile
@@ -20,7 +18,7 @@ import warnings
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from test_control_socket import Client
+from test_control_socket import Client, open_task
 from test_https import HttpsDaemon, wait_for
 
 CDV1 = 0x43445631
@@ -125,17 +123,9 @@ class Base(unittest.TestCase):
 
     def open_task(self, title="ws task"):
         """A task whose lease is a socket connection of this test; (client, id, token)."""
-        c = self.unix()
-        # The last test's lease ends when the daemon sees its socket close, which may be
-        # just after this test starts: TASK_ACTIVE is retryable, so retry it (briefly).
-        deadline = time.time() + 10
-        while True:
-            r = c.call({"id": 1, "method": "task_open", "title": title, "events": False})
-            if r["ok"] or r["error"]["code"] != "TASK_ACTIVE" or time.time() > deadline:
-                break
-            time.sleep(0.05)
-        self.assertTrue(r["ok"], r)
-        return c, r["result"]["id"], r["result"]["token"]
+        c, task, token = open_task(self.d.socket, title)
+        self.addCleanup(c.close)
+        return c, task, token
 
     def note(self, lease, task, text):
         r = lease.call({"id": 2, "method": "task_note", "task": task, "text": text})

@@ -180,6 +180,8 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
             Some((material, hostname)) => {
                 let mut https = HttpsConfig::new(config.listen, material.clone(), hostname.clone());
                 https.max_body = config.https.max_body_bytes;
+                // Zero would reap a session between its own messages: one second at least.
+                https.mcp_session_idle = std::time::Duration::from_secs(config.https.mcp_session_idle_s.max(1));
                 https.max_connections = raise_fd_limit(config.https.max_connections);
                 Some(HttpsListener::bind(https).await?)
             }

@@ -8,7 +8,9 @@
 //! session (404: restarted, or idle too long) the bridge initializes again with the
 //! client's own `initialize` and retries once. When the appliance cannot be reached, each
 //! request gets a JSON-RPC error at once instead of hanging. When stdin closes, the answers
-//! still due are written and then the session is deleted.
+//! still due are written and then the session is deleted. A kept-alive connection that the
+//! appliance closed as it was reused (a restart, its idle rule) fails before any answer; the
+//! message then goes again, once, on a fresh connection.
 
 use std::sync::{Arc, Mutex};
 
@@ -171,8 +173,20 @@ impl Bridge {
         if let Some(v) = &version {
             headers.push(("mcp-protocol-version", v.as_str()));
         }
-        let mut conn = self.connection().await?;
-        let response = conn.send_with(Method::POST, MCP_PATH, body, Some("application/json"), &headers).await?;
+        let (mut conn, pooled) = self.connection().await?;
+        let response =
+            match conn.send_with(Method::POST, MCP_PATH, body.clone(), Some("application/json"), &headers).await {
+                // A kept-alive connection the appliance closed while it sat in the pool (a
+                // restart, its idle rule) fails before any answer: the appliance never took the
+                // request on it (it closes only connections with nothing in flight), so it goes
+                // again, once, on a fresh connection. A fresh connection failing is an answer.
+                Err(HttpsClientError::Http(e)) if pooled && closed_under_us(&e) => {
+                    tracing::debug!(error = %e, "a pooled connection was closed; sending on a fresh one");
+                    conn = self.client.connect().await?;
+                    conn.send_with(Method::POST, MCP_PATH, body, Some("application/json"), &headers).await?
+                }
+                other => other?,
+            };
         // Back to the pool once this answer's body has been read and the connection can
         // send again (a streamed answer holds it until its end; one dropped unread closes it).
         let idle = self.idle.clone();
@@ -184,13 +198,14 @@ impl Bridge {
         Ok(response)
     }
 
-    async fn connection(&self) -> Result<KeptAlive, HttpsClientError> {
+    /// A connection, and whether it came from the pool (was used before).
+    async fn connection(&self) -> Result<(KeptAlive, bool), HttpsClientError> {
         loop {
             let pooled = self.idle.lock_plain().pop();
             match pooled {
-                Some(c) if c.is_open() => return Ok(c),
+                Some(c) if c.is_open() => return Ok((c, true)),
                 Some(_) => continue,
-                None => return self.client.connect().await,
+                None => return Ok((self.client.connect().await?, false)),
             }
         }
     }
@@ -263,11 +278,28 @@ impl Bridge {
 
     async fn delete_session(&self) {
         let Some(id) = self.session.lock_plain().id.clone() else { return };
-        if let Ok(mut conn) = self.connection().await {
+        if let Ok((mut conn, _)) = self.connection().await {
             let headers = [("mcp-session-id", id.as_str())];
             let _ = conn.send_with(Method::DELETE, MCP_PATH, Bytes::new(), None, &headers).await;
         }
     }
+}
+
+/// Whether a request failed because its connection was closed (or reset) before any
+/// answer: the appliance shut it (idle, restarted) as we reused it.
+fn closed_under_us(e: &hyper::Error) -> bool {
+    if e.is_canceled() || e.is_incomplete_message() {
+        return true;
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            return matches!(io.kind(), UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe);
+        }
+        source = s.source();
+    }
+    false
 }
 
 /// Splits an SSE stream into `data` payloads (multi-line data joined with newlines).
@@ -304,6 +336,87 @@ impl SseParser {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use crate::client::https::{Credentials, Target};
+    use crate::server::tls::{self, Fingerprint, ServerNames};
+
+    /// An MCP endpoint over TLS that answers one request per connection and then, like a
+    /// server whose idle rule (or restart) closed a kept-alive connection just as the
+    /// client reused it, drops the connection at the next request without an answer.
+    async fn one_request_per_connection_server() -> (u16, Fingerprint, Arc<AtomicUsize>) {
+        let dir = tempfile::tempdir().unwrap();
+        let names = ServerNames::of_machine("localhost", &[], &[]);
+        let material = tls::load_or_create(dir.path(), &names).unwrap();
+        let pin = Fingerprint::of(&material.ca_der);
+        let acceptor = tokio_rustls::TlsAcceptor::from(material.config.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let dropped_count = dropped.clone();
+        tokio::spawn(async move {
+            let _dir = dir;
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let tls = acceptor.accept(tcp).await.unwrap();
+                let served = Arc::new(AtomicUsize::new(0));
+                let dropped = dropped_count.clone();
+                let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let (served, dropped) = (served.clone(), dropped.clone());
+                    async move {
+                        if served.fetch_add(1, Ordering::SeqCst) > 0 {
+                            // A service error ends the connection with no answer.
+                            dropped.fetch_add(1, Ordering::SeqCst);
+                            return Err("closed");
+                        }
+                        let body = req.into_body().collect().await.unwrap().to_bytes();
+                        let message: Value = serde_json::from_slice(&body).unwrap();
+                        let Some(id) = message.get("id") else {
+                            let mut r = hyper::Response::new(http_body_util::Full::new(Bytes::new()));
+                            *r.status_mut() = StatusCode::ACCEPTED;
+                            return Ok(r);
+                        };
+                        let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"protocolVersion": "2025-06-18"}});
+                        let mut r = hyper::Response::new(http_body_util::Full::new(Bytes::from(answer.to_string())));
+                        r.headers_mut().insert("content-type", "application/json".parse().unwrap());
+                        r.headers_mut().insert("mcp-session-id", "s1".parse().unwrap());
+                        Ok(r)
+                    }
+                });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service),
+                );
+            }
+        });
+        (port, pin, dropped)
+    }
+
+    #[tokio::test]
+    async fn a_pooled_connection_closed_by_the_appliance_is_retried_on_a_fresh_one() {
+        let (port, pin, dropped) = one_request_per_connection_server().await;
+        let (target, _, _) = Target::parse(&format!("https://localhost:{port}")).unwrap();
+        let client = HttpsClient::new(target, pin, Credentials::default()).unwrap();
+        let (out, mut read_out) = tokio::io::duplex(1 << 16);
+        let bridge = Bridge::new(client, Box::new(out));
+        let lines = [
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "status"}}),
+        ];
+        let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        bridge.run(input.as_bytes()).await.unwrap();
+        drop(bridge);
+        let mut written = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut read_out, &mut written).await.unwrap();
+        let replies: Vec<Value> = written.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(replies.len(), 2, "{written}");
+        for (reply, id) in replies.iter().zip([1, 2]) {
+            assert_eq!(reply["id"], id);
+            assert!(reply.get("error").is_none(), "delivered despite the closed connection: {reply}");
+        }
+        assert!(dropped.load(Ordering::SeqCst) >= 2, "the reused connections were really closed");
+    }
 
     #[test]
     fn sse_events_split_across_chunks_come_out_whole() {

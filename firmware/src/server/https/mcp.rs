@@ -5,7 +5,7 @@
 //! cookie); here a browser Origin must be the console's own, and the caller rides along in
 //! the request's extensions to the session's [`McpServer`](crate::server::mcp::McpServer),
 //! which calls the daemon in-process as that caller. Sessions hold no lease and are
-//! dropped after 10 minutes without traffic.
+//! dropped after 10 minutes without traffic (`[https] mcp_session_idle_s`).
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -32,7 +32,8 @@ use crate::server::mcp::{IdentityOf, MakeBackend, McpServer};
 
 /// The largest MCP message a client may POST.
 pub const MAX_MCP_BODY: usize = 1 << 20;
-/// An MCP session with no traffic for this long is forgotten (the client initializes again).
+/// By default, an MCP session with no traffic for this long is forgotten (the client
+/// initializes again).
 pub const SESSION_IDLE: Duration = Duration::from_secs(600);
 
 /// The mounted service.
@@ -63,8 +64,9 @@ fn identity(auth: &Authenticated) -> String {
     }
 }
 
-/// Builds `/mcp`'s service for `daemon`; `shutdown` ends its sessions.
-pub fn service(daemon: Daemon, shutdown: &CancellationToken) -> McpService {
+/// Builds `/mcp`'s service for `daemon`; a session idle for `session_idle` is forgotten,
+/// and `shutdown` ends them all.
+pub fn service(daemon: Daemon, session_idle: Duration, shutdown: &CancellationToken) -> McpService {
     let make: MakeBackend<InProcess> = Arc::new(move |ctx| {
         let auth = authenticated(ctx)
             .ok_or_else(|| rmcp::ErrorData::internal_error("the request carries no authenticated caller", None))?;
@@ -85,7 +87,7 @@ pub fn service(daemon: Daemon, shutdown: &CancellationToken) -> McpService {
         })
     });
     let mut sessions = LocalSessionManager::default();
-    sessions.session_config.keep_alive = Some(SESSION_IDLE);
+    sessions.session_config.keep_alive = Some(session_idle);
     let config = StreamableHttpServerConfig::default()
         .disable_allowed_hosts()
         .with_max_request_body_bytes(MAX_MCP_BODY)

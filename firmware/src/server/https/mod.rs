@@ -89,6 +89,8 @@ pub struct HttpsConfig {
     pub max_connections: usize,
     /// How often streamed answers send a keep-alive line.
     pub keepalive: Duration,
+    /// How long an idle MCP session is kept.
+    pub mcp_session_idle: Duration,
 }
 
 impl HttpsConfig {
@@ -103,6 +105,7 @@ impl HttpsConfig {
             max_body: DEFAULT_MAX_BODY,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             keepalive: KEEPALIVE,
+            mcp_session_idle: mcp::SESSION_IDLE,
         }
     }
 }
@@ -196,7 +199,7 @@ impl HttpsListener {
             keepalive: config.keepalive,
             shutdown: shutdown.clone(),
             video_pending: video::Pending::default(),
-            mcp: mcp::service(daemon_for_mcp, &shutdown),
+            mcp: mcp::service(daemon_for_mcp, config.mcp_session_idle, &shutdown),
         });
         tracing::info!(
             listen = %listener.local_addr().map_or(config.listen, |a| a),
