@@ -136,7 +136,7 @@ pub struct ViewerHub {
 
 /// Microseconds of `CLOCK_MONOTONIC` at `at` (the clock `Instant` reads on Linux), so a
 /// client on the same machine can measure latency against its own monotonic clock.
-fn monotonic_micros(at: Instant) -> u64 {
+pub fn monotonic_micros(at: Instant) -> u64 {
     let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .map(|t| Duration::new(u64::try_from(t.tv_sec()).unwrap_or(0), u32::try_from(t.tv_nsec()).unwrap_or(0)))
         .unwrap_or_default();

@@ -149,7 +149,8 @@ pub fn cookie_name(port: u16) -> String {
     format!("tether_session_{port}")
 }
 
-fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+/// The value of cookie `name` in the request's `Cookie` headers.
+pub fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get_all(COOKIE)
         .iter()

@@ -13,6 +13,7 @@
 //! idle or refused sockets cannot lock out a real client.
 
 mod body;
+mod console;
 mod guard;
 mod mcp;
 mod routes;

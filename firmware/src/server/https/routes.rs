@@ -15,7 +15,8 @@
 //! | `GET /api/ws` | WebSocket: tether/1 text messages ([`super::ws`]) |
 //! | `GET /api/video` | WebSocket: live H.264 after a `video_open` ticket ([`super::video`]) |
 //! | `GET /ca.crt`, `GET /ca.mobileconfig` | the CA, no auth |
-//! | `POST /api/pair`, `POST /login`, `POST /logout` | sessions |
+//! | `POST /api/pair`, `POST /login`, `POST /logout`, `GET /api/session` | sessions |
+//! | `GET /`, `/pair`, `/live`, `/tasks`, `/access`, `/device`, the console's files | the web console ([`super::console`]), no auth |
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -114,14 +115,18 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
         (&Method::POST, "/login") => return login(&shared, &peer, &raw_host, scheme, req).await,
         (&Method::POST, "/api/pair") => return pair(&shared, &peer, &raw_host, scheme, req).await,
         (&Method::POST, "/logout") => return logout(&shared),
+        (&Method::GET, "/api/session") => return session_info(&shared, &peer, &req),
         // The ticket in its first message authenticates it.
         (&Method::GET, crate::daemon::VIDEO_PATH) => {
             return super::video::upgrade(&shared, req, &format!("{scheme}://{raw_host}"))
         }
         _ => {}
     }
+    if (method == Method::GET || method == Method::HEAD) && super::console::serves(&path) {
+        return super::console::answer(&method, &path, req.headers(), &raw_host);
+    }
     if !path.starts_with("/api/") && path != MCP_PATH {
-        return body::refuse(ErrorCode::NotFound, format!("no page at {path} (the web console comes with its issue)"));
+        return body::refuse(ErrorCode::NotFound, format!("no page at {path}; the console is at /"));
     }
     let auth = match guard::authenticate(&shared.daemon, &shared.limiter, req.headers(), shared.port, peer.addr) {
         Ok(a) => a,
@@ -685,6 +690,26 @@ async fn pair(shared: &Shared, peer: &Peer, raw_host: &str, scheme: &str, req: R
             }
             body::error(body)
         }
+    }
+}
+
+/// `GET /api/session`: whether this request is logged in, and as whom — `200` either way,
+/// so the console can decide between its login form and its pages without a failed
+/// request in the browser's log.
+fn session_info(shared: &Shared, peer: &Peer, req: &Request<Incoming>) -> Answer {
+    let headers = req.headers();
+    let presented = headers.contains_key(hyper::header::AUTHORIZATION)
+        || guard::cookie_value(headers, &guard::cookie_name(shared.port)).is_some();
+    if !presented {
+        return body::json(StatusCode::OK, &json!({"logged_in": false}));
+    }
+    match guard::authenticate(&shared.daemon, &shared.limiter, headers, shared.port, peer.addr) {
+        Ok(auth) => body::json(
+            StatusCode::OK,
+            &json!({"logged_in": true, "role": auth.caller.role, "name": auth.caller.principal.label()}),
+        ),
+        Err(e) if e.code == ErrorCode::RateLimited => body::error(e),
+        Err(_) => body::json(StatusCode::OK, &json!({"logged_in": false, "expired": true})),
     }
 }
 

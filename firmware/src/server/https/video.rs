@@ -130,6 +130,9 @@ async fn serve(daemon: Daemon, upgraded: hyper::upgrade::Upgraded, slot: Pending
         "protocol": "h264-annexb/1",
         "generation": viewer.generation(),
         "codec": viewer.codec(),
+        // The appliance's clock (the capture times' clock) now: a viewer elsewhere
+        // estimates latency from its offset to its own clock.
+        "now_us": crate::device::video::viewers::monotonic_micros(std::time::Instant::now()),
     });
     if websocket::send_with_progress(&mut sink, Message::text(ready.to_string()), &progress, SEND_STALL).await.is_err()
     {

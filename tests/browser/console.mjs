@@ -1,0 +1,372 @@
+// The console's acceptance suite: Playwright + Debian's Chromium against a real
+// `tether serve --sim` over HTTPS. What the page did is checked against the sim's own
+// state (`sim_state` over the control socket), never against the page alone.
+
+import { spawn, execFileSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+
+const require = createRequire(path.join(process.env.TETHER_NODE_MODULES, 'x.js'));
+const { chromium } = require('playwright-core');
+
+const TETHER = process.env.TETHER_BIN;
+const OUT = process.env.TETHER_BROWSER_OUT;
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tether-browser-'));
+const socketPath = path.join(dir, 'control.sock');
+const results = [];
+const consoleErrors = [];
+// Errors the suite causes on purpose (a reused pairing code, a forged request) are not the
+// page's: each expected one is struck off once.
+const expectedErrors = [];
+
+// ---------------------------------------------------------------- helpers
+
+/** A tether/1 connection to the control socket. */
+class Client {
+  constructor() { this.buf = ''; this.waiting = new Map(); this.events = []; this.nextId = 1; }
+  connect() {
+    return new Promise((resolve, reject) => {
+      this.sock = net.createConnection(socketPath, resolve);
+      this.sock.on('error', reject);
+      this.sock.on('data', (d) => {
+        this.buf += d;
+        let i;
+        while ((i = this.buf.indexOf('\n')) >= 0) {
+          const m = JSON.parse(this.buf.slice(0, i));
+          this.buf = this.buf.slice(i + 1);
+          if (m.event) this.events.push(m);
+          else if (this.waiting.has(m.id)) { this.waiting.get(m.id)(m); this.waiting.delete(m.id); }
+        }
+      });
+    });
+  }
+  /** Sends; the promise is the whole answer ({ok, result|error}). */
+  send(method, params = {}) {
+    const id = this.nextId++;
+    const p = new Promise((resolve) => this.waiting.set(id, resolve));
+    this.sock.write(JSON.stringify({ id, method, ...params }) + '\n');
+    return p;
+  }
+  async call(method, params = {}) {
+    const r = await this.send(method, params);
+    if (!r.ok) throw new Error(`${method}: ${r.error.code}: ${r.error.message}`);
+    return r.result;
+  }
+  close() { this.sock.destroy(); }
+}
+
+async function call(method, params = {}) {
+  const c = new Client();
+  await c.connect();
+  try { return await c.call(method, params); } finally { c.close(); }
+}
+
+const sim = () => call('sim_state');
+const element = async (id) => (await sim()).elements.find((e) => e.id === id);
+
+async function waitFor(what, predicate, timeoutMs = 20000) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  for (;;) {
+    try {
+      last = await predicate();
+      if (last) return last;
+    } catch (e) { last = e; }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what} (last: ${last})`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+function cli(...args) {
+  return execFileSync(TETHER, args, { env: { ...process.env, TETHER_SOCKET: socketPath }, encoding: 'utf8' });
+}
+
+async function step(name, fn) {
+  const t0 = Date.now();
+  try {
+    await fn();
+    results.push({ name, ok: true });
+    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
+  } catch (e) {
+    results.push({ name, ok: false });
+    console.log(`FAIL ${name}: ${e.stack || e}`);
+  }
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: path.join(OUT, `${name}.png`), fullPage: true });
+}
+
+function watchConsole(page, label) {
+  page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(`${label}: ${m.text()}`); });
+  page.on('pageerror', (e) => consoleErrors.push(`${label}: ${e.message}`));
+}
+
+/** The page position of a sim element's centre, through the canvas's box. */
+async function onCanvas(page, id) {
+  const s = await sim();
+  const e = s.elements.find((x) => x.id === id);
+  if (!e) throw new Error(`no element ${id} on the ${s.screen} screen`);
+  const [w, h] = s.screen_size;
+  const box = await page.locator('#screen').boundingBox();
+  return { x: box.x + ((e.rect.x + e.rect.w / 2) / w) * box.width, y: box.y + ((e.rect.y + e.rect.h / 2) / h) * box.height, e };
+}
+
+async function framesDrawn(page, n) {
+  await waitFor(`${n} decoded frames on the canvas`, async () =>
+    Number(await page.locator('#screen').getAttribute('data-frames')) >= n, 30000);
+}
+
+async function actionsDone(page) {
+  return Number(await page.locator('#screen').getAttribute('data-actions')) || 0;
+}
+
+// ---------------------------------------------------------------- the daemon
+
+const daemon = spawn(TETHER, ['serve', '--sim', '--socket', socketPath, '--data-dir', dir, '--listen', '127.0.0.1:0'],
+  { stdio: ['ignore', fs.openSync(path.join(dir, 'daemon.log'), 'a'), fs.openSync(path.join(dir, 'daemon.log'), 'a')] });
+let browser;
+try {
+  await waitFor('the control socket', () => fs.existsSync(socketPath));
+  const status = await waitFor('status', () => call('status'));
+  const base = `https://localhost:${status.https.port}`;
+  const operate = cli('token', 'add', 'browser-op', '--role', 'operate').trim();
+  const viewer = cli('token', 'add', 'browser-view', '--role', 'view').trim();
+  browser = await chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    args: ['--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync',
+      '--no-first-run', '--disable-quic'],
+  });
+
+  // ------------------------------------------------------------ desktop, operate
+  const desk = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 1280, height: 900 } });
+  const page = await desk.newPage();
+  watchConsole(page, 'desktop');
+
+  await step('log in through a pairing URL made by tether pair', async () => {
+    const pairing = JSON.parse(cli('pair', '--role', 'operate', '--name', 'browser-pair', '--host', 'localhost', '--json'));
+    await page.goto(pairing.url);
+    await page.locator('#paired').waitFor();
+    if (page.url().includes('code=')) throw new Error(`the code stayed in the address bar: ${page.url()}`);
+    await shot(page, '01-paired');
+    await page.getByRole('button', { name: 'Continue' }).click();
+    await page.locator('#screen').waitFor();
+    expectedErrors.push('desktop: Failed to load resource: the server responded with a status of 410');
+    const again = await page.evaluate(async (code) => (await fetch('/api/pair', { method: 'POST',
+      headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ code }) })).status,
+    new URL(pairing.url).hash.match(/code=([^&]+)/)[1]);
+    if (again !== 410) throw new Error(`a used pairing code answered ${again}`);
+  });
+
+  await step('the canvas shows the sim at >= 20 fps and matches a screenshot', async () => {
+    await framesDrawn(page, 30);
+    const fps = await waitFor('the overlay to report >= 20 fps', async () => {
+      const v = Number(await page.locator('#stats').getAttribute('data-fps'));
+      return v >= 20 ? v : false;
+    }, 30000);
+    await shot(page, '02-live');
+    const diff = await page.evaluate(async () => {
+      const canvas = document.getElementById('screen');
+      const shotPng = await (await fetch('/api/screenshot?max_edge=256')).blob();
+      const img = await createImageBitmap(shotPng);
+      const read = (source) => {
+        const c = new OffscreenCanvas(img.width, img.height);
+        const g = c.getContext('2d');
+        g.drawImage(source, 0, 0, img.width, img.height);
+        return g.getImageData(0, 0, img.width, img.height).data;
+      };
+      const a = read(canvas);
+      const b = read(img);
+      let sum = 0;
+      for (let i = 0; i < a.length; i += 4) sum += Math.abs(a[i] - b[i]) + Math.abs(a[i + 1] - b[i + 1]) + Math.abs(a[i + 2] - b[i + 2]);
+      return sum / ((a.length / 4) * 3);
+    });
+    console.log(`     overlay ${fps} fps; canvas vs screenshot: mean difference ${diff.toFixed(2)}/255`);
+    if (!(diff < 12)) throw new Error(`the canvas differs from the screenshot by ${diff}/255 on average`);
+  });
+
+  await step('a click opens the demo app and toggles a switch', async () => {
+    const icon = await onCanvas(page, 'app0');
+    await page.mouse.click(icon.x, icon.y);
+    await waitFor('the demo app', async () => (await sim()).screen === 'app');
+    const before = (await element('toggle0')).on;
+    const t = await onCanvas(page, 'toggle0');
+    await page.mouse.click(t.x, t.y);
+    await waitFor('toggle0 to flip', async () => (await element('toggle0')).on === !before);
+    await shot(page, '03-app');
+  });
+
+  await step('typing reaches the text field', async () => {
+    const f = await onCanvas(page, 'text_field');
+    await page.mouse.click(f.x, f.y);
+    await waitFor('the field to take focus', async () => (await element('text_field')).focused);
+    const was = (await element('text_field')).text;
+    await page.locator('#screen').focus();
+    await page.keyboard.type('hello web', { delay: 20 });
+    await waitFor('the text', async () => (await element('text_field')).text === `${was}hello web`);
+  });
+
+  await step('a drag scrolls the list', async () => {
+    const list = (await sim()).elements.find((e) => e.scroll_offset !== undefined && e.scroll_offset !== null);
+    if (!list) throw new Error('no scrollable list on the screen');
+    const s = await sim();
+    const [w, h] = s.screen_size;
+    const box = await page.locator('#screen').boundingBox();
+    const x = box.x + ((list.rect.x + list.rect.w / 2) / w) * box.width;
+    const y0 = box.y + ((list.rect.y + list.rect.h * 0.8) / h) * box.height;
+    const y1 = box.y + ((list.rect.y + list.rect.h * 0.2) / h) * box.height;
+    await page.mouse.move(x, y0);
+    await page.mouse.down();
+    for (let i = 1; i <= 12; i++) await page.mouse.move(x, y0 + ((y1 - y0) * i) / 12);
+    await page.mouse.up();
+    await waitFor('the list to scroll', async () => {
+      const now = (await sim()).elements.find((e) => e.id === list.id);
+      return now.scroll_offset > list.scroll_offset;
+    });
+    await shot(page, '04-scrolled');
+  });
+
+  await step('the home button returns home', async () => {
+    await page.getByRole('button', { name: 'Home', exact: true }).click();
+    await waitFor('home', async () => (await sim()).screen === 'home');
+  });
+
+  await step('a task shows with its steps; approval and pause from the page', async () => {
+    const lease = new Client();
+    await lease.connect();
+    let opened;
+    await waitFor('a task to open', async () => {
+      const r = await lease.send('task_open', { title: 'browser task', events: false });
+      if (r.ok) opened = r.result;
+      else if (r.error.code !== 'TASK_ACTIVE') throw new Error(r.error.message);
+      return r.ok;
+    });
+    const agent = (method, params = {}) => lease.send(method, { task_token: opened.token, ...params });
+    await page.getByRole('link', { name: 'Tasks' }).click();
+    await page.locator(`[data-task="${opened.id}"]`).waitFor();
+    await page.locator(`[data-task="${opened.id}"]`).click();
+    await page.locator('#task-state').filter({ hasText: 'running' }).waitFor();
+    const home = await agent('action', { operation_id: 'agent-1', action: { type: 'home' } });
+    if (!home.ok) throw new Error(JSON.stringify(home));
+    await page.locator('#journal li[data-kind="step"]').first().waitFor();
+    // A question: the banner shows on the page, Approve answers it.
+    const asked = agent('task_confirm', { question: 'delete the album?' });
+    await page.locator('#approval').filter({ hasText: 'delete the album?' }).waitFor();
+    if (!(await page.title()).includes('approval')) throw new Error(`no title badge: ${await page.title()}`);
+    await shot(page, '05-approval');
+    await page.locator('#approval-yes').click();
+    const answer = await asked;
+    if (!answer.ok || !JSON.stringify(answer.result).includes('approved')) throw new Error(JSON.stringify(answer));
+    // Pause in the page: the agent's next action waits until resume.
+    await page.locator('[data-action="pause"]').click();
+    await waitFor('paused', async () => (await call('status')).task.state === 'paused');
+    await page.locator('#task-state').filter({ hasText: 'paused' }).waitFor();
+    let answered = false;
+    const waiting = agent('action', { operation_id: 'agent-2', action: { type: 'home' } }).then((r) => { answered = true; return r; });
+    // What is under test is that nothing happens: give the paused action time to (wrongly) run.
+    await new Promise((r) => setTimeout(r, 1000));
+    if (answered) throw new Error(`the action ran while paused: ${JSON.stringify(await waiting)}`);
+    await shot(page, '06-paused');
+    await page.locator('[data-action="resume"]').click();
+    const done = await waiting;
+    if (!done.ok) throw new Error(`after resume: ${JSON.stringify(done)}`);
+    await page.locator('#journal li[data-kind="step"]').nth(1).waitFor();
+    lease.close();
+    await page.locator('#task-state').filter({ hasText: 'abandoned' }).waitFor();
+  });
+
+  await step('the access page pairs a device and lists tokens', async () => {
+    // (An operate login has no Access page: log in as admin in a second context.)
+    const admin = cli('token', 'rotate', 'admin').trim();
+    const ctx = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 1280, height: 900 } });
+    const p = await ctx.newPage();
+    watchConsole(p, 'admin');
+    await p.goto(base);
+    await p.locator('#token').fill(admin);
+    await p.getByRole('button', { name: 'Log in' }).click();
+    await p.getByRole('link', { name: 'Access' }).click();
+    await p.locator('[data-token="browser-view"]').waitFor();
+    await p.locator('#pair-name').fill('tablet');
+    await p.getByRole('button', { name: 'Make a pairing code' }).click();
+    await p.locator('#pairing img.qr').waitFor();
+    const url = await p.locator('#pair-url').inputValue();
+    if (!url.includes('/pair#code=')) throw new Error(url);
+    await shot(p, '07-access');
+    await p.getByRole('link', { name: 'Device' }).click();
+    await p.locator('#facts').filter({ hasText: status.https.fingerprint }).waitFor();
+    await shot(p, '08-device');
+    await ctx.close();
+  });
+
+  // ------------------------------------------------------------ view only
+  await step('a view-only login shows no controls and its forged input is refused', async () => {
+    const ctx = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 1280, height: 900 } });
+    const p = await ctx.newPage();
+    watchConsole(p, 'view');
+    await p.goto(base);
+    await p.locator('#token').fill(viewer);
+    await p.getByRole('button', { name: 'Log in' }).click();
+    await p.locator('#screen').waitFor();
+    await framesDrawn(p, 5);
+    const controls = await p.locator('[data-control]:visible').count();
+    if (controls !== 0) throw new Error(`${controls} controls visible to a viewer`);
+    if (await p.getByRole('link', { name: 'Access' }).isVisible()) throw new Error('Access shown to a viewer');
+    await shot(p, '09-view-only');
+    const before = (await sim()).input.reports;
+    expectedErrors.push('view: Failed to load resource: the server responded with a status of 403');
+    const forged = await p.evaluate(async () => {
+      const r = await fetch('/api/action', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ operation_id: 'forged', action: { type: 'home' } }) });
+      return { status: r.status, body: await r.json() };
+    });
+    if (forged.status !== 403 || forged.body.error.code !== 'PERMISSION_DENIED') throw new Error(JSON.stringify(forged));
+    if ((await sim()).input.reports !== before) throw new Error('the forged input reached the phone');
+    await ctx.close();
+  });
+
+  // ------------------------------------------------------------ a phone's browser
+  await step('at a 390x844 touch viewport a tap reaches the sim', async () => {
+    const ctx = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 390, height: 844 },
+      hasTouch: true, isMobile: true, deviceScaleFactor: 3 });
+    const p = await ctx.newPage();
+    watchConsole(p, 'touch');
+    await p.goto(base);
+    await p.locator('#token').fill(operate);
+    await p.getByRole('button', { name: 'Log in' }).click();
+    await p.locator('#screen').waitFor();
+    await framesDrawn(p, 5);
+    await waitFor('home', async () => (await sim()).screen === 'home');
+    const icon = await onCanvas(p, 'app0');
+    const done = await actionsDone(p);
+    await p.touchscreen.tap(icon.x, icon.y);
+    await waitFor('the demo app', async () => (await sim()).screen === 'app');
+    await waitFor('the page to count the action', async () => (await actionsDone(p)) > done);
+    await shot(p, '10-touch');
+    await ctx.close();
+  });
+
+  await step('no errors in the browser console', async () => {
+    const left = [...consoleErrors];
+    for (const expected of expectedErrors) {
+      const i = left.findIndex((e) => e.startsWith(expected));
+      if (i >= 0) left.splice(i, 1);
+    }
+    if (left.length) throw new Error(left.join('\n'));
+  });
+} catch (e) {
+  results.push({ name: 'setup', ok: false });
+  console.log(`FAIL setup: ${e.stack || e}`);
+} finally {
+  if (browser) await browser.close();
+  daemon.kill('SIGTERM');
+}
+const failed = results.filter((r) => !r.ok);
+console.log(`\nbrowser: ${results.length - failed.length} passed, ${failed.length} failed; screenshots in ${OUT}`);
+if (failed.length) {
+  console.log(`daemon log: ${path.join(dir, 'daemon.log')}`);
+  process.exit(1);
+}
+fs.rmSync(dir, { recursive: true, force: true });

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The web console in a real browser: Playwright (playwright-core from npm) driving
+# Debian's Chromium, headless, against `tether serve --sim` over HTTPS. Exit 0 = pass.
+# Installs what it needs. Screenshots of every page state go to $TETHER_BROWSER_OUT
+# (default: a fresh directory, printed at the end).
+#
+#   tests/browser/run.sh                    # uses target/debug/tether (built if missing)
+#   TETHER_BIN=target/release/tether tests/browser/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+missing=()
+command -v chromium >/dev/null || missing+=(chromium)
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing: ${missing[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+npm_dir="${XDG_CACHE_HOME:-$HOME/.cache}/tether-browser"
+if [ ! -d "$npm_dir/node_modules/playwright-core" ]; then
+    mkdir -p "$npm_dir"
+    npm install --prefix "$npm_dir" --silent --no-audit --no-fund playwright-core@1.65.1
+fi
+bin="${TETHER_BIN:-$PWD/target/debug/tether}"
+[ -x "$bin" ] || cargo build -p tether --locked
+out="${TETHER_BROWSER_OUT:-$(mktemp -d /tmp/tether-browser-XXXXXX)}"
+mkdir -p "$out"
+TETHER_NODE_MODULES="$npm_dir/node_modules" TETHER_BIN="$bin" TETHER_BROWSER_OUT="$out" \
+    timeout 600 node tests/browser/console.mjs
