@@ -3,6 +3,12 @@
 
 import { el, explain } from './api.js';
 
+function calibrationText(c) {
+  if (!c) return '–';
+  const done = ['portrait', 'landscape'].filter((o) => c[o]);
+  return done.length ? `calibrated: ${done.join(', ')}` : 'not calibrated (the linear mapping)';
+}
+
 export function devicePage(app) {
   const { control } = app;
   const table = el('dl', { class: 'facts', id: 'facts' });
@@ -12,7 +18,8 @@ export function devicePage(app) {
     note.textContent = 'Calibrating: the pointer moves over a grid…';
     try {
       const r = await control.call('calibrate', {});
-      note.textContent = `Calibrated: ${JSON.stringify(r)}`;
+      note.textContent = `Calibrated (${r.orientation || 'this orientation'}).`;
+      load();
     } catch (e) { note.textContent = ''; problem.hidden = false; problem.textContent = explain(e); }
   } }, 'Calibrate the pointer') : null;
 
@@ -35,7 +42,7 @@ export function devicePage(app) {
         ['Names', s.https ? s.https.hosts.join(', ') : '–'],
         ['Version', `${h.version || (s.daemon && s.daemon.version) || '–'}${caps.sim ? ' (simulated phone)' : ''}`],
         ['Uptime', s.daemon ? `${Math.round(s.daemon.uptime_ms / 1000)} s` : '–'],
-        ['Calibration', s.calibration ? JSON.stringify(s.calibration) : 'not calibrated (the default mapping)'],
+        ['Calibration', calibrationText(s.calibration)],
       ];
       table.replaceChildren(...rows.flatMap(([k, val]) => [el('dt', {}, k), el('dd', {}, String(val ?? '–'))]));
     } catch (e) { problem.hidden = false; problem.textContent = explain(e); }

@@ -174,6 +174,7 @@ export class VideoView {
           bitmap.close();
           this.frames += 1;
           this.bytes += bytes.length;
+          this.canvas.dataset.frames = String((Number(this.canvas.dataset.frames) || 0) + 1);
         } else {
           after = p.frame_id;
         }

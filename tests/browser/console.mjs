@@ -229,9 +229,29 @@ try {
     await shot(page, '04-scrolled');
   });
 
+  await step('the wheel scrolls the list', async () => {
+    const list = await element('list');
+    const at = await onCanvas(page, 'list');
+    await page.mouse.move(at.x, at.y);
+    await page.mouse.wheel(0, 300);
+    await waitFor('the list to scroll', async () => (await element('list')).scroll_offset > list.scroll_offset);
+  });
+
   await step('the home button returns home', async () => {
     await page.getByRole('button', { name: 'Home', exact: true }).click();
     await waitFor('home', async () => (await sim()).screen === 'home');
+  });
+
+  await step('holding the pointer long-presses (a context menu opens)', async () => {
+    const icon = await onCanvas(page, 'app1');
+    await page.mouse.move(icon.x, icon.y);
+    await page.mouse.down();
+    await new Promise((r) => setTimeout(r, 800)); // the hold is the gesture under test
+    await page.mouse.up();
+    await waitFor('the context menu', async () => (await sim()).elements.some((e) => e.kind === 'context_menu'));
+    await shot(page, '05-long-press');
+    await page.mouse.click(icon.x, icon.y); // a tap dismisses it
+    await waitFor('the menu to close', async () => !(await sim()).elements.some((e) => e.kind === 'context_menu'));
   });
 
   await step('a task shows with its steps; approval and pause from the page', async () => {
@@ -252,11 +272,28 @@ try {
     const home = await agent('action', { operation_id: 'agent-1', action: { type: 'home' } });
     if (!home.ok) throw new Error(JSON.stringify(home));
     await page.locator('#journal li[data-kind="step"]').first().waitFor();
+    // A message from the page reaches the agent's inbox.
+    await page.locator('#agent-message').fill('use the blue button');
+    await page.getByRole('button', { name: 'Send' }).click();
+    await waitFor('the agent to read the message', async () => {
+      const r = await agent('task_messages', { after_seq: 0 });
+      return r.ok && JSON.stringify(r.result).includes('use the blue button');
+    });
+    // The person's input is refused while the agent drives, and the page says why.
+    await page.getByRole('link', { name: 'Phone' }).click();
+    await framesDrawn(page, 1);
+    const box = await page.locator('#screen').boundingBox();
+    await page.mouse.click(box.x + box.width / 2, box.y + box.height / 2);
+    await page.locator('#problem').filter({ hasText: 'take over' }).waitFor();
+    await shot(page, '06-refused');
+    await page.getByRole('link', { name: 'Tasks' }).click();
+    await page.locator(`[data-task="${opened.id}"]`).click();
+    await page.locator('#journal li[data-kind="step"]').first().waitFor();
     // A question: the banner shows on the page, Approve answers it.
     const asked = agent('task_confirm', { question: 'delete the album?' });
     await page.locator('#approval').filter({ hasText: 'delete the album?' }).waitFor();
     if (!(await page.title()).includes('approval')) throw new Error(`no title badge: ${await page.title()}`);
-    await shot(page, '05-approval');
+    await shot(page, '07-approval');
     await page.locator('#approval-yes').click();
     const answer = await asked;
     if (!answer.ok || !JSON.stringify(answer.result).includes('approved')) throw new Error(JSON.stringify(answer));
@@ -269,7 +306,7 @@ try {
     // What is under test is that nothing happens: give the paused action time to (wrongly) run.
     await new Promise((r) => setTimeout(r, 1000));
     if (answered) throw new Error(`the action ran while paused: ${JSON.stringify(await waiting)}`);
-    await shot(page, '06-paused');
+    await shot(page, '08-paused');
     await page.locator('[data-action="resume"]').click();
     const done = await waiting;
     if (!done.ok) throw new Error(`after resume: ${JSON.stringify(done)}`);
@@ -294,10 +331,10 @@ try {
     await p.locator('#pairing img.qr').waitFor();
     const url = await p.locator('#pair-url').inputValue();
     if (!url.includes('/pair#code=')) throw new Error(url);
-    await shot(p, '07-access');
+    await shot(p, '09-access');
     await p.getByRole('link', { name: 'Device' }).click();
     await p.locator('#facts').filter({ hasText: status.https.fingerprint }).waitFor();
-    await shot(p, '08-device');
+    await shot(p, '10-device');
     await ctx.close();
   });
 
@@ -314,7 +351,7 @@ try {
     const controls = await p.locator('[data-control]:visible').count();
     if (controls !== 0) throw new Error(`${controls} controls visible to a viewer`);
     if (await p.getByRole('link', { name: 'Access' }).isVisible()) throw new Error('Access shown to a viewer');
-    await shot(p, '09-view-only');
+    await shot(p, '11-view-only');
     const before = (await sim()).input.reports;
     expectedErrors.push('view: Failed to load resource: the server responded with a status of 403');
     const forged = await p.evaluate(async () => {
@@ -344,8 +381,30 @@ try {
     await p.touchscreen.tap(icon.x, icon.y);
     await waitFor('the demo app', async () => (await sim()).screen === 'app');
     await waitFor('the page to count the action', async () => (await actionsDone(p)) > done);
-    await shot(p, '10-touch');
+    await shot(p, '12-touch');
     await ctx.close();
+  });
+
+  await step('without WebCodecs the page shows still pictures and says why', async () => {
+    const ctx = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 1280, height: 900 } });
+    await ctx.addInitScript(() => { delete window.VideoDecoder; });
+    const p = await ctx.newPage();
+    watchConsole(p, 'fallback');
+    await p.goto(base);
+    await p.locator('#token').fill(operate);
+    await p.getByRole('button', { name: 'Log in' }).click();
+    await p.locator('#note').filter({ hasText: 'no WebCodecs' }).waitFor();
+    await framesDrawn(p, 3);
+    await shot(p, '13-fallback');
+    await ctx.close();
+  });
+
+  await step('a revoked login returns to the login form', async () => {
+    cli('token', 'revoke', 'browser-pair');
+    await page.reload();
+    await page.locator('#token').waitFor();
+    await page.locator('.problem').filter({ hasText: 'session ended' }).waitFor();
+    await shot(page, '14-logged-out');
   });
 
   await step('no errors in the browser console', async () => {

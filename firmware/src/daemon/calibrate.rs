@@ -92,6 +92,12 @@ impl Daemon {
         map.to_hid(n)
     }
 
+    /// Which orientations are calibrated.
+    pub(super) fn calibration_status(&self) -> super::status::CalibrationStatus {
+        let c = *self.lock_calibrations();
+        super::status::CalibrationStatus { portrait: c.portrait.is_some(), landscape: c.landscape.is_some() }
+    }
+
     fn lock_calibrations(&self) -> std::sync::MutexGuard<'_, Calibrations> {
         // Plain data; a panic elsewhere cannot leave it inconsistent.
         self.inner.calibrations.lock_plain()

@@ -41,7 +41,8 @@ pub use observations::{Observation, ObservationError, ObservationStore, OBSERVAT
 pub use operations::{OperationCache, OPERATIONS_KEPT, OPERATION_TTL};
 pub use session::{RequestSlot, Session, SessionId, SessionMessage};
 pub use status::{
-    Capabilities, DaemonInfo, HelloResult, HidStatus, HttpsInfo, InputStatus, StatusResult, TaskStatus, VideoStatus,
+    CalibrationStatus, Capabilities, DaemonInfo, HelloResult, HidStatus, HttpsInfo, InputStatus, StatusResult,
+    TaskStatus, VideoStatus,
 };
 pub use tasks::{TaskError, TaskState};
 pub use tokens::{TokenError, TokenInfo, Tokens, SESSION_LIFETIME};
@@ -561,6 +562,7 @@ impl Daemon {
                 })
             }),
             https: self.inner.options.https.clone(),
+            calibration: self.calibration_status(),
         }
     }
 }

@@ -121,6 +121,18 @@ pub struct StatusResult {
     pub task: Option<TaskStatus>,
     /// The HTTPS server, when one serves this daemon.
     pub https: Option<HttpsInfo>,
+    /// Which orientations have a stored pointer calibration (`calibrate`).
+    pub calibration: CalibrationStatus,
+}
+
+/// Which orientations have a stored pointer calibration; without one, pointer positions
+/// map linearly onto the active rectangle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CalibrationStatus {
+    /// Portrait.
+    pub portrait: bool,
+    /// Landscape.
+    pub landscape: bool,
 }
 
 /// Where the HTTPS server listens and what clients pin (set by `serve` at start-up).
