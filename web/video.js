@@ -10,7 +10,7 @@ const HEADER = 24;
 
 /** Why live video cannot be decoded here, or null. */
 export function noWebCodecsReason() {
-  if (!window.isSecureContext) return 'this page is not a secure context (open it over https://)';
+  if (!window.isSecureContext) return 'this page is not a secure context (open the console over HTTPS)';
   if (typeof VideoDecoder === 'undefined') return 'this browser has no WebCodecs (VideoDecoder)';
   if (typeof Worker === 'undefined') return 'this browser has no Workers';
   return null;
