@@ -180,11 +180,10 @@ mod tests {
             assert!(!handler, "an inline event handler in {}", f.path);
         }
         for f in FILES {
-            let text = String::from_utf8_lossy(f.bytes);
+            // (The SVG namespace is a name, not a fetch.)
+            let text = String::from_utf8_lossy(f.bytes).replace("http://www.w3.org/2000/svg", "");
             for outside in ["http://", "https://", "//cdn", "fonts.googleapis"] {
-                // (The SVG namespace is a name, not a fetch.)
-                let hits = text.matches(outside).count() - text.matches("http://www.w3.org/").count();
-                assert_eq!(hits, 0, "{} names an outside URL ({outside})", f.path);
+                assert!(!text.contains(outside), "{} names an outside URL ({outside})", f.path);
             }
         }
     }
