@@ -57,8 +57,12 @@ export function tasksPage(app) {
       case 'refused': what = `refused: ${d.code || ''} ${d.method || ''}${d.count > 1 ? ` ×${d.count}` : ''}`; break;
       default: what = ev.kind;
     }
+    // The screenshot a step acted on, small, loaded when scrolled into view.
+    const thumb = ev.kind === 'step' && d.thumbnail && shown
+      ? el('img', { class: 'thumb', alt: `what step ${ev.seq} saw`, loading: 'lazy',
+        src: `/api/tasks/${shown.id}/steps/${ev.seq}/thumbnail` }) : null;
     return el('li', { class: `ev ev-${ev.kind}`, dataset: { seq: String(ev.seq), kind: ev.kind } },
-      el('span', { class: 'seq' }, `${ev.seq}`), el('time', {}, when), ' ', what);
+      el('span', { class: 'seq' }, `${ev.seq}`), el('time', {}, when), ' ', what, thumb);
   }
 
   function append(events) {

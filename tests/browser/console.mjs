@@ -272,6 +272,17 @@ try {
     const home = await agent('action', { operation_id: 'agent-1', action: { type: 'home' } });
     if (!home.ok) throw new Error(JSON.stringify(home));
     await page.locator('#journal li[data-kind="step"]').first().waitFor();
+    // A step that acted on a screenshot shows it: a tap on an empty spot of the home screen.
+    const seen = await agent('screenshot', { max_edge: 400 });
+    if (!seen.ok) throw new Error(JSON.stringify(seen));
+    const size = seen.result.metadata.image_size;
+    const tap = await agent('action', { operation_id: 'agent-tap', observation_id: seen.result.metadata.observation_id,
+      action: { type: 'tap', x: size.width / 2, y: size.height * 0.95 } });
+    if (!tap.ok) throw new Error(JSON.stringify(tap));
+    await waitFor('the step thumbnail to load', () => page.evaluate(() => {
+      const img = document.querySelector('#journal img.thumb');
+      return !!img && img.complete && img.naturalWidth > 0;
+    }));
     // A message from the page reaches the agent's inbox.
     await page.locator('#agent-message').fill('use the blue button');
     await page.getByRole('button', { name: 'Send' }).click();
@@ -310,7 +321,7 @@ try {
     await page.locator('[data-action="resume"]').click();
     const done = await waiting;
     if (!done.ok) throw new Error(`after resume: ${JSON.stringify(done)}`);
-    await page.locator('#journal li[data-kind="step"]').nth(1).waitFor();
+    await page.locator('#journal li[data-kind="step"]').nth(2).waitFor();
     lease.close();
     await page.locator('#task-state').filter({ hasText: 'abandoned' }).waitFor();
   });

@@ -27,6 +27,8 @@ use crate::sync::LockPlain;
 pub const MAX_SCREENSHOT_BYTES: usize = 1 << 20;
 /// Largest PNG returned by `preview`.
 pub const MAX_PREVIEW_BYTES: usize = 256 << 10;
+/// Longest edge of a step's thumbnail (the console's task log).
+pub const THUMBNAIL_EDGE: u32 = 160;
 /// A screenshot's answer on the wire: base64 of the PNG plus metadata.
 const SCREENSHOT_ANSWER_BYTES: usize = MAX_SCREENSHOT_BYTES / 3 * 4 + 4096;
 /// A preview's answer on the wire.
@@ -140,13 +142,29 @@ impl Daemon {
         };
         let max_edge = p.max_edge.unwrap_or(DEFAULT_MAX_EDGE);
         let f = frame.clone();
-        let image = tokio::task::spawn_blocking(move || observe(&f, source, max_edge, MAX_SCREENSHOT_BYTES))
-            .await
-            .map_err(|_| DaemonError::Worker("screenshot"))??;
+        // While a task runs, its steps show what they acted on: a thumbnail too.
+        let with_thumbnail = self.inner.tasks.busy().is_some();
+        let (image, thumbnail) = tokio::task::spawn_blocking(move || {
+            let image = observe(&f, source, max_edge, MAX_SCREENSHOT_BYTES)?;
+            let thumbnail = with_thumbnail
+                .then(|| observe(&f, source, THUMBNAIL_EDGE, MAX_PREVIEW_BYTES).ok())
+                .flatten()
+                .map(|t| std::sync::Arc::new(t.png));
+            Ok::<_, crate::device::video::image::ImageError>((image, thumbnail))
+        })
+        .await
+        .map_err(|_| DaemonError::Worker("screenshot"))??;
         let mapping = ObservationMapping { active, source, image: (image.width, image.height) };
         let epoch = self.geometry_epoch();
         let at = FrameRef { generation: frame.generation, frame_id: frame.sequence, geometry_epoch: epoch };
-        let obs = self.lock_observations().insert(at, mapping, task, Instant::now());
+        let obs = {
+            let mut observations = self.lock_observations();
+            let obs = observations.insert(at, mapping, task, Instant::now());
+            if let Some(t) = thumbnail {
+                observations.set_thumbnail(&obs.id, t);
+            }
+            obs
+        };
         Ok(json!({
             "mime_type": "image/png",
             "data": base64::engine::general_purpose::STANDARD.encode(&image.png),
@@ -269,9 +287,17 @@ impl Daemon {
             })
         });
         let result = result.map_err(|e| DaemonError::ActionFailed(action_error(&e, &p.operation_id)));
-        self.record_step(session, acting, task, "action", &args, &result, started.elapsed()).await;
+        let thumbnail = self.step_thumbnail(task, p.observation_id.as_deref());
+        self.record_step(session, acting, task, "action", &args, &result, started.elapsed(), thumbnail).await;
         self.finish_operation(&key, &result);
         result
+    }
+
+    /// The thumbnail a task's step records: the screenshot its coordinates were read in.
+    fn step_thumbnail(&self, task: Option<i64>, observation: Option<&str>) -> Option<Vec<u8>> {
+        task?;
+        let png = self.lock_observations().thumbnail(observation?)?;
+        Some(png.as_ref().clone())
     }
 
     /// `batch`: the sub-steps one by one, each admitted on its own, so a pause or takeover
@@ -301,7 +327,8 @@ impl Daemon {
                 Ok(n) => Ok(json!({"status": "submitted", "reports": n})),
                 Err(e) => Err(DaemonError::ActionFailed(ErrorBody::from(e))),
             };
-            self.record_step(session, acting, task, "batch", &sub_args, &sub, step_started.elapsed()).await;
+            let thumbnail = self.step_thumbnail(task, p.observation_id.as_deref());
+            self.record_step(session, acting, task, "batch", &sub_args, &sub, step_started.elapsed(), thumbnail).await;
             match outcome {
                 Ok(n) => {
                     done += 1;

@@ -165,6 +165,9 @@ pub enum DaemonError {
     /// `attach` on a connection of the wrong kind or transport.
     #[error("{0}")]
     CannotAttach(&'static str),
+    /// Something asked for does not exist (a step's thumbnail).
+    #[error("{0}")]
+    NotFound(String),
     /// A video ticket that cannot be redeemed.
     #[error("the video ticket is {0}: call video_open for a new one")]
     Ticket(&'static str),
@@ -203,6 +206,7 @@ impl DaemonError {
             DaemonError::NotAttached(_) => (ErrorCode::NotAttached, false),
             DaemonError::CannotAttach(_) => (ErrorCode::InvalidRequest, false),
             DaemonError::Ticket(_) => (ErrorCode::TicketInvalid, false),
+            DaemonError::NotFound(_) => (ErrorCode::NotFound, false),
             DaemonError::OperationConflict { .. } => (ErrorCode::OperationConflict, false),
             DaemonError::Untypeable(_) => (ErrorCode::UntypeableText, false),
             DaemonError::Calibration(_) => (ErrorCode::CalibrationFailed, true),

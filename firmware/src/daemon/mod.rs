@@ -437,6 +437,7 @@ impl Daemon {
             Call::MailboxFlush(p) => self.mailbox_flush(session, p).await?,
             Call::UserMessage(p) => self.user_message(session, acting, p).await?,
             Call::TaskMessages(p) => self.task_messages(acting, p, cancel).await?,
+            Call::TaskThumbnail(p) => self.task_thumbnail(p).await?,
             Call::VideoOpen(_) => self.video_open(session)?,
             Call::VideoRevoke(_) => self.video_revoke(session),
         };
@@ -872,6 +873,7 @@ mod tests {
             Method::MailboxFlush => r#"{"after_seq":0}"#.into(),
             Method::UserMessage => r#"{"text":"hi"}"#.into(),
             Method::TaskMessages => format!(r#"{{"task":{task}}}"#),
+            Method::TaskThumbnail => format!(r#"{{"task":{task},"seq":1}}"#),
         };
         Method::ALL
             .iter()

@@ -30,7 +30,12 @@ pub struct Observation {
     pub mapping: ObservationMapping,
     /// When it was taken.
     pub taken: Instant,
+    /// A small PNG of it, kept while a task runs for the steps that act on it.
+    pub thumbnail: Option<Thumbnail>,
 }
+
+/// A small PNG of an observation (shared, never copied).
+pub type Thumbnail = std::sync::Arc<Vec<u8>>;
 
 /// Why an observation cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -102,6 +107,7 @@ impl ObservationStore {
             stale: None,
             mapping,
             taken: now,
+            thumbnail: None,
         };
         self.items.push_back(obs.clone());
         while self.items.len() > OBSERVATIONS_KEPT {
@@ -135,6 +141,19 @@ impl ObservationStore {
             return Err(stale(why));
         }
         Ok(obs.clone())
+    }
+
+    /// Keeps `png` as the thumbnail of observation `id` (if it is still kept).
+    pub fn set_thumbnail(&mut self, id: &str, png: Thumbnail) {
+        if let Some(o) = self.items.iter_mut().find(|o| o.id == id) {
+            o.thumbnail = Some(png);
+        }
+    }
+
+    /// The thumbnail of observation `id`, whatever its state (a step records what it
+    /// acted on even when that turned out stale).
+    pub fn thumbnail(&self, id: &str) -> Option<Thumbnail> {
+        self.items.iter().find(|o| o.id == id).and_then(|o| o.thumbnail.clone())
     }
 
     /// Invalidates every observation taken for task `task` (someone else used the phone).

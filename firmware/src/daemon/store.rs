@@ -78,6 +78,10 @@ CREATE TABLE secrets (
     value BLOB NOT NULL
 );
 "#,
+    // A small PNG of the picture a step's coordinates were read in (the console's log).
+    r#"
+ALTER TABLE steps ADD COLUMN thumbnail BLOB;
+"#,
 ];
 
 /// States a task can end in; anything else is unfinished.
@@ -136,6 +140,8 @@ pub struct StepRecord {
     pub duration_ms: u64,
     /// Who made it.
     pub caller: Value,
+    /// A small PNG of the screenshot it acted on, if it acted on one.
+    pub thumbnail: Option<Vec<u8>>,
 }
 
 /// A stored task's summary.
@@ -360,9 +366,15 @@ impl Store {
                 "tool": step.tool, "args": step.args, "result": step.result,
                 "duration_ms": step.duration_ms, "by": step.caller,
             });
+            let mut body = body;
+            if step.thumbnail.is_some() {
+                // The picture itself is fetched apart (`task_thumbnail`): journals stay small.
+                body["thumbnail"] = true.into();
+            }
             let seq = append_event(&tx, task_id, "step", &body)?;
             tx.execute(
-                "INSERT INTO steps (task_id, seq, tool, args, result, duration_ms, caller) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO steps (task_id, seq, tool, args, result, duration_ms, caller, thumbnail) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 params![
                     task_id,
                     seq,
@@ -370,11 +382,25 @@ impl Store {
                     step.args.to_string(),
                     step.result.to_string(),
                     i64::try_from(step.duration_ms).unwrap_or(i64::MAX),
-                    step.caller.to_string()
+                    step.caller.to_string(),
+                    step.thumbnail
                 ],
             )?;
             tx.commit()?;
             Ok(seq)
+        })
+        .await
+    }
+
+    /// The thumbnail of step `seq` of a task, if it has one.
+    pub async fn thumbnail(&self, task_id: i64, seq: i64) -> Result<Option<Vec<u8>>, StoreError> {
+        self.run(move |conn| {
+            Ok(conn
+                .query_row("SELECT thumbnail FROM steps WHERE task_id = ?1 AND seq = ?2", params![task_id, seq], |r| {
+                    r.get::<_, Option<Vec<u8>>>(0)
+                })
+                .optional()?
+                .flatten())
         })
         .await
     }
@@ -476,10 +502,18 @@ mod tests {
             result: json!({"ok": true}),
             duration_ms: 42,
             caller: json!({"role": "agent"}),
+            thumbnail: Some(b"png".to_vec()),
         };
-        let seq = store.append_step(id, step).await.unwrap();
+        let seq = store.append_step(id, step.clone()).await.unwrap();
         let ev = store.events_after(id, seq - 1, 10).await.unwrap();
         assert_eq!((ev[0].kind.as_str(), ev[0].body["duration_ms"].clone()), ("step", json!(42)));
+        // The picture is stored beside the step, and the event only says there is one.
+        assert_eq!(ev[0].body["thumbnail"], json!(true));
+        assert_eq!(store.thumbnail(id, seq).await.unwrap(), Some(b"png".to_vec()));
+        let bare = store.append_step(id, StepRecord { thumbnail: None, ..step }).await.unwrap();
+        assert_eq!(store.thumbnail(id, bare).await.unwrap(), None);
+        assert!(store.events_after(id, bare - 1, 10).await.unwrap()[0].body.get("thumbnail").is_none());
+        assert_eq!(store.thumbnail(id, 999).await.unwrap(), None);
         let a = store.approval_asked(id, "pay?".into()).await.unwrap();
         assert_eq!(store.approvals(id).await.unwrap(), vec![("pay?".to_string(), "pending".to_string(), None)]);
         store.approval_answered(a, "rejected".into(), "uid 0".into()).await.unwrap();

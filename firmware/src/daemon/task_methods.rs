@@ -12,7 +12,7 @@ use super::tasks::{Change, NewTask, TaskError, TaskState};
 use super::{Daemon, DaemonError, Session, SessionMessage};
 use crate::protocol::task_params::{
     ControlAction, TaskConfirmParams, TaskControlParams, TaskEventsParams, TaskFinishParams, TaskListParams,
-    TaskNoteParams, TaskOpenParams,
+    TaskNoteParams, TaskOpenParams, TaskThumbnailParams,
 };
 use crate::protocol::{Acting, Denied, ErrorBody, ErrorCode, Event};
 use crate::sync::LockPlain;
@@ -217,6 +217,7 @@ impl Daemon {
         args: &Value,
         result: &Result<Value, DaemonError>,
         took: Duration,
+        thumbnail: Option<Vec<u8>>,
     ) {
         let Some(task) = task else { return };
         let result = match result {
@@ -229,11 +230,26 @@ impl Daemon {
             result,
             duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
             caller: by(session, acting),
+            thumbnail,
         };
         if let Err(e) = self.inner.store.append_step(task, step).await {
             tracing::error!(task, error = %e, "could not record a step");
         }
         self.inner.tasks.notify();
+    }
+
+    /// `task_thumbnail`: the picture a step acted on (PNG, base64), for people reading
+    /// the journal. The role table already limited a token to its own task.
+    pub(super) async fn task_thumbnail(&self, p: &TaskThumbnailParams) -> Result<Value, DaemonError> {
+        match self.inner.store.thumbnail(p.task, p.seq).await? {
+            Some(png) => Ok(json!({
+                "task": p.task,
+                "seq": p.seq,
+                "mime_type": "image/png",
+                "data": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, png),
+            })),
+            None => Err(DaemonError::NotFound(format!("task {} has no step {} with a thumbnail", p.task, p.seq))),
+        }
     }
 
     pub(super) async fn task_open(&self, session: &Session, p: &TaskOpenParams) -> Result<Value, DaemonError> {

@@ -184,7 +184,9 @@ impl Method {
         let (min_role, token, humans) = match self {
             Method::Hello | Method::Status | Method::Cancel => (Some(Agent), Ignored, Any),
             Method::TaskList => (Some(View), Ignored, Any),
-            Method::Screenshot | Method::Preview | Method::TaskEvents => (Some(View), OwnTask, Any),
+            Method::Screenshot | Method::Preview | Method::TaskEvents | Method::TaskThumbnail => {
+                (Some(View), OwnTask, Any)
+            }
             Method::SimState => (Some(View), Refused, Any),
             Method::Action | Method::Batch => (Some(Operate), OwnTask, Any),
             Method::Calibrate | Method::TaskOpen => (Some(Operate), Refused, Any),
@@ -219,6 +221,7 @@ impl Call {
     pub fn task_id(&self) -> Option<i64> {
         match self {
             Call::TaskEvents(p) => Some(p.task),
+            Call::TaskThumbnail(p) => Some(p.task),
             Call::TaskControl(p) => Some(p.task),
             Call::TaskNote(p) => p.task,
             Call::TaskFinish(p) => p.task,
@@ -235,6 +238,7 @@ impl Call {
         let mut call = self.clone();
         match &mut call {
             Call::TaskEvents(p) => p.task = task,
+            Call::TaskThumbnail(p) => p.task = task,
             Call::TaskControl(p) => p.task = task,
             Call::TaskNote(p) => p.task = Some(task),
             Call::TaskFinish(p) => p.task = Some(task),
@@ -313,6 +317,7 @@ mod tests {
             Method::Calibrate => "{}",
             Method::TaskOpen => r#"{"title":"t"}"#,
             Method::TaskEvents => r#"{"task":7}"#,
+            Method::TaskThumbnail => r#"{"task":7,"seq":3}"#,
             Method::TaskControl => r#"{"task":7,"action":"pause"}"#,
             Method::TaskConfirm => r#"{"question":"ok?"}"#,
             Method::TaskNote => r#"{"task":7,"text":"n"}"#,
@@ -365,6 +370,7 @@ mod tests {
         ("task_messages", [false, true, true, true], true),
         ("video_open", [false, true, true, true], true),
         ("video_revoke", [true, true, true, true], true),
+        ("task_thumbnail", [false, true, true, true], true),
     ];
 
     #[test]
@@ -395,7 +401,7 @@ mod tests {
     #[test]
     fn an_agent_acts_only_for_its_own_task() {
         let agent = Acting::Agent { task: 8 };
-        for method in [Method::TaskEvents, Method::TaskNote, Method::TaskFinish] {
+        for method in [Method::TaskEvents, Method::TaskThumbnail, Method::TaskNote, Method::TaskFinish] {
             let call = sample(method); // names task 7
             assert_eq!(
                 call.access().check(method, agent, call.task_id(), |_| true),

@@ -21,7 +21,7 @@ use super::params::{
 use super::strict_json::{self, StrictError};
 use super::task_params::{
     self, BatchParams, TaskConfirmParams, TaskControlParams, TaskEventsParams, TaskFinishParams, TaskListParams,
-    TaskNoteParams, TaskOpenParams, MAX_BATCH_ACTIONS,
+    TaskNoteParams, TaskOpenParams, TaskThumbnailParams, MAX_BATCH_ACTIONS,
 };
 use super::token_params::{PairParams, TokenParams};
 use super::{ErrorBody, ErrorCode, MAX_NESTING_DEPTH, MAX_REQUEST_BYTES};
@@ -65,6 +65,8 @@ pub enum Method {
     TaskList,
     /// A task's events (replay after a seq, then live).
     TaskEvents,
+    /// The thumbnail of one of a task's steps (the screenshot it acted on).
+    TaskThumbnail,
     /// Pause, resume, take over, hand back, stop, approve, reject.
     TaskControl,
     /// An agent asks a human a question and waits for the answer.
@@ -121,6 +123,7 @@ impl Method {
         Method::TaskMessages,
         Method::VideoOpen,
         Method::VideoRevoke,
+        Method::TaskThumbnail,
     ];
 
     /// The wire name.
@@ -151,6 +154,7 @@ impl Method {
             Method::TaskMessages => "task_messages",
             Method::VideoOpen => "video_open",
             Method::VideoRevoke => "video_revoke",
+            Method::TaskThumbnail => "task_thumbnail",
         }
     }
 
@@ -207,6 +211,8 @@ pub enum Call {
     TaskList(TaskListParams),
     /// `task_events`.
     TaskEvents(TaskEventsParams),
+    /// `task_thumbnail`.
+    TaskThumbnail(TaskThumbnailParams),
     /// `task_control`.
     TaskControl(TaskControlParams),
     /// `task_confirm`.
@@ -262,6 +268,7 @@ impl Call {
             Call::MailboxFlush(_) => Method::MailboxFlush,
             Call::UserMessage(_) => Method::UserMessage,
             Call::TaskMessages(_) => Method::TaskMessages,
+            Call::TaskThumbnail(_) => Method::TaskThumbnail,
             Call::VideoOpen(_) => Method::VideoOpen,
             Call::VideoRevoke(_) => Method::VideoRevoke,
         }
@@ -428,6 +435,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request, RequestError> {
         }
         Method::TaskList => Call::TaskList(params(id, known, fields)?),
         Method::TaskEvents => Call::TaskEvents(params(id, known, fields)?),
+        Method::TaskThumbnail => Call::TaskThumbnail(params(id, known, fields)?),
         Method::TaskControl => {
             let p: TaskControlParams = params(id, known, fields)?;
             if let Some(r) = &p.reason {
@@ -764,7 +772,8 @@ mod tests {
                 "user_message",
                 "task_messages",
                 "video_open",
-                "video_revoke"
+                "video_revoke",
+                "task_thumbnail"
             ]
         );
         for m in Method::ALL {

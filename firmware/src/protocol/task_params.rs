@@ -68,6 +68,16 @@ pub struct TaskEventsParams {
     pub follow: bool,
 }
 
+/// Parameters of `task_thumbnail`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskThumbnailParams {
+    /// The task.
+    pub task: i64,
+    /// The step's seq (its event in `task_events` says `"thumbnail": true`).
+    pub seq: i64,
+}
+
 /// A control verb.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -9,6 +9,7 @@
 //! | `POST /api/tasks` | `task_open`; the streamed answer is the lease |
 //! | `GET /api/tasks?limit=` | `task_list` |
 //! | `GET /api/tasks/{id}/events?after=&follow=1` | `task_events` (streamed with `follow`) |
+//! | `GET /api/tasks/{id}/steps/{seq}/thumbnail` | `task_thumbnail`, as PNG |
 //! | `POST /api/tasks/{id}/{pause\|resume\|takeover\|handback\|stop\|approve\|reject}` | `task_control` |
 //! | `POST /api/tasks/{id}/note`, `.../finish` | `task_note`, `task_finish` |
 //! | `POST /api/rpc` | any one tether/1 request (body: the request object) |
@@ -193,6 +194,17 @@ async fn route(shared: &Shared, peer: &Peer, auth: Authenticated, req: Request<I
                 answer(shared, &auth, "task_events", params).await
             }
         }
+        (&Method::GET, ["api", "tasks", id, "steps", seq, "thumbnail"]) => {
+            let mut params = Map::new();
+            params.insert("task".into(), task_id(id)?.into());
+            let seq: i64 = seq
+                .parse()
+                .map_err(|_| ErrorBody::new(ErrorCode::InvalidParams, format!("step {seq:?} is not a number")))?;
+            params.insert("seq".into(), seq.into());
+            let request = wire_request("task_thumbnail", params, auth.task_token.as_deref())?;
+            let value = call(shared, &auth, &request).await?;
+            png_answer(&value)
+        }
         (&Method::POST, ["api", "tasks", id, verb]) => {
             let id = task_id(id)?;
             let verb = verb.to_string();
@@ -363,16 +375,9 @@ async fn screenshot(shared: &Shared, auth: &Authenticated, query: &Query) -> Res
     if as_json {
         return Ok(body::json(StatusCode::OK, &value));
     }
-    use base64::Engine;
-    let png = value
-        .get("data")
-        .and_then(Value::as_str)
-        .and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok())
-        .ok_or_else(|| ErrorBody::new(ErrorCode::Internal, "the screenshot had no image"))?;
     let metadata = value.get("metadata").cloned().unwrap_or(Value::Null);
-    let mut r = Response::new(body::full(png));
+    let mut r = png_answer(&value)?;
     let headers = r.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("image/png"));
     if let Some(id) = metadata.get("observation_id").and_then(Value::as_str).and_then(|s| HeaderValue::from_str(s).ok())
     {
         headers.insert("tether-observation-id", id);
@@ -380,6 +385,19 @@ async fn screenshot(shared: &Shared, auth: &Authenticated, query: &Query) -> Res
     if let Ok(v) = HeaderValue::from_str(&metadata.to_string()) {
         headers.insert("tether-metadata", v);
     }
+    Ok(r)
+}
+
+/// A `200` PNG from an answer carrying it in `data` (base64).
+fn png_answer(value: &Value) -> Result<Answer, ErrorBody> {
+    use base64::Engine;
+    let png = value
+        .get("data")
+        .and_then(Value::as_str)
+        .and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok())
+        .ok_or_else(|| ErrorBody::new(ErrorCode::Internal, "the answer had no image"))?;
+    let mut r = Response::new(body::full(png));
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("image/png"));
     Ok(r)
 }
 
