@@ -27,6 +27,10 @@ export function tasksPage(app) {
           'aria-current': shown && shown.id === t.id ? 'true' : null, onclick: () => show(t.id) },
         el('span', { class: 'task-title' }, `#${t.id} ${t.title}`), el('span', { class: `state ${t.state}` }, t.state)))));
       if (!tasks.length) list.replaceChildren(el('li', { class: 'note' }, 'No tasks yet.'));
+      // The list is polled: if the shown task moved on without its event reaching us (a
+      // reconnect, a replaced mirror), read the journal from the last seq we have.
+      const mine = shown && tasks.find((t) => t.id === shown.id);
+      if (mine && mine.state !== shown.state) catchUp(shown);
       if (!shown && tasks.length) {
         const active = tasks.find((t) => ACTIVE.includes(t.state));
         if (active) show(active.id);
@@ -90,11 +94,14 @@ export function tasksPage(app) {
       } catch (e) { fail(e); }
     } }, el('input', { type: 'text', placeholder: 'Message to the agent', id: 'agent-message' }),
     el('button', { type: 'submit', 'data-control': true }, 'Send'));
-    shown = { id, lastSeq: 0, log, attached: false, setState: (s) => {
+    const me = { id, lastSeq: 0, log, attached: false, state: null };
+    me.setState = (s) => {
+      me.state = s;
       state.textContent = s;
       state.className = `state ${s}`;
       renderControls(s);
-    } };
+    };
+    shown = me;
     const renderControls = (s) => {
       const b = (label, action, cls) => el('button', { type: 'button', class: cls, 'data-control': true, dataset: { action },
         onclick: async () => {
@@ -123,6 +130,14 @@ export function tasksPage(app) {
       if (ACTIVE.includes(j.task.state)) await attach();
     } catch (e) { fail(e); }
     refreshList();
+  }
+
+  async function catchUp(which) {
+    try {
+      const j = await control.call('task_events', { task: which.id, after_seq: which.lastSeq });
+      if (shown === which) append(j.events);
+      if (shown === which) which.setState(j.task.state);
+    } catch (e) { /* the next poll tries again */ }
   }
 
   async function attach() {

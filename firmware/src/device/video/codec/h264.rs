@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use openh264::encoder::{BitRate, Encoder, EncoderConfig, FrameRate, FrameType, IntraFramePeriod, Profile, UsageType};
+use openh264::encoder::{
+    BitRate, Complexity, Encoder, EncoderConfig, FrameRate, FrameType, IntraFramePeriod, Profile, UsageType,
+};
 use openh264::formats::{RgbSliceU8, YUVBuffer, YUVSlices};
 use openh264::OpenH264API;
 use serde::{Deserialize, Serialize};
@@ -123,6 +125,9 @@ impl SoftwareH264 {
         let config = EncoderConfig::new()
             .profile(Profile::Baseline)
             .usage_type(UsageType::CameraVideoRealTime)
+            // Live viewing on a small board: speed over compression (a phone's screen is
+            // mostly flat colour, which costs few bits at any effort).
+            .complexity(Complexity::Low)
             .bitrate(BitRate::from_bps(s.bitrate_bps))
             .max_frame_rate(FrameRate::from_hz(s.fps))
             // The default skips frames to meet the bitrate, which produced empty frames.
