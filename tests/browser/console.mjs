@@ -106,6 +106,20 @@ function watchConsole(page, label) {
   page.on('pageerror', (e) => consoleErrors.push(`${label}: ${e.message}`));
 }
 
+const DESKTOP = { viewport: { width: 1280, height: 900 } };
+
+/** A fresh browser context logged in with `token` through the login form: {ctx, p}. */
+async function loggedIn(label, token, options = DESKTOP, setup = async () => {}) {
+  const ctx = await browser.newContext({ ignoreHTTPSErrors: true, ...options });
+  await setup(ctx);
+  const p = await ctx.newPage();
+  watchConsole(p, label);
+  await p.goto(base);
+  await p.locator('#token').fill(token);
+  await p.getByRole('button', { name: 'Log in' }).click();
+  return { ctx, p };
+}
+
 /** The page position of a sim element's centre, through the canvas's box. */
 async function onCanvas(page, id) {
   const s = await sim();
@@ -134,10 +148,11 @@ function startDaemon(listen) {
 }
 let daemon = startDaemon('127.0.0.1:0');
 let browser;
+let base;
 try {
   await waitFor('the control socket', () => fs.existsSync(socketPath));
   const status = await waitFor('status', () => call('status'));
-  const base = `https://localhost:${status.https.port}`;
+  base = `https://localhost:${status.https.port}`;
   const operate = cli('token', 'add', 'browser-op', '--role', 'operate').trim();
   const viewer = cli('token', 'add', 'browser-view', '--role', 'view').trim();
   browser = await chromium.launch({
@@ -147,7 +162,7 @@ try {
   });
 
   // ------------------------------------------------------------ desktop, operate
-  const desk = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 1280, height: 900 } });
+  const desk = await browser.newContext({ ignoreHTTPSErrors: true, ...DESKTOP });
   const page = await desk.newPage();
   watchConsole(page, 'desktop');
 
@@ -334,12 +349,7 @@ try {
   await step('the access page pairs a device and lists tokens', async () => {
     // (An operate login has no Access page: log in as admin in a second context.)
     const admin = cli('token', 'rotate', 'admin').trim();
-    const ctx = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 1280, height: 900 } });
-    const p = await ctx.newPage();
-    watchConsole(p, 'admin');
-    await p.goto(base);
-    await p.locator('#token').fill(admin);
-    await p.getByRole('button', { name: 'Log in' }).click();
+    const { ctx, p } = await loggedIn('admin', admin);
     await p.getByRole('link', { name: 'Access' }).click();
     await p.locator('[data-token="browser-view"]').waitFor();
     await p.locator('#pair-name').fill('tablet');
@@ -356,12 +366,7 @@ try {
 
   // ------------------------------------------------------------ view only
   await step('a view-only login shows no controls and its forged input is refused', async () => {
-    const ctx = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 1280, height: 900 } });
-    const p = await ctx.newPage();
-    watchConsole(p, 'view');
-    await p.goto(base);
-    await p.locator('#token').fill(viewer);
-    await p.getByRole('button', { name: 'Log in' }).click();
+    const { ctx, p } = await loggedIn('view', viewer);
     await p.locator('#screen').waitFor();
     await framesDrawn(p, 5);
     const controls = await p.locator('[data-control]:visible').count();
@@ -382,13 +387,8 @@ try {
 
   // ------------------------------------------------------------ a phone's browser
   await step('at a 390x844 touch viewport a tap reaches the sim', async () => {
-    const ctx = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 390, height: 844 },
-      hasTouch: true, isMobile: true, deviceScaleFactor: 3 });
-    const p = await ctx.newPage();
-    watchConsole(p, 'touch');
-    await p.goto(base);
-    await p.locator('#token').fill(operate);
-    await p.getByRole('button', { name: 'Log in' }).click();
+    const { ctx, p } = await loggedIn('touch', operate,
+      { viewport: { width: 390, height: 844 }, hasTouch: true, isMobile: true, deviceScaleFactor: 3 });
     await p.locator('#screen').waitFor();
     await framesDrawn(p, 5);
     await waitFor('home', async () => (await sim()).screen === 'home');
@@ -402,13 +402,8 @@ try {
   });
 
   await step('without WebCodecs the page shows still pictures and says why', async () => {
-    const ctx = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 1280, height: 900 } });
-    await ctx.addInitScript(() => { delete window.VideoDecoder; });
-    const p = await ctx.newPage();
-    watchConsole(p, 'fallback');
-    await p.goto(base);
-    await p.locator('#token').fill(operate);
-    await p.getByRole('button', { name: 'Log in' }).click();
+    const { ctx, p } = await loggedIn('fallback', operate, DESKTOP,
+      (c) => c.addInitScript(() => { delete window.VideoDecoder; }));
     await p.locator('#note').filter({ hasText: 'no WebCodecs' }).waitFor();
     await framesDrawn(p, 3);
     await shot(p, '13-fallback');
