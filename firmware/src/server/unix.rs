@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::dispatch::{Dispatcher, Flow};
-use super::lines::{next_line, Line};
+use super::lines::{Line, LineReader};
 use super::outbound::{Outbound, QueueLimits};
 use crate::daemon::{Caller, Daemon, PeerCredentials, Role};
 use crate::protocol::{
@@ -287,10 +287,12 @@ async fn read_requests(
     closed: &CancellationToken,
 ) -> bool {
     let mut reader = BufReader::new(read);
+    // Kept across loop turns: a `select!` that drops `next_line` keeps its half line here.
+    let mut lines = LineReader::new(MAX_REQUEST_BYTES);
     loop {
         let line = tokio::select! {
             () = closed.cancelled() => return false,
-            line = next_line(&mut reader, MAX_REQUEST_BYTES) => line,
+            line = lines.next_line(&mut reader) => line,
             () = dispatcher.request_done() => continue,
         };
         let line = match line {
