@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::board::{Board, CaptureKind};
 use crate::daemon::{DaemonLimits, DEFAULT_QUEUE_TIMEOUT, DEFAULT_RELATIVE_COUNTS};
 use crate::device::geometry::PixelRect;
 use crate::device::hid::descriptor::PointerProfile;
@@ -175,7 +176,8 @@ pub struct Config {
     pub tasks_kept: u32,
     /// HID backend; default: `sim` with `sim = true`, else `gadget`.
     pub hid: Option<HidBackend>,
-    /// Video backend; default: `sim` with `sim = true`, else `none` (capture arrives later).
+    /// Video backend; default: `sim` with `sim = true`, else `v4l2` when the board has a UVC
+    /// capture node, else `none`.
     pub video: Option<VideoBackend>,
     /// USB device controller for `tether gadget up` (default: the only real one).
     pub udc: Option<String>,
@@ -190,6 +192,12 @@ pub struct Config {
     pub decoder_backend: CodecChoice,
     /// Global limits (`[limits]`).
     pub limits: LimitsConfig,
+    /// avahi's service directory for tether's mDNS records (appliance:
+    /// `/run/tether-mdns`, used when it exists; laptop: none).
+    pub mdns_dir: Option<PathBuf>,
+    /// The board (`--board` or `/etc/tether/board.toml`): its capture node is the default
+    /// video source when not simulating.
+    pub board: Option<Board>,
 }
 
 /// `[limits]`: what keeps the daemon responsive and its memory bounded whatever clients do.
@@ -278,6 +286,7 @@ struct ConfigFile {
     encoder_backend: Option<CodecChoice>,
     decoder_backend: Option<CodecChoice>,
     limits: Option<LimitsConfig>,
+    mdns_dir: Option<PathBuf>,
 }
 
 /// Errors loading the configuration.
@@ -300,6 +309,9 @@ pub enum ConfigError {
         /// The parser's explanation, with line and column.
         message: String,
     },
+    /// The board file could not be read or is invalid.
+    #[error(transparent)]
+    Board(#[from] crate::board::BoardError),
 }
 
 /// The laptop default for the control socket: `$XDG_RUNTIME_DIR/tether/control.sock`, or a
@@ -351,7 +363,12 @@ impl Config {
 
     /// The video backend in effect.
     pub fn video_backend(&self) -> VideoBackend {
-        self.video.unwrap_or(if self.sim { VideoBackend::Sim } else { VideoBackend::None })
+        let board_capture = self.board.as_ref().is_some_and(|b| b.capture.kind == CaptureKind::Uvc);
+        self.video.unwrap_or(match (self.sim, board_capture) {
+            (true, _) => VideoBackend::Sim,
+            (false, true) => VideoBackend::V4l2,
+            (false, false) => VideoBackend::None,
+        })
     }
 
     /// The defaults of `profile`.
@@ -382,19 +399,63 @@ impl Config {
             encoder_backend: CodecChoice::Auto,
             decoder_backend: CodecChoice::Auto,
             limits: LimitsConfig::default(),
+            mdns_dir: match profile {
+                Profile::Appliance => Some(PathBuf::from("/run/tether-mdns")),
+                Profile::Laptop => None,
+            },
+            board: None,
+        }
+    }
+
+    /// The defaults of `profile` on `board`: the board's UDC for the gadget and, when it
+    /// has a UVC capture node, V4L2 capture from that node. The config file overrides both.
+    pub fn defaults_on(profile: Profile, board: Option<&Board>) -> Config {
+        let mut c = Config::defaults(profile);
+        if let Some(b) = board {
+            c.udc = Some(b.usb.udc.clone());
+            if let Some(device) = &b.capture.device {
+                c.capture.device = device.clone();
+            }
+            c.board = Some(b.clone());
+        }
+        c
+    }
+
+    /// The configuration in effect: the defaults of `profile` on the board (`board`, else
+    /// the installed board file when there is one), overlaid with the config file (`file`,
+    /// else the profile's default file when it exists). Files named explicitly must exist.
+    pub fn resolve(profile: Profile, file: Option<&Path>, board: Option<&Path>) -> Result<Config, ConfigError> {
+        let board = match Board::find(board) {
+            Some(path) => Some(Board::load(&path)?),
+            None => None,
+        };
+        let base = Config::defaults_on(profile, board.as_ref());
+        match file.map(Path::to_path_buf).or_else(|| default_config_file(profile).filter(|p| p.exists())) {
+            Some(path) => Config::load_over(base, &path),
+            None => Ok(base),
         }
     }
 
     /// Defaults of `profile` overlaid with the TOML file at `path`.
     pub fn load(profile: Profile, path: &Path) -> Result<Config, ConfigError> {
+        Config::load_over(Config::defaults(profile), path)
+    }
+
+    /// `base` overlaid with the TOML file at `path`.
+    pub fn load_over(base: Config, path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
-        Config::from_toml(profile, &text).map_err(|message| ConfigError::Parse { path: path.into(), message })
+        Config::overlay(base, &text).map_err(|message| ConfigError::Parse { path: path.into(), message })
     }
 
     /// Defaults of `profile` overlaid with TOML text; the error is the parser's message.
     pub fn from_toml(profile: Profile, text: &str) -> Result<Config, String> {
+        Config::overlay(Config::defaults(profile), text)
+    }
+
+    /// `base` overlaid with TOML text; the error is the parser's message.
+    pub fn overlay(base: Config, text: &str) -> Result<Config, String> {
         let file: ConfigFile = toml::from_str(text).map_err(|e| e.to_string())?;
-        let mut c = Config::defaults(profile);
+        let mut c = base;
         let ConfigFile {
             sim,
             data_dir,
@@ -418,6 +479,7 @@ impl Config {
             encoder_backend,
             decoder_backend,
             limits,
+            mdns_dir,
         } = file;
         c.sim = sim.unwrap_or(c.sim);
         c.data_dir = data_dir.unwrap_or(c.data_dir);
@@ -441,6 +503,7 @@ impl Config {
         c.encoder_backend = encoder_backend.unwrap_or(c.encoder_backend);
         c.decoder_backend = decoder_backend.unwrap_or(c.decoder_backend);
         c.limits = limits.unwrap_or(c.limits);
+        c.mdns_dir = mdns_dir.or(c.mdns_dir);
         c.validate()?;
         Ok(c)
     }

@@ -15,6 +15,7 @@
 //! - [`client`]: the remote side used by the CLI.
 //! - [`config`]: the one typed configuration struct (TOML + flags).
 
+pub mod board;
 pub mod client;
 pub mod config;
 pub mod daemon;

@@ -290,6 +290,13 @@ struct PairArgs {
     /// device can reach, e.g. the appliance's LAN address.
     #[arg(long)]
     host: Option<String>,
+    /// Without a daemon: make the code (and, if missing, the appliance's CA and server
+    /// certificate) in DATA_DIR, for the daemon to take at its next start. The code works
+    /// once and does not expire with time (the appliance has no clock until it reaches a
+    /// time server). `flash.sh` uses this for the owner: `tether pair --offline DIR --role
+    /// admin --name owner --host tether.local`.
+    #[arg(long, value_name = "DATA_DIR", conflicts_with = "ttl")]
+    offline: Option<PathBuf>,
     #[command(flatten)]
     target: Target,
     /// Print JSON (the code, URL and fingerprint).
@@ -300,13 +307,18 @@ struct PairArgs {
 /// Flags of `tether serve`. Each overrides the config file.
 #[derive(Debug, Args)]
 struct ServeArgs {
-    /// Drive the virtual iPhone instead of real hardware.
-    #[arg(long)]
+    /// Drive the virtual iPhone instead of real hardware (also TETHER_SIM=1, which the
+    /// image's boot test sets from the kernel command line).
+    #[arg(long, env = "TETHER_SIM")]
     sim: bool,
     /// Config file (TOML). Default: /etc/tether/tether.toml on the appliance,
     /// $XDG_CONFIG_HOME/tether/tether.toml elsewhere (if it exists).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Board file (board/<name>/board.toml): the UDC and capture node to use by default.
+    /// Default: /etc/tether/board.toml if it exists.
+    #[arg(long, value_name = "FILE")]
+    board: Option<PathBuf>,
     /// Directory for persistent state.
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
@@ -353,6 +365,9 @@ enum GadgetCommand {
         /// Config file (for `udc` and `pointer_profile`).
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
+        /// Board file (for its `udc`). Default: /etc/tether/board.toml if it exists.
+        #[arg(long, value_name = "FILE")]
+        board: Option<PathBuf>,
     },
     /// Unbind and remove the gadget; configfs is left clean.
     Down,
@@ -390,6 +405,10 @@ struct DoctorArgs {
     /// Control socket to probe for a running daemon.
     #[arg(long, value_name = "PATH", env = "TETHER_SOCKET")]
     socket: Option<PathBuf>,
+    /// Board file whose statement of what works to print. Default: /etc/tether/board.toml
+    /// if it exists.
+    #[arg(long, value_name = "FILE")]
+    board: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -416,6 +435,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => cli::serve::run_serve(cli::serve::ServeOptions {
             sim: args.sim,
             config: args.config,
+            board: args.board,
             data_dir: args.data_dir,
             socket: args.socket,
             listen: args.listen,
@@ -425,16 +445,19 @@ fn main() -> ExitCode {
         }),
         Command::Status(args) => cli::status::run_status(args.socket, args.json),
         Command::Gadget(cmd) => match cmd {
-            GadgetCommand::Up { udc, config } => cli::gadget::run_gadget_up(udc, config),
+            GadgetCommand::Up { udc, config, board } => cli::gadget::run_gadget_up(udc, config, board),
             GadgetCommand::Down => cli::gadget::run_gadget_down(),
             GadgetCommand::Status { json } => cli::gadget::run_gadget_status(json),
         },
         Command::Calibrate(args) => cli::calibrate::run_calibrate(args.socket, args.grid, args.reset, args.json),
-        Command::Doctor(args) => cli::doctor::run_doctor(args.socket, args.json),
+        Command::Doctor(args) => cli::doctor::run_doctor(args.socket, args.board, args.json),
         Command::Task(cmd) => run_task_command(cmd),
         Command::Token(cmd) => run_token_command(cmd),
-        Command::Pair(a) => Endpoint::resolve(a.target.socket, &a.target.remote)
-            .and_then(|e| cli::token::run_pair(e, Some(a.role), a.name, a.host, a.ttl, a.svg, a.json)),
+        Command::Pair(a) => match a.offline {
+            Some(dir) => cli::token::run_pair_offline(&dir, &a.role, a.name, a.host, a.svg, a.json),
+            None => Endpoint::resolve(a.target.socket, &a.target.remote)
+                .and_then(|e| cli::token::run_pair(e, Some(a.role), a.name, a.host, a.ttl, a.svg, a.json)),
+        },
         Command::Login { url } => cli::login::run_login(&url),
         Command::Mcp { socket, remote } => cli::mcp::run_mcp(socket, remote),
     };

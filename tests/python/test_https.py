@@ -470,6 +470,40 @@ class RefusedConnections(unittest.TestCase):
                 c.close()
 
 
+class OfflineOwnerCode(unittest.TestCase):
+    """What flash.sh does for the owner: `tether pair --offline` into a data dir before the
+    daemon ever ran there; the daemon serves that CA and takes the code once."""
+
+    def test_the_code_made_offline_pairs_once_against_the_printed_fingerprint(self):
+        data = tempfile.mkdtemp(prefix="tether-offline-")
+        made = subprocess.run(
+            [TETHER, "pair", "--offline", data, "--role", "admin", "--name", "owner", "--host", "localhost", "--json"],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(made.returncode, 0, made.stderr)
+        made = json.loads(made.stdout)
+        self.assertTrue(made["url"].startswith("https://localhost/pair#code="), made["url"])
+        self.assertNotIn(made["code"], open(os.path.join(data, "owner-pairing.json")).read())
+        d = HttpsDaemon(data_dir=data)
+        self.addCleanup(d.stop)
+        self.assertEqual(d.fingerprint, made["fingerprint"], "the daemon serves the CA pair --offline made")
+        self.assertFalse(os.path.exists(os.path.join(data, "owner-pairing.json")), "imported and removed at start")
+        status, _, r = d.request("POST", "/api/pair", body={"code": made["code"]})
+        self.assertEqual(status, 200, r)
+        self.assertEqual((r["name"], r["role"]), ("owner", "admin"))
+        status, _, listed = d.request("POST", "/api/rpc", body={"method": "token", "action": "list"}, token=r["token"])
+        self.assertEqual(status, 200, f"an admin token may list tokens: {listed}")
+        status, _, r = d.request("POST", "/api/pair", body={"code": made["code"]})
+        self.assertEqual((status, r["error"]["code"]), (410, "PAIRING_INVALID"), "once only")
+
+    def test_a_running_daemon_is_not_needed_and_a_bad_role_is_refused(self):
+        data = tempfile.mkdtemp(prefix="tether-offline-")
+        r = subprocess.run([TETHER, "pair", "--offline", data, "--role", "agent"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2, "clap refuses the role")
+        r = subprocess.run([TETHER, "pair", "--offline", data, "--ttl", "5m"], capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0, "an offline code has no lifetime to set")
+        self.assertIn("--ttl", r.stderr)
+
+
 class LanRedirect(unittest.TestCase):
     """A plain request from another host (a network namespace) gets 307 to HTTPS."""
 

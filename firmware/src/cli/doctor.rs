@@ -4,14 +4,20 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::json;
+use tether::board::Board;
 use tether::client::ControlClient;
 use tether::config::{Config, Profile};
 use tether::device::inventory::Inventory;
 use tether::server::tls::Fingerprint;
 
 /// Prints what hardware and capabilities this machine has.
-pub fn run_doctor(socket: Option<PathBuf>, as_json: bool) -> anyhow::Result<ExitCode> {
+pub fn run_doctor(socket: Option<PathBuf>, board: Option<PathBuf>, as_json: bool) -> anyhow::Result<ExitCode> {
     let profile = Profile::detect();
+    // The board's own statement of what works with the kernel the image ships.
+    let board = match Board::find(board.as_deref()) {
+        Some(path) => Some(Board::load(&path)?),
+        None => None,
+    };
     let path = super::client_socket(socket);
     let inventory = Inventory::probe();
     let daemon = super::client_runtime()?.block_on(async {
@@ -30,12 +36,29 @@ pub fn run_doctor(socket: Option<PathBuf>, as_json: bool) -> anyhow::Result<Exit
         "daemon": daemon,
         "hardware": inventory,
         "https": https_report(profile, &daemon),
+        "board": board.as_ref().map(|b| json!({
+            "name": b.name,
+            "description": b.description,
+            "udc": b.usb.udc,
+            "udc_present": inventory.udcs.iter().any(|u| u.name == b.usb.udc),
+            "capture": b.capture.device,
+            "support": b.support,
+        })),
     });
     if as_json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
     println!("tether {} doctor ({} profile)", env!("CARGO_PKG_VERSION"), report["profile"].as_str().unwrap_or("?"));
+    if let Some(b) = &board {
+        println!("  board:  {} ({})", b.description, b.name);
+        for (what, statement) in b.support.rows() {
+            println!("          {what:<15} {statement}");
+        }
+        if !inventory.udcs.iter().any(|u| u.name == b.usb.udc) {
+            println!("  usb:    the board's controller {} is missing (see board/{}/README.md)", b.usb.udc, b.name);
+        }
+    }
     if inventory.udcs.is_empty() {
         println!("  usb:    no USB device controller (need a board with USB OTG, e.g. Pi 4 USB-C port with dwc2)");
     }

@@ -4,7 +4,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[cfg(not(target_os = "linux"))]
-pub fn run_gadget_up(_udc: Option<String>, _config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+pub fn run_gadget_up(
+    _udc: Option<String>,
+    _config: Option<PathBuf>,
+    _board: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
     anyhow::bail!("USB gadgets need Linux configfs")
 }
 
@@ -37,15 +41,10 @@ fn print(st: &tether::device::hid::gadget::GadgetStatus) {
 
 /// Creates and binds the gadget.
 #[cfg(target_os = "linux")]
-pub fn run_gadget_up(udc: Option<String>, config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+pub fn run_gadget_up(udc: Option<String>, config: Option<PathBuf>, board: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     use anyhow::Context;
-    use tether::config::{default_config_file, Config, Profile};
-    let profile = Profile::detect();
-    let file = config.or_else(|| default_config_file(profile)).filter(|p| p.exists());
-    let cfg = match &file {
-        Some(path) => Config::load(profile, path)?,
-        None => Config::defaults(profile),
-    };
+    use tether::config::{Config, Profile};
+    let cfg = Config::resolve(Profile::detect(), config.as_deref(), board.as_deref())?;
     let udc = udc.or(cfg.udc);
     let st = tether::device::hid::gadget::up(udc.as_deref(), cfg.pointer_profile).context("gadget up")?;
     print(&st);

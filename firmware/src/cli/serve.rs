@@ -14,6 +14,7 @@ use tether::device::sim::{SimConfig, SimPhone};
 use tether::device::video::encode::EncoderKind;
 use tether::device::video::{FrameSource, NoVideo};
 use tether::server::https::{HttpsConfig, HttpsListener};
+use tether::server::mdns::MdnsConfig;
 use tether::server::tls::{self, ServerNames, TlsMaterial};
 use tether::server::RolePolicy;
 use tether::server::{UnixServer, UnixServerConfig};
@@ -24,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 pub struct ServeOptions {
     pub sim: bool,
     pub config: Option<PathBuf>,
+    pub board: Option<PathBuf>,
     pub data_dir: Option<PathBuf>,
     pub socket: Option<PathBuf>,
     pub listen: Option<SocketAddr>,
@@ -40,11 +42,7 @@ fn init_logging() {
 
 fn resolve_config(opts: &ServeOptions) -> anyhow::Result<Config> {
     let profile = Profile::detect();
-    let file = opts.config.clone().or_else(|| default_config_file(profile));
-    let mut config = match &file {
-        Some(path) if path.exists() || opts.config.is_some() => Config::load(profile, path)?,
-        _ => Config::defaults(profile),
-    };
+    let mut config = Config::resolve(profile, opts.config.as_deref(), opts.board.as_deref())?;
     config.sim |= opts.sim;
     if let Some(v) = &opts.data_dir {
         config.data_dir = v.clone();
@@ -64,7 +62,12 @@ fn resolve_config(opts: &ServeOptions) -> anyhow::Result<Config> {
     if let Some(v) = &opts.agent_user {
         config.agent_user = Some(v.clone());
     }
-    tracing::info!(profile = ?profile, config_file = ?file, "configuration loaded");
+    tracing::info!(
+        profile = ?profile,
+        config_file = ?opts.config.clone().or_else(|| default_config_file(profile)),
+        board = config.board.as_ref().map(|b| b.name.as_str()),
+        "configuration loaded"
+    );
     Ok(config)
 }
 
@@ -192,6 +195,7 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
             hosts: l.preferred_hosts(),
             fingerprint: l.fingerprint().hex(),
         });
+        let https_port = https_info.as_ref().map(|i| i.port);
         let daemon = Daemon::start(
             devices,
             DaemonOptions {
@@ -222,6 +226,11 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
             tracing::info!("shutting down");
             stop.cancel();
         });
+        if let (Some(dir), Some(port)) = (config.mdns_dir.clone().filter(|d| d.is_dir()), https_port) {
+            let board = config.board.as_ref().map_or_else(|| "none".to_string(), |b| b.name.clone());
+            let mdns = MdnsConfig { dir, board, port };
+            tokio::spawn(tether::server::mdns::announce(daemon.clone(), mdns, shutdown.clone()));
+        }
         let https = listener.map(|l| tokio::spawn(l.serve(daemon.clone(), shutdown.clone())));
         server.serve(shutdown).await;
         if let Some(h) = https {

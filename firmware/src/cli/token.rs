@@ -104,6 +104,69 @@ pub fn run_pair(
     let Some(url) = result["url"].as_str() else {
         anyhow::bail!("the daemon serves no HTTPS (its [https] is disabled), so there is nothing to pair with");
     };
+    print_qr(url, svg)?;
+    eprintln!(
+        "scan it, or run `tether login '{url}'` on a laptop. It makes the {} token {:?}, works once, \
+         and expires in {} s.",
+        result["role"].as_str().unwrap_or("?"),
+        result["name"].as_str().unwrap_or("?"),
+        ttl.as_secs()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `pair --offline DIR`: the appliance's CA and server certificate (made if missing)
+/// and a one-time code in `DIR`, which the daemon imports at its next start.
+pub fn run_pair_offline(
+    data_dir: &std::path::Path,
+    role: &str,
+    name: Option<String>,
+    host: Option<String>,
+    svg: Option<PathBuf>,
+    as_json: bool,
+) -> anyhow::Result<ExitCode> {
+    use anyhow::Context;
+    use tether::protocol::Role;
+    use tether::server::tls::{self, ServerNames};
+    let role = Role::from_name(role).ok_or_else(|| anyhow::anyhow!("role {role:?}: use admin, operate or view"))?;
+    let name = name.unwrap_or_else(|| "owner".into());
+    let host = host.unwrap_or_else(|| "tether.local".into());
+    // The certificate holds the appliance's own names (`tether`, `tether.local` for the
+    // default host) and `host` when it is something else, e.g. a fixed LAN address.
+    let short = host.strip_suffix(".local").filter(|h| !h.contains('.') && !h.contains(':'));
+    let names = match short {
+        Some(s) => ServerNames::of_machine(s, &[], &[]),
+        None => ServerNames::of_machine("tether", &[], std::slice::from_ref(&host)),
+    };
+    let material = tls::load_or_create(data_dir, &names)
+        .with_context(|| format!("certificates in {}", data_dir.join("tls").display()))?;
+    let code = tether::daemon::tokens::mint_offline_pairing(data_dir, role, &name)?;
+    let url_host = if host.contains(':') { format!("[{host}]") } else { host.clone() };
+    let url = format!("https://{url_host}/pair#code={code}&fp={}", material.fingerprint.hex());
+    if as_json {
+        let out = json!({
+            "url": url,
+            "code": code,
+            "role": role.as_str(),
+            "name": name,
+            "fingerprint": material.fingerprint.hex(),
+            "fingerprint_openssl": material.fingerprint.to_string(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_qr(&url, svg)?;
+    eprintln!(
+        "the appliance takes this code at its next start. It makes the {} token {name:?} and works once; \
+         it does not expire with time. CA fingerprint (SHA-256) {}",
+        role.as_str(),
+        material.fingerprint
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints `url` as a terminal QR code and as text; with `svg`, also writes the QR there.
+fn print_qr(url: &str, svg: Option<PathBuf>) -> anyhow::Result<()> {
     let code = qrcode::QrCode::new(url.as_bytes())?;
     if let Some(path) = svg {
         let image = code.render::<qrcode::render::svg::Color<'_>>().min_dimensions(256, 256).build();
@@ -117,14 +180,7 @@ pub fn run_pair(
         .build();
     println!("{art}");
     println!("{url}");
-    eprintln!(
-        "scan it, or run `tether login '{url}'` on a laptop. It makes the {} token {:?}, works once, \
-         and expires in {} s.",
-        result["role"].as_str().unwrap_or("?"),
-        result["name"].as_str().unwrap_or("?"),
-        ttl.as_secs()
-    );
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// Parses `10m`, `90s`, `2h`, `1d` or plain seconds.

@@ -192,6 +192,14 @@ impl Daemon {
             tracing::warn!(tasks = ?interrupted, "tasks unfinished at the last shutdown are now interrupted");
         }
         let tokens = Tokens::open(store.clone())?;
+        if let Some(dir) = options.data_dir.as_deref() {
+            // The owner's code from `flash.sh` (or `tether pair --offline`). A bad file is
+            // reported and left in place; the daemon still starts (tokens can be made on the
+            // control socket).
+            if let Err(e) = tokens.import_offline_pairing(dir) {
+                tracing::error!(error = %e, "the pairing code made offline was not imported");
+            }
+        }
         let tasks_kept = if options.tasks_kept == 0 { DEFAULT_TASKS_KEPT } else { options.tasks_kept };
         let guard = devices.video.start(hub)?;
         // Encodes only while a viewer watches.

@@ -148,7 +148,123 @@ fn network_role(role: Role) -> Result<Role, TokenError> {
     }
 }
 
+/// The file, in the data directory, holding a pairing code made while no daemon ran
+/// (`tether pair --offline`, which `flash.sh` runs for the appliance's owner).
+pub const OFFLINE_PAIRING_FILE: &str = "owner-pairing.json";
+
+/// What [`OFFLINE_PAIRING_FILE`] holds: never the code, only its hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct OfflinePairing {
+    /// SHA-256 of the code, hex.
+    pub code_sha256: String,
+    /// The role of the token the code makes.
+    pub role: String,
+    /// The token's name.
+    pub name: String,
+}
+
+/// Makes a one-time pairing code for a token `name` with `role` and leaves it in
+/// `data_dir` for the daemon's next start, replacing an earlier one not yet imported.
+/// Returns the code (shown once).
+///
+/// Such a code does not expire with time: it is made for an appliance that has no clock
+/// until it reaches a time server. It still works only once, and only until the daemon
+/// has imported it and it was redeemed.
+pub fn mint_offline_pairing(data_dir: &std::path::Path, role: Role, name: &str) -> Result<String, OfflineError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let role = network_role(role).map_err(OfflineError::Token)?;
+    if !valid_name(name) {
+        return Err(OfflineError::Token(TokenError::BadName(name.into())));
+    }
+    let code = b64(&random_bytes::<18>().map_err(OfflineError::Token)?);
+    let record = OfflinePairing {
+        code_sha256: hex(&sha256(code.as_bytes())),
+        role: role.as_str().to_string(),
+        name: name.to_string(),
+    };
+    let path = data_dir.join(OFFLINE_PAIRING_FILE);
+    let io = |source| OfflineError::Io { path: path.clone(), source };
+    std::fs::create_dir_all(data_dir).map_err(io)?;
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).map_err(io)?;
+    let bytes = serde_json::to_vec_pretty(&record).unwrap_or_default();
+    file.write_all(&bytes).and_then(|()| file.sync_all()).map_err(io)?;
+    std::fs::rename(&tmp, &path).map_err(io)?;
+    Ok(code)
+}
+
+/// Errors of [`mint_offline_pairing`] and [`Tokens::import_offline_pairing`].
+#[derive(Debug, thiserror::Error)]
+pub enum OfflineError {
+    /// The file could not be written, read or removed.
+    #[error("{}: {source}", .path.display())]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not an offline pairing record.
+    #[error("{}: not a pairing record ({message}); make a new one with `tether pair --offline`", .path.display())]
+    Bad {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The record's role or name is not allowed, or the store failed.
+    #[error(transparent)]
+    Token(TokenError),
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 impl Tokens {
+    /// Imports the pairing code `tether pair --offline` left in `data_dir`, once: the file
+    /// is removed after the code is stored. Returns the token name the code makes. Blocks:
+    /// call it at start-up.
+    pub fn import_offline_pairing(&self, data_dir: &std::path::Path) -> Result<Option<String>, OfflineError> {
+        let path = data_dir.join(OFFLINE_PAIRING_FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(OfflineError::Io { path, source }),
+        };
+        let bad = |message: String| OfflineError::Bad { path: path.clone(), message };
+        let record: OfflinePairing = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+        let hash: [u8; 32] = (0..32)
+            .map(|i| record.code_sha256.get(2 * i..2 * i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+            .collect::<Option<Vec<u8>>>()
+            .and_then(|v| v.try_into().ok())
+            .filter(|_| record.code_sha256.len() == 64)
+            .ok_or_else(|| bad("code_sha256 is not 64 hex digits".into()))?;
+        let role = Role::from_name(&record.role).ok_or_else(|| bad(format!("unknown role {:?}", record.role)))?;
+        let role = network_role(role).map_err(OfflineError::Token)?;
+        if !valid_name(&record.name) {
+            return Err(OfflineError::Token(TokenError::BadName(record.name)));
+        }
+        let name = record.name.clone();
+        self.store
+            .run_now(move |conn| {
+                // Never expires: see `mint_offline_pairing`. Importing twice (a crash
+                // before the file was removed) leaves one row.
+                conn.execute(
+                    "INSERT OR IGNORE INTO pairing_codes (code_hash, role, expires_ms, name) VALUES (?1, ?2, ?3, ?4)",
+                    params![&hash[..], role.as_str(), i64::MAX, name],
+                )?;
+                Ok(())
+            })
+            .map_err(|e| OfflineError::Token(e.into()))?;
+        std::fs::remove_file(&path).map_err(|source| OfflineError::Io { path: path.clone(), source })?;
+        tracing::info!(token = %record.name, role = %role, "imported the pairing code made offline (it works once)");
+        Ok(Some(record.name))
+    }
+
     /// Loads the tokens and the session key from the store (making the key on first start,
     /// and the first admin token, whose secret nobody has seen: `tether token rotate admin`
     /// run as root shows a working one). Blocks: call it at start-up.
@@ -511,5 +627,40 @@ mod tests {
             t.create_pairing(Role::View, Some("phone"), DEFAULT_PAIRING_TTL).await,
             Err(TokenError::Exists(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn an_offline_code_is_imported_once_and_redeems_once() {
+        let (dir, t) = tokens().await;
+        let data = dir.path().join("data");
+        let code = mint_offline_pairing(&data, Role::Admin, "owner").unwrap();
+        let file = std::fs::read_to_string(data.join(OFFLINE_PAIRING_FILE)).unwrap();
+        assert!(!file.contains(&code), "the file holds only the code's hash");
+        assert_eq!(t.import_offline_pairing(&data).unwrap().as_deref(), Some("owner"));
+        assert!(!data.join(OFFLINE_PAIRING_FILE).exists(), "imported files are removed");
+        assert_eq!(t.import_offline_pairing(&data).unwrap(), None, "nothing left to import");
+        let (name, role, secret) = t.redeem_pairing(&code).await.unwrap();
+        assert_eq!((name.as_str(), role), ("owner", Role::Admin));
+        assert_eq!(t.authenticate(&secret), Some(("owner".into(), Role::Admin)));
+        assert!(matches!(t.redeem_pairing(&code).await, Err(TokenError::PairingInvalid)), "once only");
+    }
+
+    #[tokio::test]
+    async fn a_bad_offline_record_is_refused_and_kept_for_a_person_to_see() {
+        let (dir, t) = tokens().await;
+        let data = dir.path().join("data");
+        assert!(matches!(mint_offline_pairing(&data, Role::Agent, "x"), Err(OfflineError::Token(_))));
+        assert!(matches!(mint_offline_pairing(&data, Role::View, "no spaces"), Err(OfflineError::Token(_))));
+        std::fs::create_dir_all(&data).unwrap();
+        for bad in [
+            "not json",
+            r#"{"code_sha256": "00", "role": "admin", "name": "owner"}"#,
+            r#"{"code_sha256": "zz00000000000000000000000000000000000000000000000000000000000000", "role": "admin", "name": "o"}"#,
+            r#"{"code_sha256": "0000000000000000000000000000000000000000000000000000000000000000", "role": "root", "name": "o"}"#,
+        ] {
+            std::fs::write(data.join(OFFLINE_PAIRING_FILE), bad).unwrap();
+            assert!(t.import_offline_pairing(&data).is_err(), "{bad}");
+            assert!(data.join(OFFLINE_PAIRING_FILE).exists(), "a refused file stays");
+        }
     }
 }

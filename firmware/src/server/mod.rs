@@ -7,6 +7,7 @@ pub mod https;
 pub mod inprocess;
 mod lines;
 pub mod mcp;
+pub mod mdns;
 mod outbound;
 pub mod tls;
 pub mod unix;
