@@ -309,7 +309,7 @@ struct PairArgs {
 struct ServeArgs {
     /// Drive the virtual iPhone instead of real hardware (also TETHER_SIM=1, which the
     /// image's boot test sets from the kernel command line).
-    #[arg(long, env = "TETHER_SIM")]
+    #[arg(long, env = "TETHER_SIM", value_parser = clap::builder::BoolishValueParser::new())]
     sim: bool,
     /// Config file (TOML). Default: /etc/tether/tether.toml on the appliance,
     /// $XDG_CONFIG_HOME/tether/tether.toml elsewhere (if it exists).
@@ -522,5 +522,39 @@ fn run_task_command(cmd: TaskCommand) -> anyhow::Result<ExitCode> {
         TaskCommand::Finish { id, failed, summary, socket, remote } => {
             task::run_finish(Endpoint::resolve(socket, &remote)?, id, failed, summary)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// The image's boot test sets TETHER_SIM=1 from the kernel command line; clap's plain
+    /// bool parser refused "1" and the daemon never started.
+    #[test]
+    fn tether_sim_takes_the_usual_spellings() {
+        fn sim_with(value: &str) -> Result<bool, clap::Error> {
+            // Tests run on parallel threads: the environment is touched under this lock only.
+            static ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
+            let _guard = ENV.lock().unwrap();
+            // SAFETY: no other test in this binary reads or writes the environment, and
+            // this one does so only while holding the lock.
+            unsafe { std::env::set_var("TETHER_SIM", value) };
+            let parsed = Cli::try_parse_from(["tether", "serve"]);
+            // SAFETY: as above.
+            unsafe { std::env::remove_var("TETHER_SIM") };
+            match parsed?.command {
+                Command::Serve(args) => Ok(args.sim),
+                _ => unreachable!("parsed serve"),
+            }
+        }
+        for yes in ["1", "true", "yes", "on"] {
+            assert!(sim_with(yes).unwrap(), "{yes}");
+        }
+        for no in ["0", "false", "no", "off"] {
+            assert!(!sim_with(no).unwrap(), "{no}");
+        }
+        assert!(sim_with("maybe").is_err());
     }
 }

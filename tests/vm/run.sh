@@ -6,7 +6,9 @@
 #   tests/vm/run.sh video    vivid HDMI loop: capture equality, signal loss, YUYV→NV12, multi-planar
 #   tests/vm/run.sh m2m      vicodec (built here): M2M encode/decode round trips, resolution change,
 #                            single- and multi-planar queues
-#   tests/vm/run.sh all      hid, video and m2m
+#   tests/vm/run.sh image    flash.sh build --board rpi4, then boot the image under
+#                            qemu-system-aarch64 and check it from outside (tests/vm/image.sh)
+#   tests/vm/run.sh all      hid, video, m2m and image
 #
 # Fetches what it needs (Debian packages: qemu-system-x86, busybox-static, kmod, cpio, the
 # kernel image) and caches the kernel under $TETHER_VM_CACHE (default ~/.cache/tether-vm).
@@ -16,8 +18,9 @@ set -euo pipefail
 suite=${1:-all}
 case "$suite" in
     hid|video|m2m) suites=("$suite") ;;
-    all) suites=(hid video m2m); echo "tests/vm: suite image is not built yet (the image issue)" ;;
-    image) echo "tests/vm: suite 'image' is not built yet (the image issue)" >&2; exit 2 ;;
+    # The image suite builds and boots the appliance image (tests/vm/image.sh).
+    all) suites=(hid video m2m) ;;
+    image) exec "$(dirname "$0")/image.sh" ;;
     *) echo "usage: tests/vm/run.sh [hid|video|m2m|image|all]" >&2; exit 2 ;;
 esac
 
@@ -171,4 +174,7 @@ for s in "${suites[@]}"; do
         status=1
     fi
 done
+if [ "$suite" = all ]; then
+    "$root/tests/vm/image.sh" || status=1
+fi
 exit $status

@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# The image boot test: builds the rpi4 image with flash.sh, boots its disk under
+# qemu-system-aarch64 (-M virt, TCG, the image's own kernel and initrd given directly, the
+# image's root partition as root), and checks from outside, over forwarded loopback ports:
+#
+#   - tether.service is active with the sim (TETHER_SIM=1 from the kernel command line;
+#     there is no UDC in the VM, so tether-gadget.service is skipped by its condition)
+#   - HTTPS answers with a certificate chaining to the CA whose fingerprint flash.sh printed
+#   - the owner's pairing URL redeems once and only once
+#   - systemd-analyze security puts tether.service at or under 2.0
+#   - the root is read-only and the data partition was grown to fill the disk
+#   - the aarch64 binary runs `tether doctor --json` under qemu-user
+#
+# Run by tests/vm/run.sh image (and all). Uses the flash.sh base-rootfs cache.
+# Prints "tests/vm: suite image: PASS" or FAIL with the console's last lines.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+tether_bin=${TETHER_BIN:-$root/target/debug/tether}
+work=$(mktemp -d)
+qemu_pid=""
+cleanup() {
+    [ -n "$qemu_pid" ] && kill "$qemu_pid" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+started=$(date +%s)
+say() { echo "tests/vm: image: $* ($(( $(date +%s) - started )) s)"; }
+fail() {
+    say "FAIL: $*"
+    if [ -f "$work/console.log" ]; then
+        echo "--- last lines of the console ---"
+        tail -n 60 "$work/console.log"
+    fi
+    echo "tests/vm: suite image: FAIL"
+    exit 1
+}
+check() { echo "image: ok   $*"; }
+
+need=()
+command -v qemu-system-aarch64 >/dev/null || need+=(qemu-system-arm)
+command -v ssh >/dev/null || need+=(openssh-client)
+command -v curl >/dev/null || need+=(curl)
+command -v openssl >/dev/null || need+=(openssl)
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+command -v fakeroot >/dev/null || need+=(fakeroot)
+command -v mcopy >/dev/null || need+=(mtools)
+command -v mkfs.vfat >/dev/null || need+=(dosfstools)
+command -v fdtput >/dev/null || need+=(device-tree-compiler)
+command -v zstd >/dev/null || need+=(zstd)
+command -v aarch64-linux-gnu-g++ >/dev/null || need+=(g++-aarch64-linux-gnu)
+command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
+if [ ${#need[@]} -gt 0 ]; then
+    say "installing ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+[ -x "$tether_bin" ] || (cd "$root" && cargo build -p tether --locked -q)
+
+# --- build --------------------------------------------------------------------------------
+ssh-keygen -q -t ed25519 -N '' -f "$work/key" -C tether-image-test
+say "building the rpi4 image"
+t0=$(date +%s)
+TETHER_IMAGE_TARGET_DIR=${TETHER_IMAGE_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tether-image/target} \
+    "$root/flash.sh" build --board rpi4 --out "$work/out" --ssh-key "$work/key.pub" > "$work/build.out" 2> "$work/build.err" ||
+    { tail -n 40 "$work/build.err"; fail "flash.sh build failed"; }
+build_s=$(( $(date +%s) - t0 ))
+grep -E '^\[[0-9]/[0-9]\]' "$work/build.err" | sed 's/^/    /'
+img="$work/out/tether-rpi4.img"
+[ -f "$img" ] && [ -f "$img.zst" ] || fail "no image or no .zst"
+url=$(grep '^https://' "$work/build.out" | tail -1)
+[[ "$url" == https://tether.local/pair#code=*'&fp='* ]] || fail "flash.sh printed no pairing URL (got '$url')"
+fp=${url##*&fp=}
+code=${url#*#code=}; code=${code%%&*}
+check "flash.sh build --board rpi4 (${build_s} s): $(du -h --apparent-size "$img" | cut -f1) raw, $(du -h "$img.zst" | cut -f1) zstd"
+
+# --- the aarch64 binary under qemu-user ------------------------------------------------------
+bin="$work/out/tether-rpi4.aarch64"
+doctor=$(qemu-aarch64-static -L /usr/aarch64-linux-gnu "$bin" doctor --json --board "$root/board/rpi4/board.toml") ||
+    fail "tether doctor --json under qemu-user failed"
+echo "$doctor" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["version"], d
+assert d["board"]["name"] == "rpi4", d["board"]
+assert d["board"]["udc"] == "fe980000.usb", d["board"]
+' || fail "doctor --json: unexpected report"
+check "aarch64 tether doctor --json under qemu-user names the board"
+
+# --- boot -----------------------------------------------------------------------------------
+# A copy with 1 GiB more at the end: the first boot grows the data partition into it.
+cp --sparse=always "$img" "$work/disk.img"
+truncate -s +1G "$work/disk.img"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+https_port=$(free_port)
+ssh_port=$(free_port)
+say "booting under qemu-system-aarch64 -M virt (TCG); HTTPS on 127.0.0.1:$https_port"
+boot_t0=$(date +%s)
+# restrict=on: the guest reaches nothing but the forwarded ports (no network beyond loopback).
+qemu-system-aarch64 -M virt -cpu cortex-a72 -smp 2 -m 1024 -accel tcg,thread=multi \
+    -nodefaults -no-user-config -display none -serial "file:$work/console.log" -no-reboot \
+    -kernel "$work/out/tether-rpi4.vmlinuz" -initrd "$work/out/tether-rpi4.initrd.img" \
+    -append "root=LABEL=tether-a ro rootwait console=ttyAMA0 panic=-1 systemd.setenv=TETHER_SIM=1 tether.sim" \
+    -drive "file=$work/disk.img,if=none,format=raw,id=disk" -device virtio-blk-pci,drive=disk \
+    -netdev "user,id=net,restrict=on,hostfwd=tcp:127.0.0.1:$https_port-:443,hostfwd=tcp:127.0.0.1:$ssh_port-:22" \
+    -device virtio-net-pci,netdev=net &
+qemu_pid=$!
+
+deadline=$(( $(date +%s) + 600 ))
+until curl -sk --max-time 5 -o /dev/null "https://127.0.0.1:$https_port/ca.crt"; do
+    kill -0 "$qemu_pid" 2>/dev/null || fail "QEMU exited before HTTPS answered"
+    [ "$(date +%s)" -lt "$deadline" ] || fail "HTTPS did not answer within 600 s of boot"
+    sleep 2
+done
+boot_s=$(( $(date +%s) - boot_t0 ))
+check "boot to HTTPS: ${boot_s} s (TCG)"
+
+# --- certificate ------------------------------------------------------------------------------
+curl -sk "https://127.0.0.1:$https_port/ca.crt" -o "$work/ca.crt"
+served_fp=$(openssl x509 -in "$work/ca.crt" -noout -fingerprint -sha256 | cut -d= -f2 | tr -d : | tr 'A-F' 'a-f')
+[ "$served_fp" = "$(echo "$fp" | tr 'A-F' 'a-f')" ] || fail "served CA fingerprint $served_fp != printed $fp"
+# The server certificate verifies for tether.local against that CA (not just -k).
+curl -sS --max-time 10 --cacert "$work/ca.crt" --resolve "tether.local:$https_port:127.0.0.1" \
+    -o /dev/null "https://tether.local:$https_port/" || fail "the server certificate does not verify for tether.local"
+check "HTTPS serves a certificate for tether.local from the CA flash.sh printed ($fp)"
+
+# --- pairing: once and only once ----------------------------------------------------------------
+export HOME="$work/home"
+mkdir -p "$HOME"
+local_url="https://127.0.0.1:$https_port/pair#code=$code&fp=$fp"
+"$tether_bin" login "$local_url" > "$work/login1.out" 2>&1 || { cat "$work/login1.out"; fail "the pairing URL did not redeem"; }
+grep -q "owner" "$work/login1.out" "$HOME/.config/tether/hosts.toml" 2>/dev/null || { cat "$work/login1.out"; fail "login did not make the owner token"; }
+if "$tether_bin" login "$local_url" > "$work/login2.out" 2>&1; then
+    fail "the pairing URL redeemed twice"
+fi
+grep -qi "used\|unknown\|expired" "$work/login2.out" || { cat "$work/login2.out"; fail "the second redemption failed without saying why"; }
+check "the owner's pairing URL redeems once (admin token 'owner'), and the second time is refused"
+
+# --- inside: units, hardening, read-only root, grown data ------------------------------------------
+ssh_do() {
+    ssh -q -i "$work/key" -p "$ssh_port" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
+        -o ConnectTimeout=10 -o BatchMode=yes root@127.0.0.1 "$@"
+}
+deadline=$(( $(date +%s) + 180 ))
+until ssh_do true 2>/dev/null; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "SSH (provisioned key) did not answer"
+    sleep 3
+done
+state=$(ssh_do systemctl is-active tether.service || true)
+[ "$state" = active ] || fail "tether.service is $state"
+sim=$(ssh_do "systemctl show -p Environment tether.service; tr '\\0' '\\n' < /proc/\$(systemctl show -p MainPID --value tether.service)/environ | grep TETHER_SIM" || true)
+echo "$sim" | grep -q 'TETHER_SIM=1' || fail "the daemon does not run with the sim: $sim"
+check "tether.service is active with the sim"
+exposure=$(ssh_do "systemd-analyze security tether.service --no-pager" | awk '/Overall exposure level/{print $(NF-2)}')
+[ -n "$exposure" ] && awk -v e="$exposure" 'BEGIN{exit !(e <= 2.0)}' || fail "systemd-analyze security: exposure '$exposure' > 2.0"
+check "systemd-analyze security tether.service: $exposure (bound 2.0)"
+ro=$(ssh_do "findmnt -no OPTIONS /")
+[[ ",$ro," == *",ro,"* ]] || fail "the root is mounted $ro"
+grown_s=""
+deadline=$(( $(date +%s) + 120 ))
+while :; do
+    size=$(ssh_do "df -B1 --output=size /var/lib/tether | tail -1" | tr -d ' ')
+    [ "${size:-0}" -gt $((900 * 1024 * 1024)) ] && break
+    [ "$(date +%s)" -lt "$deadline" ] || fail "the data partition was not grown (size $size)"
+    sleep 3
+done
+check "root read-only ($ro); data partition grown to $(numfmt --to=iec-i "$size")B"
+users=$(ssh_do "getent passwd tether tether-agent | cut -d: -f1,3,7")
+echo "$users" | grep -q '^tether:500:/usr/sbin/nologin$' || fail "tether user: $users"
+echo "$users" | grep -q '^tether-agent:501:/usr/sbin/nologin$' || fail "tether-agent user: $users"
+ssh_do "grep -q '^root:[!*]' /etc/shadow" || fail "root has a password"
+check "users tether/tether-agent without shells; root locked"
+
+deadline=$(( $(date +%s) + 60 ))
+until ssh_do "grep -q 'phone=connected' /etc/avahi/services/tether.service" 2>/dev/null; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "the daemon did not write its mDNS records: $(ssh_do cat /etc/avahi/services/tether.service)"
+    sleep 2
+done
+txt=$(ssh_do "cat /etc/avahi/services/tether.service")
+for r in board=rpi4 task=none version=; do
+    echo "$txt" | grep -q "<txt-record>$r" || fail "mDNS record $r missing: $txt"
+done
+[ "$(ssh_do systemctl is-active avahi-daemon.service)" = active ] || fail "avahi-daemon is not active"
+check "avahi announces _tether._tcp with the daemon's records (board, phone, task, version)"
+
+echo "image: build ${build_s} s, boot to HTTPS ${boot_s} s"
+echo "tests/vm: suite image: PASS"
