@@ -25,7 +25,7 @@ flash_pair() {
 import json, sys
 p = json.load(sys.stdin)["partitiontable"]["partitions"]
 print(p[1]["start"], p[1]["size"], p[3]["start"], p[3]["size"]) if len(p) == 4 else None
-') || true
+' 2>/dev/null) || true
     [ -n "$parts" ] || die "pair: $img is not a tether image (no 4-partition table)"
     local root_start root_size data_start data_size
     read -r root_start root_size data_start data_size <<<"$parts"

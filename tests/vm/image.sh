@@ -90,6 +90,15 @@ check "aarch64 tether doctor --json under qemu-user names the board"
 # --- boot -----------------------------------------------------------------------------------
 # A copy with 1 GiB more at the end: the first boot grows the data partition into it.
 cp --sparse=always "$img" "$work/disk.img"
+# flash.sh pair on the copy: a new owner code against the same CA; the build's code is void.
+"$root/flash.sh" pair "$work/disk.img" > "$work/pair.out" 2> "$work/pair.err" ||
+    { cat "$work/pair.err"; fail "flash.sh pair failed"; }
+new_url=$(grep '^https://' "$work/pair.out" | tail -1)
+[[ "$new_url" == *"&fp=$fp" ]] || fail "flash.sh pair changed the fingerprint: $new_url"
+old_code=$code
+code=${new_url#*#code=}; code=${code%%&*}
+[ "$code" != "$old_code" ] || fail "flash.sh pair printed the same code"
+check "flash.sh pair replaces the owner code in the image, same CA"
 truncate -s +1G "$work/disk.img"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 https_port=$(free_port)
@@ -127,6 +136,9 @@ check "HTTPS serves a certificate for tether.local from the CA flash.sh printed 
 # --- pairing: once and only once ----------------------------------------------------------------
 export HOME="$work/home"
 mkdir -p "$HOME"
+if "$tether_bin" login "https://127.0.0.1:$https_port/pair#code=$old_code&fp=$fp" > "$work/login0.out" 2>&1; then
+    fail "the code flash.sh pair replaced still redeems"
+fi
 local_url="https://127.0.0.1:$https_port/pair#code=$code&fp=$fp"
 "$tether_bin" login "$local_url" > "$work/login1.out" 2>&1 || { cat "$work/login1.out"; fail "the pairing URL did not redeem"; }
 grep -q "owner" "$work/login1.out" "$HOME/.config/tether/hosts.toml" 2>/dev/null || { cat "$work/login1.out"; fail "login did not make the owner token"; }
@@ -134,7 +146,7 @@ if "$tether_bin" login "$local_url" > "$work/login2.out" 2>&1; then
     fail "the pairing URL redeemed twice"
 fi
 grep -qi "used\|unknown\|expired" "$work/login2.out" || { cat "$work/login2.out"; fail "the second redemption failed without saying why"; }
-check "the owner's pairing URL redeems once (admin token 'owner'), and the second time is refused"
+check "the owner's pairing URL redeems once (admin token 'owner'), the second time and the replaced code are refused"
 
 # --- inside: units, hardening, read-only root, grown data ------------------------------------------
 ssh_do() {
