@@ -1,5 +1,7 @@
 # flash.sh build: the appliance image for one board (sourced by flash.sh).
 # shellcheck shell=bash
+# shellcheck disable=SC2154  # image_root, image_cache, image_started: from common.sh
+# shellcheck disable=SC2016  # the fakeroot scripts expand their variables themselves
 #
 # Steps: cross-compile tether for aarch64; the Debian trixie arm64 base rootfs (mmdebstrap,
 # cached by its inputs); the root filesystem (base + rootfs/ + board/B + the binary, with
@@ -52,7 +54,7 @@ flash_build() {
     done
     [ -n "$board" ] || { build_usage; die "build: --board is required"; }
     [ -f "$image_root/board/$board/board.toml" ] ||
-        die "build: no board '$board' (have: $(cd "$image_root/board" && ls -d -- */ | tr -d / | tr '\n' ' '))"
+        die "build: no board '$board' (have: $(cd "$image_root/board" && printf '%s ' */ | tr -d /))"
     [ -z "$ssh_key" ] || [ -f "$ssh_key" ] || die "build: --ssh-key $ssh_key: no such file"
     need_tools rustup:rustup cargo:cargo aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu \
         aarch64-linux-gnu-g++:g++-aarch64-linux-gnu qemu-aarch64-static:qemu-user-static \
@@ -177,8 +179,8 @@ build_rootfs() {
             [ -f "$f" ] && sed -i "s/@VERSION@/$VERSION/g; s/@BOARD@/$BOARD/g" "$f"
         done
         # Users with fixed ids (the root is read-only: nothing can add them at boot).
-        # Only our file: the host'"'"'s systemd-sysusers may not read the base'"'"'s newer syntax,
-        # and the base'"'"'s own users were made when their packages were installed.
+        # Only our file: the build host systemd-sysusers may not read the newer syntax of
+        # the base, whose own users were made when their packages were installed.
         if grep -q -E ":x:($TETHER_UID|$AGENT_UID):" "$r/etc/passwd" "$r/etc/group"; then
             echo "uid/gid $TETHER_UID or $AGENT_UID is taken in the base: pick others (docs/image.md)" >&2; exit 1
         fi
@@ -285,7 +287,7 @@ SFDISK
     dd if="$work/data.ext4" of="$img" bs=1M seek="$p4" conv=notrunc,sparse status=none
     if [ "$(board_value "$board" image.boot)" = u-boot-rockchip ]; then
         local ub; ub="$work/root/usr/lib/u-boot/$(board_value "$board" image.uboot_target)"
-        [ -f "$ub/idbloader.img" ] && [ -f "$ub/u-boot.itb" ] || { say "no u-boot files in $ub"; return 1; }
+        if [ ! -f "$ub/idbloader.img" ] || [ ! -f "$ub/u-boot.itb" ]; then say "no u-boot files in $ub"; return 1; fi
         dd if="$ub/idbloader.img" of="$img" seek=64 conv=notrunc status=none
         dd if="$ub/u-boot.itb" of="$img" seek=16384 conv=notrunc status=none
     fi

@@ -1,5 +1,6 @@
 # Shared helpers for flash.sh's subcommands (sourced, never run).
 # shellcheck shell=bash
+# shellcheck disable=SC2034  # image_cache and image_started are used by the other parts
 
 image_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 image_cache=${TETHER_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tether-image}
