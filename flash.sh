@@ -1,9 +1,49 @@
 #!/usr/bin/env bash
-# Build an appliance image for a board and write it to an SD card.
+# Build a tether appliance image for a board, mint its owner's pairing code, and write it
+# to an SD card.
 #
-#   ./flash.sh BOARD DEVICE     e.g. ./flash.sh rpi4 /dev/sdX
+#   ./flash.sh build --board rpi4            # out/tether-rpi4.img (+ .zst), prints the pairing QR
+#   ./flash.sh pair out/tether-rpi4.img      # a new owner code in an image not yet booted
+#   ./flash.sh write out/tether-rpi4.img /dev/sdX
 #
-# The image build is not implemented yet: this script refuses rather than write anything.
+# docs/image.md describes the image: partitions, users, first boot, updates.
 set -euo pipefail
-echo "flash.sh: building and flashing images is not implemented yet (see README.md, 'Layout')." >&2
-exit 2
+
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=image/common.sh
+source "$here/image/common.sh"
+# shellcheck source=image/build.sh
+source "$here/image/build.sh"
+# shellcheck source=image/pair.sh
+source "$here/image/pair.sh"
+# shellcheck source=image/write.sh
+source "$here/image/write.sh"
+
+usage() {
+    cat <<'EOF'
+usage: flash.sh COMMAND [ARGS]
+
+  build --board BOARD [--out DIR] [--ssh-key FILE] [--host NAME]
+        Build out/tether-BOARD.img for one of board/*/ (rpi4, cm4, zero2w, rockpi4) and
+        print the owner's pairing QR code and URL. First build ~30 min (the Debian base
+        is then cached), later builds a few minutes.
+  pair IMG [--host NAME]
+        Replace the owner's pairing code in an image that has not booted yet (the old
+        code stops working) and print the new QR code and URL.
+  write [--yes] IMG DEVICE
+        Write IMG (or IMG.zst) to a removable DEVICE (e.g. /dev/sdX, /dev/mmcblk0) and
+        verify it by reading it back. Refuses system, mounted and non-removable disks.
+
+After the first boot, the appliance answers at https://tether.local (mDNS); the pairing
+URL logs the owner in once. See docs/image.md and board/BOARD/README.md.
+EOF
+}
+
+case "${1:-}" in
+    build) shift; flash_build "$@" ;;
+    pair) shift; flash_pair "$@" ;;
+    write) shift; flash_write "$@" ;;
+    -h|--help|help) usage ;;
+    "") usage >&2; exit 2 ;;
+    *) usage >&2; die "unknown command '$1'" ;;
+esac
