@@ -32,6 +32,9 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
+/// The phone's side of the USB link as `status.hid.host` reports it (a device fact the
+/// daemon passes on, re-exported so transports need not reach into `device`).
+pub use crate::device::hid::HostState;
 pub use calibrate::{calibration_file, Calibrations, Orientation};
 pub use caller::{Caller, Identity, PeerCredentials, Principal, Role};
 pub use error::DaemonError;

@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::daemon::{Daemon, StatusResult};
-use crate::device::hid::HostState;
+use crate::daemon::{Daemon, HostState, StatusResult};
 
 /// The file written in the service directory.
 pub const SERVICE_FILE: &str = "tether.service";
@@ -171,6 +170,7 @@ mod tests {
     #[tokio::test]
     async fn the_active_task_state_shows_in_the_records_but_not_its_title() {
         use crate::daemon::{DaemonOptions, Devices};
+        // Only the test builds devices (as `serve` does); the module itself reads the daemon.
         use crate::device::sim::{SimConfig, SimPhone};
         let phone = SimPhone::new(SimConfig::default());
         let devices = Devices { hid: Box::new(phone.hid()), video: Box::new(phone.display()), sim: Some(phone) };
