@@ -12,6 +12,8 @@
 set -eu
 
 die() { echo "board/cm4/dtb.sh: $*" >&2; exit 1; }
+# shellcheck source=SCRIPTDIR/../lib/peripheral.sh
+. "$(dirname "$0")/../lib/peripheral.sh"
 
 [ $# -eq 1 ] || die "usage: dtb.sh BOOTDIR"
 command -v fdtput >/dev/null 2>&1 || die "fdtput not found (apt-get install device-tree-compiler)"
@@ -20,22 +22,9 @@ dtb=$1/bcm2711-rpi-cm4-io.dtb
 node=/soc/usb@7e980000
 [ -f "$dtb" ] || die "$dtb: no such file"
 
-compat=$(fdtget "$dtb" "$node" compatible 2>/dev/null) || die "$dtb: no node $node"
-case "$compat" in
-  brcm,bcm2835-usb*) ;;
-  *) die "$dtb: $node is \"$compat\", not the dwc2 (brcm,bcm2835-usb)" ;;
-esac
-before=$(fdtget "$dtb" "$node" dr_mode 2>/dev/null || echo "(unset)")
-case "$before" in
-  host|peripheral) ;;
-  *) die "$dtb: $node dr_mode is $before; expected host (refusing to guess)" ;;
-esac
-
-fdtput -t s "$dtb" "$node" dr_mode peripheral
+set_peripheral "$dtb" "$node" "brcm,bcm2835-usb*" "the dwc2 (brcm,bcm2835-usb)"
 fdtput -t u "$dtb" "$node" g-rx-fifo-size 256
 fdtput -t u "$dtb" "$node" g-np-tx-fifo-size 32
 fdtput -t u "$dtb" "$node" g-tx-fifo-size 256 256 512 512 512 768 768
 
-after=$(fdtget "$dtb" "$node" dr_mode)
-[ "$after" = peripheral ] || die "$dtb: dr_mode is still $after"
-echo "board/cm4/dtb.sh: $dtb: $node dr_mode $before -> $after"
+echo "board/cm4/dtb.sh: $dtb: $node dr_mode $before -> peripheral"

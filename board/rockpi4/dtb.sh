@@ -16,6 +16,8 @@
 set -eu
 
 die() { echo "board/rockpi4/dtb.sh: $*" >&2; exit 1; }
+# shellcheck source=SCRIPTDIR/../lib/peripheral.sh
+. "$(dirname "$0")/../lib/peripheral.sh"
 
 [ $# -eq 1 ] || die "usage: dtb.sh BOOTDIR"
 command -v fdtput >/dev/null 2>&1 || die "fdtput not found (apt-get install device-tree-compiler)"
@@ -25,18 +27,6 @@ node=/usb@fe800000/usb@fe800000
 [ -f "$dir/rk3399-rock-pi-4b.dtb" ] || die "$dir/rk3399-rock-pi-4b.dtb: no such file"
 
 for dtb in "$dir"/rk3399-rock-pi-4*.dtb; do
-  compat=$(fdtget "$dtb" "$node" compatible 2>/dev/null) || die "$dtb: no node $node"
-  case "$compat" in
-    snps,dwc3*) ;;
-    *) die "$dtb: $node is \"$compat\", not a dwc3 (snps,dwc3)" ;;
-  esac
-  before=$(fdtget "$dtb" "$node" dr_mode 2>/dev/null || echo "(unset)")
-  case "$before" in
-    host|peripheral) ;;
-    *) die "$dtb: $node dr_mode is $before; expected host (refusing to guess)" ;;
-  esac
-  fdtput -t s "$dtb" "$node" dr_mode peripheral
-  after=$(fdtget "$dtb" "$node" dr_mode)
-  [ "$after" = peripheral ] || die "$dtb: dr_mode is still $after"
-  echo "board/rockpi4/dtb.sh: $dtb: $node dr_mode $before -> $after"
+  set_peripheral "$dtb" "$node" "snps,dwc3*" "a dwc3 (snps,dwc3)"
+  echo "board/rockpi4/dtb.sh: $dtb: $node dr_mode $before -> peripheral"
 done
