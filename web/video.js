@@ -1,11 +1,13 @@
 // The live picture: a `video_open` ticket, the `/api/video` WebSocket (CDV1 messages, one
 // ack each, a keyframe request after a gap), decoding in a Worker, drawing on a canvas
-// cropped to the phone's screen. Where WebCodecs is missing, a preview picture polled
-// instead, with the reason shown.
+// cropped to the phone's screen. An MJPEG capture handed on as is arrives as CDJ1 (one
+// JPEG per message), decoded by the browser's image decoder (newest picture only). Where
+// WebCodecs is missing, a preview picture polled instead, with the reason shown.
 
 import { socketUrl } from './api.js';
 
 const CDV1 = 0x43445631;
+const CDJ1 = 0x43444A31;
 const HEADER = 24;
 
 /** Why live video cannot be decoded here, or null. */
@@ -62,7 +64,7 @@ export class VideoView {
     if (!g) return;
     this.canvas.width = g.crop.width;
     this.canvas.height = g.crop.height;
-    if (this.worker && this.codec) {
+    if (this.worker && this.codec && this.protocol !== 'jpeg/1') {
       this.worker.postMessage({ type: 'configure', codec: this.codec, crop: g.crop, sourceWidth: g.sourceWidth,
         width: this.canvas.width, height: this.canvas.height });
     }
@@ -79,6 +81,7 @@ export class VideoView {
       return;
     }
     this.codec = grant.codec;
+    this.protocol = grant.protocol;
     const ws = new WebSocket(socketUrl(grant.path || '/api/video'));
     ws.binaryType = 'arraybuffer';
     this.ws = ws;
@@ -101,6 +104,7 @@ export class VideoView {
   onText(m) {
     if (m.type === 'ready') {
       this.codec = m.codec || this.codec;
+      this.protocol = m.protocol || this.protocol;
       // The appliance's clock against ours: latency is arrival minus capture, in our clock.
       this.clockOffsetMs = performance.now() - m.now_us / 1000;
       this.configure();
@@ -111,7 +115,8 @@ export class VideoView {
   onPicture(buf) {
     if (buf.byteLength < HEADER) return;
     const v = new DataView(buf);
-    if (v.getUint32(0) !== CDV1) return;
+    const magic = v.getUint32(0);
+    if (magic !== CDV1 && magic !== CDJ1) return;
     const generation = v.getUint32(4);
     const sequence = v.getUint32(8);
     const captureUs = Number(v.getBigUint64(12));
@@ -128,7 +133,33 @@ export class VideoView {
       this.latencies.push(performance.now() - (captureUs / 1000 + this.clockOffsetMs));
     }
     const data = buf.slice(HEADER);
-    this.worker.postMessage({ type: 'chunk', key, timestamp: captureUs, data }, [data]);
+    if (magic === CDJ1) this.drawJpeg(data);
+    else this.worker.postMessage({ type: 'chunk', key, timestamp: captureUs, data }, [data]);
+  }
+
+  /** One JPEG of the capture: decoded off the main thread, cropped to the phone, drawn.
+   *  While one decodes, only the newest of those arriving meanwhile waits. */
+  async drawJpeg(data) {
+    if (this.jpegBusy) {
+      this.jpegNext = data;
+      return;
+    }
+    this.jpegBusy = true;
+    try {
+      for (let next = data; next; next = this.jpegNext, this.jpegNext = null) {
+        const g = this.geometry();
+        const blob = new Blob([next], { type: 'image/jpeg' });
+        const bitmap = g
+          ? await createImageBitmap(blob, g.crop.x, g.crop.y, g.crop.width, g.crop.height,
+            { resizeWidth: this.canvas.width, resizeHeight: this.canvas.height, resizeQuality: 'medium' })
+          : await createImageBitmap(blob);
+        this.fromWorker({ type: 'frame', bitmap });
+      }
+    } catch (e) {
+      this.onNote(`a JPEG from the capture could not be drawn: ${e.message}`);
+    } finally {
+      this.jpegBusy = false;
+    }
   }
 
   askKeyframe() {

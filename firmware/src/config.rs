@@ -43,6 +43,26 @@ pub enum VideoBackend {
     None,
     /// A V4L2 capture node (HDMI bridge or UVC dongle), see [`CaptureConfig`].
     V4l2,
+    /// A recorded capture (H.264 or MJPEG file) played in a loop, see [`ReplayConfig`]:
+    /// the compressed-capture paths without a dongle.
+    Replay,
+}
+
+/// `[replay]`: the recording `video = "replay"` plays.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReplayConfig {
+    /// An H.264 Annex B stream (`ffmpeg ... -f h264`) or concatenated JPEGs
+    /// (`ffmpeg ... -f mjpeg`).
+    pub path: Option<PathBuf>,
+    /// Pictures per second.
+    pub fps: f32,
+}
+
+impl Default for ReplayConfig {
+    fn default() -> Self {
+        ReplayConfig { path: None, fps: 30.0 }
+    }
 }
 
 /// The V4L2 capture node to use with `video = "v4l2"`.
@@ -82,7 +102,8 @@ impl std::str::FromStr for VideoBackend {
             "sim" => Ok(VideoBackend::Sim),
             "none" => Ok(VideoBackend::None),
             "v4l2" => Ok(VideoBackend::V4l2),
-            other => Err(format!("unknown video backend {other:?}: use sim, v4l2 or none")),
+            "replay" => Ok(VideoBackend::Replay),
+            other => Err(format!("unknown video backend {other:?}: use sim, v4l2, replay or none")),
         }
     }
 }
@@ -190,6 +211,12 @@ pub struct Config {
     pub encoder_backend: CodecChoice,
     /// Which decoder for compressed capture: `auto` or `software`.
     pub decoder_backend: CodecChoice,
+    /// Hand H.264/MJPEG capture to viewers as it arrives (default). `false` decodes and
+    /// encodes it again, as before passthrough: for a browser that cannot decode the
+    /// device's H.264 profile, and for comparing the two.
+    pub passthrough: bool,
+    /// The recording for `video = "replay"`.
+    pub replay: ReplayConfig,
     /// Global limits (`[limits]`).
     pub limits: LimitsConfig,
     /// avahi's service directory for tether's mDNS records (appliance:
@@ -285,6 +312,8 @@ struct ConfigFile {
     encoder: Option<EncoderSettings>,
     encoder_backend: Option<CodecChoice>,
     decoder_backend: Option<CodecChoice>,
+    passthrough: Option<bool>,
+    replay: Option<ReplayConfig>,
     limits: Option<LimitsConfig>,
     mdns_dir: Option<PathBuf>,
 }
@@ -398,6 +427,8 @@ impl Config {
             encoder: EncoderSettings::default(),
             encoder_backend: CodecChoice::Auto,
             decoder_backend: CodecChoice::Auto,
+            passthrough: true,
+            replay: ReplayConfig::default(),
             limits: LimitsConfig::default(),
             mdns_dir: match profile {
                 Profile::Appliance => Some(PathBuf::from("/run/tether-mdns")),
@@ -478,6 +509,8 @@ impl Config {
             encoder,
             encoder_backend,
             decoder_backend,
+            passthrough,
+            replay,
             limits,
             mdns_dir,
         } = file;
@@ -502,6 +535,8 @@ impl Config {
         c.encoder = encoder.unwrap_or(c.encoder);
         c.encoder_backend = encoder_backend.unwrap_or(c.encoder_backend);
         c.decoder_backend = decoder_backend.unwrap_or(c.decoder_backend);
+        c.passthrough = passthrough.unwrap_or(c.passthrough);
+        c.replay = replay.unwrap_or(c.replay);
         c.limits = limits.unwrap_or(c.limits);
         c.mdns_dir = mdns_dir.or(c.mdns_dir);
         c.validate()?;
@@ -512,6 +547,12 @@ impl Config {
     /// a bad file is refused at start with the field named instead of failing later.
     pub fn validate(&self) -> Result<(), String> {
         self.sim_phone.check()?;
+        if self.video == Some(VideoBackend::Replay) && self.replay.path.is_none() {
+            return Err("video = \"replay\" needs the recording: [replay] path = \"capture.h264\"".into());
+        }
+        if !(self.replay.fps.is_finite() && self.replay.fps > 0.0 && self.replay.fps <= 240.0) {
+            return Err(format!("replay fps {} is outside (0, 240]", self.replay.fps));
+        }
         self.input.validate()?;
         self.limits.validate()?;
         let s = &self.sim_phone;

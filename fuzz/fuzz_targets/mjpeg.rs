@@ -1,11 +1,12 @@
 //! Untrusted MJPEG frames (what a UVC dongle hands us) → Huffman-table insertion, header
-//! size and decode.
+//! size and decode; and a recording of them split into JPEGs (`video = "replay"`).
 //!
 //! Invariants: a frame with tables is passed through untouched; otherwise the standard DHT
 //! segment is inserted before SOS and nothing else changes; a frame whose markers do not
 //! scan never decodes; a frame is decoded only at the size its header names (any other
 //! announced size is refused with `Size` or a decode error, before pixels are allocated);
-//! a decoded frame's RGB buffer is exactly width × height × 3.
+//! a decoded frame's RGB buffer is exactly width × height × 3. Split JPEGs run from an SOI
+//! to an EOI, in order, without overlapping.
 #![no_main]
 #![forbid(unsafe_code)]
 
@@ -13,6 +14,7 @@ use std::borrow::Cow;
 
 use libfuzzer_sys::fuzz_target;
 use tether::device::video::codec::{decode_mjpeg, mjpeg_size, with_huffman_tables, MjpegError, STANDARD_DHT};
+use tether::device::video::replay::split_jpegs;
 
 /// Pixels above which a header's own size is not decoded here (its refusals still are):
 /// the decode path is the same at any size, and a mutated header claiming 64x10544 made
@@ -20,6 +22,13 @@ use tether::device::video::codec::{decode_mjpeg, mjpeg_size, with_huffman_tables
 const DECODE_PIXELS_MAX: u64 = 1 << 16;
 
 fuzz_target!(|data: &[u8]| {
+    let mut end = 0;
+    for part in split_jpegs(data) {
+        assert!(part.starts_with(&[0xFF, 0xD8]) && part.ends_with(&[0xFF, 0xD9]), "{part:?}");
+        let at = part.as_ptr() as usize - data.as_ptr() as usize;
+        assert!(at >= end, "JPEGs overlap or go backwards");
+        end = at + part.len();
+    }
     match with_huffman_tables(data) {
         Ok(Cow::Borrowed(same)) => assert_eq!(same, data),
         Ok(Cow::Owned(with)) => {

@@ -141,9 +141,9 @@ async function actionsDone(page) {
 
 // ---------------------------------------------------------------- the daemon
 
-function startDaemon(listen) {
+function startDaemon(listen, extra = []) {
   const log = fs.openSync(path.join(dir, 'daemon.log'), 'a');
-  return spawn(TETHER, ['serve', '--sim', '--socket', socketPath, '--data-dir', dir, '--listen', listen],
+  return spawn(TETHER, ['serve', '--sim', '--socket', socketPath, '--data-dir', dir, '--listen', listen, ...extra],
     { stdio: ['ignore', log, log] });
 }
 let daemon = startDaemon('127.0.0.1:0');
@@ -427,12 +427,44 @@ try {
     await shot(page, '14-reconnected');
   });
 
+  await step('an MJPEG capture handed on as is (CDJ1) is drawn from its JPEGs', async () => {
+    // A recorded MJPEG capture (Debian's ffmpeg, testsrc) played as the capture device.
+    const recording = path.join(dir, 'testsrc.mjpeg');
+    execFileSync('ffmpeg', ['-hide_banner', '-loglevel', 'error', '-y', '-f', 'lavfi', '-i',
+      'testsrc=size=640x360:rate=30', '-frames:v', '60', '-pix_fmt', 'yuvj420p', '-c:v', 'mjpeg', '-f', 'mjpeg',
+      recording]);
+    const config = path.join(dir, 'replay.toml');
+    fs.writeFileSync(config, `video = "replay"\n[replay]\npath = "${recording}"\nfps = 30\n`);
+    daemon.kill('SIGTERM');
+    await new Promise((r) => daemon.once('exit', r));
+    daemon = startDaemon(`127.0.0.1:${status.https.port}`, ['--config', config]);
+    await waitFor('the daemon with the recording', async () => (await call('status')).video.capture === 'mjpeg', 30000);
+    const { ctx, p } = await loggedIn('mjpeg', operate);
+    await p.getByRole('link', { name: 'Phone' }).click();
+    await framesDrawn(p, 20);
+    const v = (await call('status')).video;
+    if (v.paths.viewers !== 'passthrough' || v.viewers.viewers < 1) {
+      throw new Error(`${JSON.stringify(v)}; the page says: ${await p.locator('#note').textContent()}`);
+    }
+    // testsrc's bars on the canvas: many colours, not a blank or a single grey.
+    const colours = await p.evaluate(() => {
+      const c = document.querySelector('#screen');
+      const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+      const seen = new Set();
+      for (let i = 0; i < d.length; i += 4 * 97) seen.add(`${d[i] >> 4},${d[i + 1] >> 4},${d[i + 2] >> 4}`);
+      return seen.size;
+    });
+    if (colours < 12) throw new Error(`the canvas shows ${colours} colours, not testsrc`);
+    await shot(p, '15-mjpeg-passthrough');
+    await ctx.close();
+  });
+
   await step('a revoked login returns to the login form', async () => {
     cli('token', 'revoke', 'browser-pair');
     await page.reload();
     await page.locator('#token').waitFor();
     await page.locator('.problem').filter({ hasText: 'session ended' }).waitFor();
-    await shot(page, '15-logged-out');
+    await shot(page, '16-logged-out');
   });
 
   await step('no errors in the browser console', async () => {

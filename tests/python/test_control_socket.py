@@ -72,7 +72,9 @@ class Daemon:
         while not os.path.exists(self.socket):
             if self.proc.poll() is not None or time.time() > deadline:
                 self.log.seek(0)
-                raise RuntimeError("daemon did not start:\n" + self.log.read())
+                log = self.log.read()
+                self.log.close()
+                raise RuntimeError("daemon did not start:\n" + log)
             time.sleep(0.02)
 
     def call(self, request, timeout=15):

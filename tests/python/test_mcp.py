@@ -158,6 +158,16 @@ class Mcp(unittest.TestCase):
             r = await s.call_tool("tap", {"x": x, "y": y})
             self.assertFalse(r.is_error, text_of(r))
             wait_for("the demo app to open", lambda: self.sim()["screen"] == "app")
+        # The sim's state flips at the tap; its next rendered frame shows it. Until then a
+        # screenshot may still show the home screen (a busy machine renders late).
+        for _ in range(100):
+            shot = await s.call_tool("screenshot", {})
+            try:
+                find_colour(image_of(shot), BUTTON)
+                return
+            except AssertionError:
+                await asyncio.sleep(0.05)
+        self.fail("no screenshot showed the demo app's button")
 
     def test_tools_follow_the_role_and_a_tap_found_in_the_pixels_lands(self):
         async def body():

@@ -16,7 +16,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
-tether_bin=${TETHER_BIN:-$root/target/debug/tether}
+tether_bin=${TETHER_BIN:-${CARGO_TARGET_DIR:-$root/target}/debug/tether}
 work=$(mktemp -d)
 qemu_pid=""
 cleanup() {
@@ -61,6 +61,9 @@ fi
 ssh-keygen -q -t ed25519 -N '' -f "$work/key" -C tether-image-test
 say "building the rpi4 image"
 t0=$(date +%s)
+# The `lab` profile (dev without debug info): this checks the image, and a release build's
+# thin LTO over every dependency costs minutes each run (flash.sh's default is release).
+TETHER_IMAGE_PROFILE=${TETHER_IMAGE_PROFILE:-lab} \
 TETHER_IMAGE_TARGET_DIR=${TETHER_IMAGE_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tether-image/target} \
     "$root/flash.sh" build --board rpi4 --out "$work/out" --ssh-key "$work/key.pub" > "$work/build.out" 2> "$work/build.err" ||
     { tail -n 40 "$work/build.err"; fail "flash.sh build failed"; }

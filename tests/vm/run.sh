@@ -98,10 +98,10 @@ fi
 # --- binaries ---------------------------------------------------------------------------
 say "building static tether and vmcheck"
 target=x86_64-unknown-linux-gnu
-(cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked -q \
-    --target "$target" --target-dir "$root/target/vm" -p tether -p tether-tests --bin tether --bin vmcheck 2>&1 \
+(cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" cargo build --profile lab --locked -q \
+    --target "$target" --target-dir "${CARGO_TARGET_DIR:-$root/target}/vm" -p tether -p tether-tests --bin tether --bin vmcheck 2>&1 \
     | grep -v -e 'statically linked applications requires at runtime' -e 'getpw\|getgr\|in function' || true)
-bin="$root/target/vm/$target/release"
+bin="${CARGO_TARGET_DIR:-$root/target}/vm/$target/lab"
 [ -x "$bin/tether" ] && [ -x "$bin/vmcheck" ] || { echo "tests/vm: build failed" >&2; exit 1; }
 
 # --- initramfs --------------------------------------------------------------------------

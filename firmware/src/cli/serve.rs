@@ -208,6 +208,7 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
                 relative_counts_per_screen: config.relative_counts_per_screen,
                 encoder: config.encoder,
                 encoder_kind,
+                transcode_capture: !config.passthrough,
                 tasks_kept: config.tasks_kept,
                 queue_timeout: Some(std::time::Duration::from_millis(config.limits.queue_timeout_ms)),
                 limits: config.limits.daemon_limits(),
@@ -269,6 +270,12 @@ fn open_devices(config: &Config) -> anyhow::Result<(Devices, bool)> {
     let video: Box<dyn FrameSource> = match config.video_backend() {
         VideoBackend::Sim => Box::new(phone.display()),
         VideoBackend::V4l2 => v4l2_source(&config.capture, config.decoder_backend)?,
+        VideoBackend::Replay => Box::new(tether::device::video::replay::ReplayCapture {
+            // validate() refuses `video = "replay"` without a path.
+            path: config.replay.path.clone().unwrap_or_default(),
+            fps: config.replay.fps,
+            decoder: config.decoder_backend,
+        }),
         VideoBackend::None => {
             tracing::warn!("no video backend: screenshots answer NO_FRAME (V4L2 capture arrives with its issue)");
             Box::new(NoVideo)

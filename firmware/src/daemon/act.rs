@@ -47,9 +47,13 @@ impl Daemon {
     ) -> Result<Arc<Frame>, DaemonError> {
         let mut reader = self.inner.frames.clone();
         let deadline = tokio::time::Instant::now() + timeout;
+        // Compressed capture is decoded on demand: wait for the picture captured now, not
+        // whatever was decoded last.
+        let present = reader.want_pixels();
         loop {
             if let Some(f) = reader.latest() {
-                if after.is_none_or(|a| f.sequence > a) && f.captured_at.elapsed() <= MAX_FRAME_AGE {
+                let current = f.sequence >= present || f.generation != reader.state().generation;
+                if current && after.is_none_or(|a| f.sequence > a) && f.captured_at.elapsed() <= MAX_FRAME_AGE {
                     return Ok(f);
                 }
             }
@@ -276,14 +280,14 @@ impl Daemon {
         let started = Instant::now();
         let (outcome, task) = self.run_action(session, acting, p.observation_id.as_deref(), &p.action, cancel).await;
         let result = outcome.map(|reports| {
-            let latest = self.inner.frames.latest();
+            let newest = self.inner.frames.newest_captured();
             json!({
                 "status": "submitted",
                 "operation_id": p.operation_id,
                 "reports": reports,
                 "duration_ms": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                "generation": latest.as_ref().map(|f| f.generation),
-                "after_frame_id": latest.as_ref().map(|f| f.sequence),
+                "generation": newest.map(|f| f.generation),
+                "after_frame_id": newest.map(|f| f.sequence),
             })
         });
         let result = result.map_err(|e| DaemonError::ActionFailed(action_error(&e, &p.operation_id)));

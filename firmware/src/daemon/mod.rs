@@ -116,6 +116,9 @@ pub struct DaemonOptions {
     pub encoder: EncoderSettings,
     /// Which H.264 encoder feeds viewers.
     pub encoder_kind: EncoderKind,
+    /// Decode and encode H.264/MJPEG capture again for viewers instead of handing it on
+    /// as it arrived (config `passthrough = false`).
+    pub transcode_capture: bool,
     /// Finished tasks kept in the store (0: the default, 200).
     pub tasks_kept: u32,
     /// Longest wait for the device behind other input (`None`: 10 s).
@@ -204,9 +207,12 @@ impl Daemon {
             }
         }
         let tasks_kept = if options.tasks_kept == 0 { DEFAULT_TASKS_KEPT } else { options.tasks_kept };
-        let guard = devices.video.start(hub)?;
-        // Encodes only while a viewer watches.
         let viewers = ViewerHub::default();
+        if !options.transcode_capture {
+            hub.set_passthrough(viewers.clone());
+        }
+        let guard = devices.video.start(hub)?;
+        // Encodes only while a viewer watches (and the capture is not handed on as is).
         let encoder = start_encoder(frames.clone(), viewers.clone(), options.encoder, options.encoder_kind.clone())?;
         let calibrations =
             options.data_dir.as_deref().map(|d| Calibrations::load(&calibration_file(d))).unwrap_or_default();
@@ -531,7 +537,7 @@ impl Daemon {
             Err(_) => (crate::device::hid::HostState::Configured, None),
         };
         let video = self.inner.frames.state();
-        let latest = self.inner.frames.latest();
+        let newest = self.inner.frames.newest_captured().filter(|n| n.generation == video.generation);
         StatusResult {
             daemon: DaemonInfo {
                 version: env!("CARGO_PKG_VERSION"),
@@ -550,8 +556,10 @@ impl Daemon {
                 signal: video.signal,
                 source_size: video.source_size.map(|(width, height)| status::Size { width, height }),
                 generation: video.generation,
-                frame_id: latest.as_ref().map(|f| f.sequence),
-                frame_age_ms: latest.as_ref().map(|f| millis(f.captured_at.elapsed())),
+                frame_id: newest.map(|f| f.sequence),
+                frame_age_ms: newest.map(|f| millis(f.captured_at.elapsed())),
+                capture: self.inner.frames.compression().map_or("raw", |c| c.name()),
+                paths: status::VideoPaths::of(&self.inner.frames),
                 encoder: self.inner.viewers.encoder(),
                 decoder: self.inner.frames.decoder(),
                 viewers: self.inner.viewers.stats(),

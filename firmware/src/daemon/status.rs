@@ -85,16 +85,43 @@ pub struct VideoStatus {
     pub source_size: Option<Size>,
     /// Signal/format epoch.
     pub generation: u32,
-    /// Sequence number of the latest frame.
+    /// Sequence number of the newest captured frame (decoded or not).
     pub frame_id: Option<u64>,
-    /// Age of the latest frame.
+    /// Age of the newest captured frame.
     pub frame_age_ms: Option<u64>,
+    /// How the capture arrives: `raw`, `h264` or `mjpeg`.
+    pub capture: &'static str,
+    /// Which path each consumer of the picture takes.
+    pub paths: VideoPaths,
     /// Decoder for compressed capture (`none` for raw formats, `software`, `v4l2-m2m`).
     pub decoder: &'static str,
     /// H.264 encoder for viewers (`software`, `v4l2-m2m`).
     pub encoder: &'static str,
     /// Viewer queues.
     pub viewers: crate::device::video::viewers::ViewerStats,
+}
+
+/// How each consumer of the video gets it (`status.video.paths`).
+#[derive(Debug, Clone, Serialize)]
+pub struct VideoPaths {
+    /// Live viewers: `passthrough` (the capture's own H.264 or MJPEG, nothing decoded or
+    /// encoded for them) or `encode` (H.264 by `encoder`, from decoded pictures when the
+    /// capture is compressed).
+    pub viewers: &'static str,
+    /// Screenshots, observations, calibration and active-area detection: `raw` (the
+    /// capture is pixels already) or `decode` (by `decoder`, only while one of them asks,
+    /// newest picture only).
+    pub pixels: &'static str,
+}
+
+impl VideoPaths {
+    /// The paths the video of `frames` takes now.
+    pub fn of(frames: &crate::device::video::FrameReader) -> VideoPaths {
+        VideoPaths {
+            viewers: if frames.passthrough() { "passthrough" } else { "encode" },
+            pixels: if frames.compression().is_some() { "decode" } else { "raw" },
+        }
+    }
 }
 
 /// Input section of `status`.

@@ -149,6 +149,7 @@ pub struct VideoViewer {
     end: Ending,
     generation: u32,
     codec: String,
+    protocol: &'static str,
 }
 
 impl VideoViewer {
@@ -172,9 +173,14 @@ impl VideoViewer {
         self.generation
     }
 
-    /// The stream's codec string (WebCodecs).
+    /// The stream's codec string (WebCodecs; `jpeg` for CDJ1).
     pub fn codec(&self) -> &str {
         &self.codec
+    }
+
+    /// The stream's message format: `h264-annexb/1` (CDV1) or `jpeg/1` (CDJ1).
+    pub fn protocol(&self) -> &'static str {
+        self.protocol
     }
 
     /// Fires when the daemon ends this viewer; [`VideoViewer::ended_because`] says why.
@@ -236,7 +242,8 @@ impl Daemon {
             "ticket": ticket,
             "expires_in_ms": TICKET_TTL.as_millis(),
             "codec": self.inner.viewers.codec(),
-            "protocol": "h264-annexb/1",
+            // `jpeg/1` (CDJ1) when an MJPEG capture is handed on as is, else CDV1.
+            "protocol": self.inner.viewers.protocol(),
             "generation": generation,
         }))
     }
@@ -287,6 +294,7 @@ impl Daemon {
             end,
             generation,
             codec: self.inner.viewers.codec(),
+            protocol: self.inner.viewers.protocol(),
         })
     }
 }

@@ -1,19 +1,28 @@
 //! V4L2 capture as a [`FrameSource`]: a dedicated thread that opens the node, follows the
 //! HDMI signal (DV timings, source-change events), streams mmap buffers, converts raw
-//! frames to RGB and publishes them. Signal loss, resolution change and replug bump the
-//! generation and recover without a restart.
+//! frames to RGB and publishes them. MJPEG and H.264 are published as they arrive (viewers
+//! get them untouched) and decoded by the [`PixelDecoder`] only when pixels are wanted.
+//! Signal loss, resolution change and replug bump the generation and recover without a
+//! restart.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::codec::{find_hardware_decoder, CodecChoice, DecoderError, HardwareDecoder, SoftwareH264Decoder};
+use super::codec::{CodecChoice, ParameterSets, Prepared};
 use super::convert::{nv12_to_rgb, packed422_to_rgb, rgb24_rows};
+use super::decode::PixelDecoder;
 use super::v4l2::{
     BufType, Dequeued, DvTimingsStatus, Event, FourCc, PixFormat, V4l2Device, V4l2Error, EVENT_SOURCE_CHANGE,
 };
-use super::{Frame, FrameHub, FrameSource, PixelFormat, Signal, SourceGuard, VideoError, VideoState};
+use super::{
+    Compression, EncodedFrame, Frame, FrameHub, FrameSource, PixelFormat, Signal, SourceGuard, VideoError, VideoState,
+};
+
+/// `V4L2_CID_MPEG_VIDEO_FORCE_KEY_FRAME`: how viewers' keyframe requests reach an H.264
+/// capture device that has it.
+const CID_FORCE_KEY_FRAME: u32 = 0x0099_09e5;
 
 /// Raw formats we convert, in order of preference.
 pub const RAW_FORMATS: [FourCc; 6] =
@@ -43,119 +52,6 @@ enum SessionEnd {
     Stop,
 }
 
-/// Decoders for compressed capture (MJPEG, H.264), chosen by `decoder_backend`: the
-/// board's M2M decoder when there is one (and the choice allows it), software otherwise.
-/// A hardware decoder that fails falls back to software unless hardware was demanded. One
-/// `Decoders` serves one streaming session, whose format does not change.
-struct Decoders<'a> {
-    choice: CodecChoice,
-    hub: &'a FrameHub,
-    hardware: Option<HardwareDecoder>,
-    /// No hardware decoder for this session (none on the board, or it failed): decided once,
-    /// so frames never rescan /dev.
-    software_only: bool,
-    h264: Option<SoftwareH264Decoder>,
-}
-
-impl<'a> Decoders<'a> {
-    fn new(choice: CodecChoice, hub: &'a FrameHub) -> Decoders<'a> {
-        Decoders { choice, hub, hardware: None, software_only: choice == CodecChoice::Software, h264: None }
-    }
-
-    /// Decodes with the hardware decoder; `None` when there is none for this format (or it
-    /// failed and software may take over), `Some(None)` for "no picture from this frame".
-    fn hardware(&mut self, fmt: &PixFormat, data: &[u8]) -> Option<Option<Vec<u8>>> {
-        if self.software_only {
-            return None;
-        }
-        if self.hardware.is_none() {
-            let Some(node) = find_hardware_decoder(fmt.fourcc) else {
-                self.software_only = true;
-                return None;
-            };
-            match HardwareDecoder::new(&node, fmt.fourcc, fmt.width, fmt.height) {
-                Ok(d) => {
-                    tracing::info!(node = %node.display(), format = %fmt.fourcc, "decoding capture in hardware");
-                    self.hardware = Some(d);
-                }
-                Err(e) => return self.hardware_failed(e),
-            }
-        }
-        let decoder = self.hardware.as_mut()?;
-        match decoder.decode(data, (fmt.width, fmt.height)) {
-            Ok(Some((w, h, rgb))) if (w, h) == (fmt.width, fmt.height) => {
-                self.hub.set_decoder("v4l2-m2m");
-                Some(Some(rgb))
-            }
-            Ok(Some((w, h, _))) => {
-                tracing::warn!(got = ?(w, h), want = ?(fmt.width, fmt.height), "decoded picture of the wrong size");
-                Some(None)
-            }
-            Ok(None) => Some(None),
-            Err(e) => self.hardware_failed(e),
-        }
-    }
-
-    fn hardware_failed(&mut self, e: DecoderError) -> Option<Option<Vec<u8>>> {
-        self.hardware = None;
-        if self.choice == CodecChoice::Hardware {
-            tracing::warn!(error = %e, "hardware decoder failed; dropping the frame (decoder_backend = \"hardware\")");
-            return Some(None);
-        }
-        tracing::warn!(error = %e, "hardware decoder failed; decoding in software from now on");
-        self.software_only = true;
-        None
-    }
-
-    fn picture(&mut self, fmt: &PixFormat, data: &[u8]) -> Option<Vec<u8>> {
-        let (w, h, stride) = (fmt.width as usize, fmt.height as usize, fmt.bytes_per_line as usize);
-        let rgb = match fmt.fourcc {
-            FourCc::H264 | FourCc::MJPEG => {
-                if let Some(result) = self.hardware(fmt, data) {
-                    return result;
-                }
-                self.hub.set_decoder("software");
-                return self.software(fmt, data);
-            }
-            FourCc::YUYV => packed422_to_rgb(data, w, h, stride, false),
-            FourCc::UYVY => packed422_to_rgb(data, w, h, stride, true),
-            FourCc::NV12 => nv12_to_rgb(data, w, h, stride),
-            FourCc::RGB24 => rgb24_rows(data, w, h, stride),
-            _ => return None,
-        };
-        match rgb {
-            Ok(rgb) => Some(rgb),
-            Err(e) => {
-                tracing::warn!(error = %e, "dropping a malformed frame");
-                None
-            }
-        }
-    }
-
-    fn software(&mut self, fmt: &PixFormat, data: &[u8]) -> Option<Vec<u8>> {
-        if fmt.fourcc == FourCc::H264 {
-            if self.h264.is_none() {
-                self.h264 = SoftwareH264Decoder::new().map_err(|e| tracing::warn!(error = %e, "no H.264 decoder")).ok();
-            }
-            return match self.h264.as_mut()?.decode(data) {
-                Ok(Some((dw, dh, rgb))) if (dw, dh) == (fmt.width, fmt.height) => Some(rgb),
-                Ok(_) => None, // waiting for an IDR, or a size the format did not announce
-                Err(e) => {
-                    tracing::warn!(error = %e, "dropping an undecodable H.264 access unit");
-                    None
-                }
-            };
-        }
-        match super::codec::decode_mjpeg(data, (fmt.width, fmt.height)) {
-            Ok(rgb) => Some(rgb),
-            Err(e) => {
-                tracing::warn!(error = %e, "dropping an undecodable MJPEG frame");
-                None
-            }
-        }
-    }
-}
-
 /// The format to capture in: the configured one when the node offers it; otherwise the
 /// node's current format when we can convert it (a pipeline set up by the board's scripts,
 /// or changed by the operator between streams, is respected); otherwise our first choice.
@@ -169,7 +65,28 @@ struct Session<'a> {
     dev: &'a V4l2Device,
     hub: &'a FrameHub,
     stop: &'a AtomicBool,
-    decoder: CodecChoice,
+}
+
+/// One captured buffer, ready to publish.
+enum Picture {
+    /// Raw capture converted to RGB24.
+    Raw(Vec<u8>),
+    /// Compressed capture as the device sent it (H.264 with its parameter sets before an
+    /// IDR), and whether it is decodable by itself.
+    Encoded(Compression, Arc<[u8]>, bool),
+}
+
+/// Converts one raw capture buffer to RGB24; `None` (logged) for a malformed one.
+fn raw_picture(fmt: &PixFormat, data: &[u8]) -> Option<Vec<u8>> {
+    let (w, h, stride) = (fmt.width as usize, fmt.height as usize, fmt.bytes_per_line as usize);
+    let rgb = match fmt.fourcc {
+        FourCc::YUYV => packed422_to_rgb(data, w, h, stride, false),
+        FourCc::UYVY => packed422_to_rgb(data, w, h, stride, true),
+        FourCc::NV12 => nv12_to_rgb(data, w, h, stride),
+        FourCc::RGB24 => rgb24_rows(data, w, h, stride),
+        _ => return None,
+    };
+    rgb.map_err(|e| tracing::warn!(error = %e, "dropping a malformed frame")).ok()
 }
 
 impl Session<'_> {
@@ -212,7 +129,7 @@ impl Session<'_> {
         }
     }
 
-    fn stream(&self, generation: u32, want: Option<FourCc>) -> Result<SessionEnd, V4l2Error> {
+    fn stream(&self, generation: u32, want: Option<FourCc>, sequence: &mut u64) -> Result<SessionEnd, V4l2Error> {
         let size = match self.lock_signal(generation)? {
             Ok(size) => size,
             Err(end) => return Ok(end),
@@ -244,13 +161,17 @@ impl Session<'_> {
             generation,
         });
         tracing::info!(path = %self.dev.path().display(), format = %fmt.fourcc, width = fmt.width, height = fmt.height, planes = fmt.planes, multiplanar = kind.is_multiplanar(), generation, "capturing");
-        let mut sequence = 0u64;
         let mut checked = Instant::now();
-        // A new session is a new stream: fresh decoders (H.264 waits for the next IDR).
-        let mut decoders = Decoders::new(self.decoder, self.hub);
-        if !matches!(fmt.fourcc, FourCc::H264 | FourCc::MJPEG) {
-            self.hub.set_decoder("none");
-        }
+        let compression = match fmt.fourcc {
+            FourCc::H264 => Some(Compression::H264),
+            FourCc::MJPEG => Some(Compression::Mjpeg),
+            _ => None,
+        };
+        self.hub.set_compression(compression);
+        // A new session is a new stream: its own parameter sets, and the pixel decoder
+        // starts again at its first IDR (it follows the generation).
+        let mut params = ParameterSets::default();
+        let mut force_keyframe = compression == Some(Compression::H264);
         let end = loop {
             if self.stop.load(Ordering::Relaxed) {
                 break SessionEnd::Stop;
@@ -283,24 +204,55 @@ impl Session<'_> {
             if !frame_ready {
                 continue;
             }
+            if force_keyframe && self.hub.take_keyframe_request() {
+                if let Err(e) = self.dev.set_control(CID_FORCE_KEY_FRAME, 1) {
+                    // Viewers start from the last IDR instead; stop asking this device.
+                    tracing::info!(error = %e, "the capture device cannot force an IDR; viewers start at its last one");
+                    force_keyframe = false;
+                }
+            }
             let Dequeued::Buffer { index, payload, .. } = self.dev.dequeue(kind)? else { continue };
             let captured_at = Instant::now();
-            let rgb = match buffers.get(index as usize) {
-                Some(b) => decoders.picture(&fmt, &b.data(&payload)),
-                None => None,
+            let Some(buffer) = buffers.get(index as usize) else {
+                self.dev.queue(kind, index, &[])?;
+                continue;
             };
+            let data = buffer.data(&payload);
+            let picture = match compression {
+                None => raw_picture(&fmt, &data).map(Picture::Raw),
+                Some(c @ Compression::Mjpeg) => Some(Picture::Encoded(c, Arc::from(&data[..]), true)),
+                Some(c @ Compression::H264) => match params.prepare(&data) {
+                    Prepared::Picture { data, keyframe } => Some(Picture::Encoded(c, Arc::from(&data[..]), keyframe)),
+                    Prepared::NoPicture => None,
+                    Prepared::MissingParameterSets => {
+                        tracing::debug!("an IDR before any SPS/PPS; waiting for them");
+                        None
+                    }
+                },
+            };
+            drop(data);
             self.dev.queue(kind, index, &[])?;
-            if let Some(rgb) = rgb {
-                sequence += 1;
-                self.hub.publish(Arc::new(Frame {
-                    generation,
-                    sequence,
-                    captured_at,
-                    width: fmt.width,
-                    height: fmt.height,
-                    format: PixelFormat::Rgb24,
-                    data: Arc::from(rgb),
-                }));
+            let Some(picture) = picture else { continue };
+            *sequence += 1;
+            let (sequence, width, height) = (*sequence, fmt.width, fmt.height);
+            match picture {
+                Picture::Encoded(compression, data, keyframe) => {
+                    let frame =
+                        EncodedFrame { generation, sequence, captured_at, width, height, compression, keyframe, data };
+                    self.hub.publish_encoded(frame);
+                }
+                Picture::Raw(rgb) => {
+                    let (format, data) = (PixelFormat::Rgb24, Arc::from(rgb));
+                    self.hub.publish(Arc::new(Frame {
+                        generation,
+                        sequence,
+                        captured_at,
+                        width,
+                        height,
+                        format,
+                        data,
+                    }));
+                }
             }
         };
         let _ = self.dev.stream(kind, false);
@@ -321,13 +273,35 @@ impl FrameSource for V4l2Capture {
         std::thread::Builder::new()
             .name("v4l2-capture".into())
             .spawn(move || {
+                let hub = Arc::new(hub);
+                // Compressed capture is decoded only while pixels are wanted, on its own thread.
+                let _pixels = match PixelDecoder::start(hub.clone(), self.decoder) {
+                    Ok(d) => Some(d),
+                    Err(e) => {
+                        tracing::error!(error = %e, "no pixel decoder: screenshots of compressed capture will fail");
+                        None
+                    }
+                };
+                // Sequence numbers never repeat within the source's lifetime.
+                let mut sequence = 0u64;
                 let mut generation = 0u32;
+                let mut missing_logged = false;
                 while !stop_thread.load(Ordering::Relaxed) {
                     generation += 1;
                     let dev = match V4l2Device::open(&self.path) {
-                        Ok(d) => d,
+                        Ok(d) => {
+                            missing_logged = false;
+                            d
+                        }
                         Err(e) => {
-                            tracing::warn!(error = %e, "capture device unavailable; retrying");
+                            // Once at warn (no dongle plugged can last days: the journal is
+                            // small), then at debug until it comes back.
+                            if missing_logged {
+                                tracing::debug!(error = %e, "capture device unavailable; retrying");
+                            } else {
+                                tracing::warn!(error = %e, "capture device unavailable; retrying every second");
+                                missing_logged = true;
+                            }
                             hub.set_state(VideoState { signal: Signal::NoDevice, source_size: None, generation });
                             std::thread::sleep(Duration::from_secs(1));
                             continue;
@@ -342,8 +316,8 @@ impl FrameSource for V4l2Capture {
                     if let Err(e) = dev.subscribe(EVENT_SOURCE_CHANGE, self.input.unwrap_or(0)) {
                         tracing::debug!(error = %e, "no source-change events on this node");
                     }
-                    let session = Session { dev: &dev, hub: &hub, stop: &stop_thread, decoder: self.decoder };
-                    match session.stream(generation, self.format) {
+                    let session = Session { dev: &dev, hub: &hub, stop: &stop_thread };
+                    match session.stream(generation, self.format, &mut sequence) {
                         Ok(SessionEnd::Stop) => break,
                         Ok(SessionEnd::Restart) => {}
                         Err(e) => {

@@ -1,5 +1,6 @@
 //! The encoder pipeline: latest raw frame → H.264 (the board's M2M encoder or openh264) →
-//! [`ViewerHub`]. Runs on its own thread and only works while someone watches.
+//! [`ViewerHub`]. Runs on its own thread and only works while someone watches and the
+//! capture is not already H.264/MJPEG handed on as is (passthrough).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -115,12 +116,19 @@ pub fn start_encoder(
             let mut encoder: Option<(u32, Session)> = None;
             let mut last = None;
             while !stop_thread.load(Ordering::Relaxed) {
-                if !hub.has_viewers() {
-                    // Idle (nothing encoded, no frame held) until someone watches.
+                let passthrough = frames.passthrough();
+                if !hub.has_viewers() || passthrough {
+                    // Idle (nothing encoded, no frame held) until someone watches, and while
+                    // the capture's own H.264/MJPEG goes to viewers as it is.
                     // The timer is made inside `block_on`: it needs the runtime's context.
                     let _ = waits.block_on(async { tokio::time::timeout(STOP_CHECK, hub.viewer_joined()).await });
+                    if passthrough {
+                        encoder = None; // the encoder's memory is of no use meanwhile
+                    }
                     continue;
                 }
+                // Transcoding compressed capture: its decoder works while we ask.
+                frames.want_pixels();
                 let frame = frames.latest();
                 let fresh = frame.as_ref().is_some_and(|f| Some((f.generation, f.sequence)) != last);
                 let Some(frame) = frame.filter(|_| fresh) else {

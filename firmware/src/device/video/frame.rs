@@ -1,12 +1,14 @@
 //! Frames, the hub that hands out the latest one, and the source trait.
 
+use std::collections::VecDeque;
 use std::fmt;
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tokio::sync::watch;
 
+use super::viewers::ViewerHub;
 use crate::sync::LockPlain;
 
 /// Pixel layout of a frame's data.
@@ -144,6 +146,151 @@ impl fmt::Debug for Frame {
     }
 }
 
+/// How a capture device compressed its pictures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Compression {
+    /// H.264 Annex B access units (UVC H.264 dongles, files).
+    H264,
+    /// One JPEG per picture (most UVC HDMI dongles).
+    Mjpeg,
+}
+
+impl Compression {
+    /// The name `status` uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::H264 => "h264",
+            Compression::Mjpeg => "mjpeg",
+        }
+    }
+}
+
+/// One picture as the capture device sent it: handed to viewers as is, and decoded only
+/// when something needs its pixels.
+#[derive(Clone)]
+pub struct EncodedFrame {
+    /// Signal/format epoch, as [`Frame::generation`].
+    pub generation: u32,
+    /// Sequence number within the source's lifetime; a picture decoded from this one
+    /// carries the same number.
+    pub sequence: u64,
+    /// Monotonic capture time.
+    pub captured_at: Instant,
+    /// Width in pixels (from the capture format).
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// How `data` is compressed.
+    pub compression: Compression,
+    /// Decodable by itself: every JPEG; an H.264 IDR (with its SPS and PPS in front).
+    pub keyframe: bool,
+    /// The bytes: one Annex B access unit, or one JPEG.
+    pub data: Arc<[u8]>,
+}
+
+impl fmt::Debug for EncodedFrame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EncodedFrame")
+            .field("generation", &self.generation)
+            .field("sequence", &self.sequence)
+            .field("size", &(self.width, self.height))
+            .field("compression", &self.compression)
+            .field("keyframe", &self.keyframe)
+            .field("bytes", &self.data.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The newest picture the source captured, whether or not it has been decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Captured {
+    /// Its generation.
+    pub generation: u32,
+    /// Its sequence.
+    pub sequence: u64,
+    /// When it was captured.
+    pub captured_at: Instant,
+}
+
+/// How long a call for pixels keeps the decoder of a compressed capture working: a
+/// screenshot, a calibration step or a transcoding encoder asks again well within it.
+pub const PIXEL_DEMAND_WINDOW: Duration = Duration::from_secs(1);
+/// Access units of H.264 kept since the last IDR for a decoder that is idle (a
+/// keyframe is requested when a stream outruns it).
+pub const PENDING_AUS: usize = 300;
+/// Bytes of H.264 kept since the last IDR for an idle decoder.
+pub const PENDING_BYTES: usize = 16 << 20;
+
+/// Compressed pictures waiting for the pixel decoder, and the demand for pixels.
+#[derive(Debug, Default)]
+pub(super) struct PixelQueue {
+    /// When a reader last asked for pixels.
+    pub(super) wanted_at: Option<Instant>,
+    /// The newest JPEG (older ones are never decoded).
+    pub(super) jpeg: Option<Arc<EncodedFrame>>,
+    /// H.264 since the last IDR, in order; `fed` of them went to the decoder already.
+    pub(super) gop: VecDeque<Arc<EncodedFrame>>,
+    pub(super) gop_bytes: usize,
+    pub(super) fed: usize,
+    /// The decoder wants an IDR from the device (it overflowed).
+    pub(super) want_keyframe: bool,
+    /// The hub is gone: the decoder ends.
+    pub(super) closed: bool,
+}
+
+impl PixelQueue {
+    pub(super) fn demand_recent(&self) -> bool {
+        self.wanted_at.is_some_and(|t| t.elapsed() <= PIXEL_DEMAND_WINDOW)
+    }
+
+    /// Forgets the kept H.264 (a new GOP, another stream, or an overflow).
+    fn clear_gop(&mut self) {
+        self.gop.clear();
+        self.gop_bytes = 0;
+        self.fed = 0;
+    }
+
+    fn push(&mut self, frame: Arc<EncodedFrame>) {
+        match frame.compression {
+            Compression::Mjpeg => {
+                self.clear_gop();
+                self.jpeg = Some(frame);
+            }
+            Compression::H264 => {
+                self.jpeg = None;
+                let other_stream = self.gop.front().is_some_and(|f| f.generation != frame.generation);
+                if frame.keyframe || other_stream {
+                    self.clear_gop();
+                }
+                if !frame.keyframe && self.gop.is_empty() {
+                    // No IDR to decode it from (the stream's start, or after an overflow).
+                    return;
+                }
+                if self.gop.len() >= PENDING_AUS || self.gop_bytes + frame.data.len() > PENDING_BYTES {
+                    // The decoder has been idle for a whole GOP: start again at an IDR.
+                    self.clear_gop();
+                    self.want_keyframe = true;
+                    return;
+                }
+                self.gop_bytes += frame.data.len();
+                self.gop.push_back(frame);
+            }
+        }
+    }
+}
+
+/// State the hub's publisher, its readers and the pixel decoder share.
+#[derive(Debug, Default)]
+pub(super) struct Shared {
+    decoder: Mutex<&'static str>,
+    newest: Mutex<Option<Captured>>,
+    compression: Mutex<Option<Compression>>,
+    passthrough: Mutex<Option<ViewerHub>>,
+    pub(super) pixels: Mutex<PixelQueue>,
+    pub(super) pixels_changed: Condvar,
+}
+
 /// Whether the source currently delivers a picture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -194,7 +341,7 @@ pub enum VideoError {
 pub struct FrameHub {
     latest: watch::Sender<Option<Arc<Frame>>>,
     state: watch::Sender<VideoState>,
-    decoder: Arc<std::sync::Mutex<&'static str>>,
+    shared: Arc<Shared>,
 }
 
 /// The reading side of the hub; cheap to clone.
@@ -202,7 +349,7 @@ pub struct FrameHub {
 pub struct FrameReader {
     latest: watch::Receiver<Option<Arc<Frame>>>,
     state: watch::Receiver<VideoState>,
-    decoder: Arc<std::sync::Mutex<&'static str>>,
+    shared: Arc<Shared>,
 }
 
 impl FrameHub {
@@ -210,22 +357,88 @@ impl FrameHub {
     pub fn new() -> (FrameHub, FrameReader) {
         let (latest_tx, latest_rx) = watch::channel(None);
         let (state_tx, state_rx) = watch::channel(VideoState::default());
-        let decoder = Arc::new(std::sync::Mutex::new("none"));
+        let shared = Arc::new(Shared { decoder: Mutex::new("none"), ..Shared::default() });
         (
-            FrameHub { latest: latest_tx, state: state_tx, decoder: decoder.clone() },
-            FrameReader { latest: latest_rx, state: state_rx, decoder },
+            FrameHub { latest: latest_tx, state: state_tx, shared: shared.clone() },
+            FrameReader { latest: latest_rx, state: state_rx, shared },
         )
+    }
+
+    /// Hands compressed capture to `viewers` as it arrives (passthrough) instead of having
+    /// it decoded and encoded again. Set before the source starts.
+    pub fn set_passthrough(&self, viewers: ViewerHub) {
+        *self.shared.passthrough.lock_plain() = Some(viewers);
     }
 
     /// Records which decoder turns the capture into pictures (`none` for raw formats,
     /// `software`, `v4l2-m2m`).
     pub fn set_decoder(&self, name: &'static str) {
-        *self.decoder.lock_plain() = name;
+        *self.shared.decoder.lock_plain() = name;
+    }
+
+    /// Records how the current capture is compressed (`None`: raw pictures). Sources say
+    /// it when a stream starts.
+    pub fn set_compression(&self, compression: Option<Compression>) {
+        *self.shared.compression.lock_plain() = compression;
+        if compression.is_none() {
+            self.set_decoder("none");
+        }
+        if let Some(viewers) = self.passthrough_viewers() {
+            viewers.set_passthrough(compression);
+        }
+    }
+
+    fn passthrough_viewers(&self) -> Option<ViewerHub> {
+        self.shared.passthrough.lock_plain().clone()
     }
 
     /// Publishes a new latest frame. Never waits on readers.
     pub fn publish(&self, frame: Arc<Frame>) {
+        self.note_captured(frame.generation, frame.sequence, frame.captured_at);
         self.latest.send_replace(Some(frame));
+    }
+
+    /// Publishes a decoded picture of an already announced [`EncodedFrame`].
+    pub(super) fn publish_decoded(&self, frame: Arc<Frame>) {
+        self.latest.send_replace(Some(frame));
+    }
+
+    fn note_captured(&self, generation: u32, sequence: u64, captured_at: Instant) {
+        let mut newest = self.shared.newest.lock_plain();
+        if newest.is_none_or(|n| n.generation != generation || n.sequence < sequence) {
+            *newest = Some(Captured { generation, sequence, captured_at });
+        }
+    }
+
+    /// Publishes a compressed picture: to viewers as it is (passthrough), and to the pixel
+    /// decoder, which decodes only while a reader wants pixels. Never waits.
+    pub fn publish_encoded(&self, frame: EncodedFrame) {
+        self.note_captured(frame.generation, frame.sequence, frame.captured_at);
+        let frame = Arc::new(frame);
+        if let Some(viewers) = self.passthrough_viewers() {
+            viewers.publish_encoded(&frame);
+        }
+        self.shared.pixels.lock_plain().push(frame);
+        self.shared.pixels_changed.notify_all();
+    }
+
+    /// Whether viewers or the pixel decoder want an IDR from the device (clears both
+    /// requests). Sources that can force one (a control) ask it; others wait for the
+    /// device's own next IDR, and viewers start from the last one meanwhile.
+    pub fn take_keyframe_request(&self) -> bool {
+        let decoder = std::mem::take(&mut self.shared.pixels.lock_plain().want_keyframe);
+        let viewers = self.passthrough_viewers().is_some_and(|v| v.take_keyframe_request());
+        decoder || viewers
+    }
+
+    /// The state the pixel decoder shares with this hub.
+    pub(super) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The generation of the current state.
+    pub fn current_generation(&self) -> u32 {
+        self.state.borrow().generation
     }
 
     /// Publishes a state change; a changed generation drops the previous frame.
@@ -238,9 +451,41 @@ impl FrameHub {
 }
 
 impl FrameReader {
-    /// The newest frame, if any.
+    /// The newest decoded frame, if any. With compressed capture it may be older than the
+    /// newest captured picture: callers that need the present call
+    /// [`FrameReader::want_pixels`] first and wait for a frame at least that new.
     pub fn latest(&self) -> Option<Arc<Frame>> {
         self.latest.borrow().clone()
+    }
+
+    /// Asks for pixels: a compressed capture's decoder works for the next
+    /// [`PIXEL_DEMAND_WINDOW`]. Returns the sequence of the newest captured picture (0
+    /// before the first), the one to wait for; raw capture is always decoded already.
+    pub fn want_pixels(&self) -> u64 {
+        let newest = self.newest_captured();
+        if self.compression().is_some() {
+            self.shared.pixels.lock_plain().wanted_at = Some(Instant::now());
+            self.shared.pixels_changed.notify_all();
+        }
+        match newest {
+            Some(n) if n.generation == self.state().generation => n.sequence,
+            _ => 0,
+        }
+    }
+
+    /// The newest captured picture, decoded or not (what `status` reports).
+    pub fn newest_captured(&self) -> Option<Captured> {
+        *self.shared.newest.lock_plain()
+    }
+
+    /// How the current capture is compressed (`None`: raw).
+    pub fn compression(&self) -> Option<Compression> {
+        *self.shared.compression.lock_plain()
+    }
+
+    /// Whether compressed capture goes to viewers as it is (nothing to encode).
+    pub fn passthrough(&self) -> bool {
+        self.compression().is_some() && self.shared.passthrough.lock_plain().is_some()
     }
 
     /// The source state.
@@ -250,7 +495,7 @@ impl FrameReader {
 
     /// The decoder in use for compressed capture (`none` for raw formats).
     pub fn decoder(&self) -> &'static str {
-        *self.decoder.lock_plain()
+        *self.shared.decoder.lock_plain()
     }
 
     /// Waits for the next state change (signal, size, generation); `false` when the source

@@ -7,15 +7,18 @@
 pub mod capture;
 pub mod codec;
 pub mod convert;
+pub mod decode;
 pub mod encode;
 mod frame;
 pub mod image;
 #[cfg(target_os = "linux")]
 pub mod m2m;
+pub mod replay;
 #[cfg(target_os = "linux")]
 pub mod v4l2;
 pub mod viewers;
 
 pub use frame::{
-    Frame, FrameHub, FrameReader, FrameSource, NoVideo, PixelFormat, Signal, SourceGuard, VideoError, VideoState,
+    Captured, Compression, EncodedFrame, Frame, FrameHub, FrameReader, FrameSource, NoVideo, PixelFormat, Signal,
+    SourceGuard, VideoError, VideoState, PENDING_AUS, PENDING_BYTES, PIXEL_DEMAND_WINDOW,
 };

@@ -17,6 +17,13 @@
 //! | 12 | u64 | capture time, µs of `CLOCK_MONOTONIC` |
 //! | 20 | u32 | flags: 1 = IDR keyframe (with SPS and PPS), 0 = delta |
 //! | 24 | bytes | the Annex B access unit |
+//!
+//! When the capture device itself sends H.264 or MJPEG, its pictures are handed on as they
+//! arrived (passthrough, [`ViewerHub::publish_encoded`]): H.264 in CDV1 as above, MJPEG as
+//! CDJ1 (`jpeg/1`) messages, the same header with magic `0x43444A31` (`CDJ1`), flags 1 and
+//! one whole JPEG as the payload. A viewer that joins an H.264 passthrough stream starts
+//! at the last IDR the tap holds (the device's IDRs come when it likes), and those catch-up
+//! pictures do not count against its budget.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -26,6 +33,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use tokio::sync::Notify;
 
 use super::codec::AccessUnit;
+use super::{Compression, EncodedFrame};
 use crate::sync::LockPlain;
 
 /// Frames kept in the tap.
@@ -42,6 +50,12 @@ pub const KEYFRAME_INTERVAL: Duration = Duration::from_secs(1);
 pub const CDV1_MAGIC: u32 = 0x4344_5631;
 /// Bytes before the access unit in a CDV1 message.
 pub const CDV1_HEADER: usize = 24;
+/// The CDJ1 magic, `CDJ1`: one JPEG per message.
+pub const CDJ1_MAGIC: u32 = 0x4344_4A31;
+/// The protocol name of CDV1 streams (the `ready` message's `protocol`).
+pub const CDV1_PROTOCOL: &str = "h264-annexb/1";
+/// The protocol name of CDJ1 streams.
+pub const CDJ1_PROTOCOL: &str = "jpeg/1";
 /// The CDV1 flag of an IDR.
 pub const CDV1_KEYFRAME: u32 = 1;
 /// The codec string (WebCodecs, RFC 6381) before any IDR says otherwise: constrained
@@ -77,22 +91,39 @@ struct Unacked {
     sequence: u32,
     bytes: usize,
     since: Instant,
+    /// Sent from the tap when the viewer joined: not counted against its budget.
+    catch_up: bool,
+}
+
+/// A picture waiting to be taken, and whether it is catch-up from the tap.
+#[derive(Debug)]
+struct Ready {
+    frame: ViewerFrame,
+    catch_up: bool,
 }
 
 #[derive(Debug, Default)]
 struct Viewer {
-    ready: VecDeque<ViewerFrame>,
+    ready: VecDeque<Ready>,
     unacked: VecDeque<Unacked>,
     waiting_for_idr: bool,
     notify: Arc<Notify>,
 }
 
 impl Viewer {
+    /// Frames and bytes held against the viewer's budget (catch-up excluded).
     fn outstanding(&self) -> (usize, usize) {
-        let frames = self.ready.len() + self.unacked.len();
-        let bytes = self.ready.iter().map(|f| f.message.len()).sum::<usize>()
-            + self.unacked.iter().map(|u| u.bytes).sum::<usize>();
-        (frames, bytes)
+        let ready = self.ready.iter().filter(|r| !r.catch_up);
+        let unacked = self.unacked.iter().filter(|u| !u.catch_up);
+        let (rf, rb) = ready.fold((0, 0), |(n, b), r| (n + 1, b + r.frame.message.len()));
+        let (uf, ub) = unacked.fold((0, 0), |(n, b), u| (n + 1, b + u.bytes));
+        (rf + uf, rb + ub)
+    }
+
+    /// Everything it holds, catch-up included (what `status` calls queued).
+    fn held_bytes(&self) -> usize {
+        self.ready.iter().map(|r| r.frame.message.len()).sum::<usize>()
+            + self.unacked.iter().map(|u| u.bytes).sum::<usize>()
     }
 }
 
@@ -107,6 +138,8 @@ struct Inner {
     last_keyframe_request: Option<Instant>,
     encoder: &'static str,
     codec: Option<String>,
+    /// The capture's own compression when it is handed on as is.
+    passthrough: Option<Compression>,
     skipped: u64,
     keyframe_requests: u64,
 }
@@ -156,6 +189,18 @@ pub fn cdv1_message(unit: &AccessUnit, sequence: u32) -> Bytes {
     buf.freeze()
 }
 
+/// The CDJ1 message of one JPEG from the capture device.
+fn cdj1_message(frame: &EncodedFrame, sequence: u32) -> Bytes {
+    let mut buf = BytesMut::with_capacity(CDV1_HEADER + frame.data.len());
+    buf.put_u32(CDJ1_MAGIC);
+    buf.put_u32(frame.generation);
+    buf.put_u32(sequence);
+    buf.put_u64(monotonic_micros(frame.captured_at));
+    buf.put_u32(CDV1_KEYFRAME);
+    buf.put_slice(&frame.data);
+    buf.freeze()
+}
+
 /// The RFC 6381 codec string (`avc1.PPCCLL`) of the first SPS in an Annex B access unit.
 pub fn codec_of(annex_b: &[u8]) -> Option<String> {
     let mut i = 0;
@@ -186,7 +231,15 @@ impl ViewerHub {
         let mut inner = self.lock();
         inner.next_id += 1;
         let id = ViewerId(inner.next_id);
-        let viewer = Viewer { waiting_for_idr: true, ..Viewer::default() };
+        let mut viewer = Viewer { waiting_for_idr: true, ..Viewer::default() };
+        if inner.passthrough == Some(Compression::H264) {
+            // The device sends IDRs when it likes: start at the last one the tap holds.
+            if let Some(at) = inner.tap.iter().rposition(|f| f.keyframe) {
+                viewer.ready.extend(inner.tap.iter().skip(at).map(|f| Ready { frame: f.clone(), catch_up: true }));
+                viewer.waiting_for_idr = false;
+                viewer.notify.notify_one();
+            }
+        }
         let notify = viewer.notify.clone();
         inner.viewers.insert(id, viewer);
         // A joining viewer always gets its keyframe, whatever the rate limit says.
@@ -260,7 +313,40 @@ impl ViewerHub {
             captured_at: unit.captured_at,
             message: cdv1_message(&unit, sequence),
         };
+        self.distribute(inner, frame);
+    }
+
+    /// Publishes one picture as the capture device sent it (passthrough): H.264 in CDV1,
+    /// a JPEG in CDJ1. The bytes are the device's (an IDR carries its SPS and PPS).
+    pub fn publish_encoded(&self, frame: &EncodedFrame) {
+        let mut inner = self.lock();
+        let sequence = inner.next_sequence;
+        inner.next_sequence = sequence.wrapping_add(1);
+        let message = match frame.compression {
+            Compression::H264 => {
+                if frame.keyframe {
+                    if let Some(codec) = codec_of(&frame.data) {
+                        inner.codec = Some(codec);
+                    }
+                }
+                let unit = AccessUnit {
+                    data: frame.data.clone(),
+                    keyframe: frame.keyframe,
+                    generation: frame.generation,
+                    frame_id: frame.sequence,
+                    captured_at: frame.captured_at,
+                };
+                cdv1_message(&unit, sequence)
+            }
+            Compression::Mjpeg => cdj1_message(frame, sequence),
+        };
+        let keyframe = frame.keyframe || frame.compression == Compression::Mjpeg;
+        self.distribute(inner, ViewerFrame { sequence, keyframe, captured_at: frame.captured_at, message });
+    }
+
+    fn distribute(&self, mut inner: MutexGuard<'_, Inner>, frame: ViewerFrame) {
         let len = frame.message.len();
+        let keyframe = frame.keyframe;
         inner.tap.push_back(frame.clone());
         inner.tap_bytes += len;
         while inner.tap.len() > TAP_FRAMES || (inner.tap_bytes > TAP_BYTES && inner.tap.len() > 1) {
@@ -271,12 +357,12 @@ impl ViewerHub {
         let mut want_keyframe = false;
         let mut skipped = 0;
         for v in inner.viewers.values_mut() {
-            if v.waiting_for_idr && !unit.keyframe {
+            if v.waiting_for_idr && !keyframe {
                 skipped += 1;
                 continue;
             }
             let (frames, bytes) = v.outstanding();
-            let fits = frames < VIEWER_FRAMES && (bytes + len <= VIEWER_BYTES || (unit.keyframe && frames == 0));
+            let fits = frames < VIEWER_FRAMES && (bytes + len <= VIEWER_BYTES || (keyframe && frames == 0));
             if !fits {
                 // A dependent picture is lost: skip until an IDR and ask for one.
                 skipped += 1;
@@ -285,7 +371,7 @@ impl ViewerHub {
                 continue;
             }
             v.waiting_for_idr = false;
-            v.ready.push_back(frame.clone());
+            v.ready.push_back(Ready { frame: frame.clone(), catch_up: false });
             v.notify.notify_one();
         }
         inner.skipped += skipped;
@@ -295,13 +381,49 @@ impl ViewerHub {
         }
     }
 
+    /// Says whether the capture is handed on as is (`Some`: its compression) or encoded
+    /// here (`None`). Set by the frame hub when a stream starts.
+    pub fn set_passthrough(&self, compression: Option<Compression>) {
+        let mut inner = self.lock();
+        if inner.passthrough != compression {
+            // Another stream: what the tap holds is of no use to a viewer of this one.
+            inner.tap.clear();
+            inner.tap_bytes = 0;
+            if compression == Some(Compression::Mjpeg) {
+                inner.codec = Some("jpeg".into());
+            } else {
+                inner.codec = None;
+            }
+        }
+        inner.passthrough = compression;
+    }
+
+    /// The capture's compression when it is handed on as is.
+    pub fn passthrough(&self) -> Option<Compression> {
+        self.lock().passthrough
+    }
+
+    /// The stream's protocol for the `ready` message: CDJ1 for MJPEG passthrough, CDV1
+    /// otherwise.
+    pub fn protocol(&self) -> &'static str {
+        match self.lock().passthrough {
+            Some(Compression::Mjpeg) => CDJ1_PROTOCOL,
+            _ => CDV1_PROTOCOL,
+        }
+    }
+
     /// Takes the next picture for `id` (it now counts as unacknowledged).
     pub fn take(&self, id: ViewerId) -> Option<ViewerFrame> {
         let mut inner = self.lock();
         let v = inner.viewers.get_mut(&id)?;
-        let f = v.ready.pop_front()?;
-        v.unacked.push_back(Unacked { sequence: f.sequence, bytes: f.message.len(), since: Instant::now() });
-        Some(f)
+        let Ready { frame, catch_up } = v.ready.pop_front()?;
+        v.unacked.push_back(Unacked {
+            sequence: frame.sequence,
+            bytes: frame.message.len(),
+            since: Instant::now(),
+            catch_up,
+        });
+        Some(frame)
     }
 
     /// Acknowledges `sequence` and everything taken before it; an ack of a picture the
@@ -346,7 +468,7 @@ impl ViewerHub {
         let inner = self.lock();
         ViewerStats {
             viewers: inner.viewers.len(),
-            queued_bytes: inner.viewers.values().map(|v| v.outstanding().1).sum(),
+            queued_bytes: inner.viewers.values().map(Viewer::held_bytes).sum(),
             skipped: inner.skipped,
             keyframe_requests: inner.keyframe_requests,
             tap_frames: inner.tap.len(),
@@ -471,6 +593,65 @@ mod tests {
         assert_eq!(codec_of(&[0, 0, 1, 0x65, 1, 2, 3]), None, "no SPS, no codec string");
         let st = hub.stats();
         assert_eq!((st.viewers, st.queued_bytes), (2, 2 * m.len()));
+    }
+
+    fn encoded(compression: Compression, keyframe: bool, data: &[u8]) -> EncodedFrame {
+        EncodedFrame {
+            generation: 3,
+            sequence: 1,
+            captured_at: Instant::now(),
+            width: 64,
+            height: 48,
+            compression,
+            keyframe,
+            data: Arc::from(data),
+        }
+    }
+
+    #[test]
+    fn jpegs_go_out_as_cdj1_untouched() {
+        let hub = ViewerHub::default();
+        hub.set_passthrough(Some(Compression::Mjpeg));
+        assert_eq!((hub.protocol(), hub.codec().as_str()), (CDJ1_PROTOCOL, "jpeg"));
+        let (id, _) = hub.join();
+        let jpeg = [0xFF, 0xD8, 1, 2, 3, 0xFF, 0xD9];
+        hub.publish_encoded(&encoded(Compression::Mjpeg, true, &jpeg));
+        let f = hub.take(id).expect("every JPEG is a keyframe");
+        assert_eq!(&f.message[0..4], b"CDJ1");
+        assert_eq!(u32::from_be_bytes(f.message[4..8].try_into().unwrap()), 3, "generation");
+        assert_eq!(u32::from_be_bytes(f.message[20..24].try_into().unwrap()), CDV1_KEYFRAME);
+        assert_eq!(f.access_unit(), &jpeg, "the device's bytes, not a re-encode");
+    }
+
+    #[test]
+    fn a_joining_viewer_of_h264_passthrough_starts_at_the_last_idr_outside_its_budget() {
+        let hub = ViewerHub::default();
+        hub.set_passthrough(Some(Compression::H264));
+        assert_eq!(hub.protocol(), CDV1_PROTOCOL);
+        let idr: Vec<u8> =
+            [&[0, 0, 0, 1, 0x67, 0x4D, 0x40, 0x1F][..], &[0, 0, 0, 1, 0x68, 0xEE], &[0, 0, 1, 0x65]].concat();
+        hub.publish_encoded(&encoded(Compression::H264, false, &[0, 0, 1, 0x41, 0]));
+        hub.publish_encoded(&encoded(Compression::H264, true, &idr));
+        for k in 0..12u8 {
+            hub.publish_encoded(&encoded(Compression::H264, false, &[0, 0, 1, 0x41, k]));
+        }
+        assert_eq!(hub.codec(), "avc1.4D401F", "from the device's SPS");
+        let (id, _) = hub.join();
+        let mut got = Vec::new();
+        while let Some(f) = hub.take(id) {
+            got.push(f);
+        }
+        const { assert!(12 > VIEWER_FRAMES, "more catch-up than a viewer's budget") };
+        assert_eq!(got.len(), 13, "the IDR and everything after it");
+        assert!(got[0].keyframe && got[0].access_unit() == &idr[..]);
+        // The catch-up does not count: the next live picture still fits.
+        hub.publish_encoded(&encoded(Compression::H264, false, &[0, 0, 1, 0x41, 99]));
+        let live = hub.take(id).expect("live pictures go on after the catch-up");
+        assert_eq!(live.access_unit(), &[0, 0, 1, 0x41, 99]);
+        // Another stream (raw capture now): the tap's pictures are of no use to anyone.
+        hub.set_passthrough(None);
+        assert_eq!(hub.stats().tap_frames, 0);
+        assert_eq!(hub.codec(), DEFAULT_CODEC);
     }
 
     #[test]

@@ -1,8 +1,10 @@
-//! `/api/video`: live H.264 to browsers (reference 000's video listener, on our port).
+//! `/api/video`: live H.264 (or the capture's own JPEGs) to browsers (reference 000's
+//! video listener, on our port).
 //!
 //! The socket carries no credentials of its own: its first text message, within 3 s, is
 //! `{"ticket": "..."}` from `video_open` (never in the URL, never logged). Then it receives
-//! one text message `{"type":"ready",...}` and binary CDV1 messages, and sends
+//! one text message `{"type":"ready",...}` and binary CDV1 (or CDJ1, when `protocol` is
+//! `jpeg/1`) messages, and sends
 //! `{"type":"ack","generation":G,"sequence":S}` after each and `{"type":"keyframe"}` to ask
 //! for an IDR. At most 16 sockets wait for their ticket and 8 watch; client messages are
 //! at most 1024 bytes; a frame unacknowledged for 10 s closes the socket.
@@ -127,7 +129,7 @@ async fn serve(daemon: Daemon, upgraded: hyper::upgrade::Upgraded, slot: Pending
     drop(slot);
     let ready = serde_json::json!({
         "type": "ready",
-        "protocol": "h264-annexb/1",
+        "protocol": viewer.protocol(),
         "generation": viewer.generation(),
         "codec": viewer.codec(),
         // The appliance's clock (the capture times' clock) now: a viewer elsewhere

@@ -35,11 +35,17 @@ impl SoftwareH264Decoder {
     /// Decodes one access unit; `None` until a picture is complete (e.g. before the first
     /// IDR). Returns (width, height, RGB24).
     pub fn decode(&mut self, access_unit: &[u8]) -> Result<Option<(u32, u32, Vec<u8>)>, DecoderError> {
+        self.decode_to(access_unit, true)
+    }
+
+    /// Like [`SoftwareH264Decoder::decode`], but converts the picture to RGB only when
+    /// `want`: catching up on a run of access units needs only the last one's pixels.
+    pub fn decode_to(&mut self, access_unit: &[u8], want: bool) -> Result<Option<(u32, u32, Vec<u8>)>, DecoderError> {
         let Some(yuv) = self.decoder.decode(access_unit).map_err(|e| DecoderError::OpenH264(e.to_string()))? else {
             return Ok(None);
         };
         let (w, h) = yuv.dimensions();
-        if w == 0 || h == 0 {
+        if w == 0 || h == 0 || !want {
             return Ok(None);
         }
         let mut rgb = vec![0u8; w * h * 3];

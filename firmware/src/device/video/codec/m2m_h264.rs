@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::annexb::nal_types;
 use super::h264::{check_frame, frame_i420, AccessUnit, EncoderError, EncoderSettings};
 use crate::device::video::convert::pad_i420;
 use crate::device::video::m2m::{find_node, M2mCodec};
@@ -29,21 +30,6 @@ mod cid {
 /// The first M2M node that encodes I420 to H.264, if the board has one.
 pub fn find_hardware_h264() -> Option<PathBuf> {
     find_node(YU12, FourCc::H264)
-}
-
-/// NAL unit types in an Annex B buffer.
-pub fn nal_types(data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i + 3 < data.len() {
-        if data[i..i + 3] == [0, 0, 1] {
-            out.push(data[i + 3] & 0x1f);
-            i += 3;
-        } else {
-            i += 1;
-        }
-    }
-    out
 }
 
 /// Whether the buffer holds a coded picture (a VCL NAL unit, types 1–5).

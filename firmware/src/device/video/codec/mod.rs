@@ -4,14 +4,17 @@
 //! Note on licensing: Cisco's H.264 patent licence covers only its prebuilt binary; this
 //! build compiles openh264 from source (see README).
 
+pub mod annexb;
 mod h264;
 mod h264_decode;
+pub mod h264_syntax;
 mod m2m_decode;
 mod m2m_h264;
 mod mjpeg;
 
+pub use annexb::{access_units, nal_types, ParameterSets, Prepared};
 pub use m2m_decode::{find_hardware_decoder, HardwareDecoder};
-pub use m2m_h264::{find_hardware_h264, join_unit, nal_types, HardwareH264};
+pub use m2m_h264::{find_hardware_h264, join_unit, HardwareH264};
 
 /// Hardware or software codec (config `encoder_backend` / `decoder_backend`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
