@@ -6,9 +6,13 @@
 #   tests/vm/run.sh video    vivid HDMI loop: capture equality, signal loss, YUYV→NV12, multi-planar
 #   tests/vm/run.sh m2m      vicodec (built here): M2M encode/decode round trips, resolution change,
 #                            single- and multi-planar queues
+#   tests/vm/run.sh stateless  visl (built from trixie's linux-source, tests/vm/kbuild.sh) on
+#                            trixie's kernel: our request-API H.264 decoder drives a real
+#                            stream; the controls visl traced must match ffmpeg's trace_headers
+#                            (tests/vm/visl_compare.py)
 #   tests/vm/run.sh image    flash.sh build --board rpi4, then boot the image under
 #                            qemu-system-aarch64 and check it from outside (tests/vm/image.sh)
-#   tests/vm/run.sh all      hid, video, m2m and image
+#   tests/vm/run.sh all      hid, video, m2m, stateless and image
 #
 # Fetches what it needs (Debian packages: qemu-system-x86, busybox-static, kmod, cpio, the
 # kernel image) and caches the kernel under $TETHER_VM_CACHE (default ~/.cache/tether-vm).
@@ -17,11 +21,11 @@ set -euo pipefail
 
 suite=${1:-all}
 case "$suite" in
-    hid|video|m2m) suites=("$suite") ;;
+    hid|video|m2m|stateless) suites=("$suite") ;;
     # The image suite builds and boots the appliance image (tests/vm/image.sh).
-    all) suites=(hid video m2m) ;;
+    all) suites=(hid video m2m stateless) ;;
     image) exec "$(dirname "$0")/image.sh" ;;
-    *) echo "usage: tests/vm/run.sh [hid|video|m2m|image|all]" >&2; exit 2 ;;
+    *) echo "usage: tests/vm/run.sh [hid|video|m2m|stateless|image|all]" >&2; exit 2 ;;
 esac
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -39,6 +43,8 @@ command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 command -v depmod >/dev/null || need+=(kmod)
 command -v cpio >/dev/null || need+=(cpio)
 command -v xz >/dev/null || need+=(xz-utils)
+# The stateless suite's stream and its reference parse come from Debian's ffmpeg.
+command -v ffmpeg >/dev/null || need+=(ffmpeg)
 if [ ${#need[@]} -gt 0 ]; then
     say "installing ${need[*]}"
     apt-get update -qq
@@ -95,6 +101,22 @@ if [[ " ${suites[*]} " == *" m2m "* ]] && [ ! -f "$extra/vicodec.ko" ]; then
     cp "$src/m2m/v4l2-mem2mem.ko" "$src/$srcpkg/drivers/media/test-drivers/vicodec/vicodec.ko" "$extra/"
 fi
 
+# --- trixie's kernel and visl (stateless suite) ------------------------------------------
+if [[ " ${suites[*]} " == *" stateless "* ]]; then
+    say "trixie kernel and visl (tests/vm/kbuild.sh; cached after the first run)"
+    tkver=$("$root/tests/vm/kbuild.sh" amd64 visl)
+    tdir="$cache/trixie-$tkver"
+    say "kernel $tkver with visl ready"
+    # The stream: 320x240 High (CABAC, B-frames, weighted prediction, 3 references), then
+    # 176x144 Constrained Baseline: a resolution change mid-stream.
+    ffmpeg -v error -f lavfi -i testsrc=size=320x240:rate=10 -frames:v 12 -c:v libx264 -profile:v high \
+        -pix_fmt yuv420p -bf 2 -refs 3 -g 12 -y "$work/a.h264"
+    ffmpeg -v error -f lavfi -i testsrc=size=176x144:rate=10 -frames:v 6 -c:v libx264 -profile:v baseline \
+        -pix_fmt yuv420p -g 6 -y "$work/b.h264"
+    cat "$work/a.h264" "$work/b.h264" > "$work/stream.h264"
+    ffmpeg -hide_banner -i "$work/stream.h264" -c:v copy -bsf:v trace_headers -f null - 2> "$work/headers.txt" >/dev/null
+fi
+
 # --- binaries ---------------------------------------------------------------------------
 say "building static tether and vmcheck"
 target=x86_64-unknown-linux-gnu
@@ -109,10 +131,12 @@ ir="$work/initramfs"
 mkdir -p "$ir"/{bin,proc,sys,dev,run,tmp,lib/modules}
 cp /bin/busybox "$ir/bin/busybox"
 cp "$bin/tether" "$bin/vmcheck" "$ir/"
+[ -f "$work/stream.h264" ] && cp "$work/stream.h264" "$ir/"
 # modules.<suite>: one "file.ko [params]" per line, dependencies first.
 modules_for() {
+    local d=${MODROOT:-$kdir/root} v=${MODVER:-$kver}
     for m in "$@"; do
-        modprobe -d "$kdir/root" -S "$kver" --show-depends "$m" | awk '$1 == "insmod" {print $2}'
+        modprobe -d "$d" -S "$v" --show-depends "$m" | awk '$1 == "insmod" {print $2}'
     done | awk '!seen[$0]++'
 }
 modules_for configfs dummy_hcd libcomposite usb_f_hid hid usbhid hid_generic > "$work/hid.list"
@@ -122,18 +146,32 @@ if [ -f "$extra/vicodec.ko" ]; then
     echo "$extra/v4l2-mem2mem.ko" >> "$work/m2m.list"
     echo "$extra/vicodec.ko" >> "$work/m2m.list"
 fi
-for s in hid video m2m; do
+if [ -n "${tdir:-}" ]; then
+    MODROOT="$tdir/root" MODVER="$tkver" modules_for videodev videobuf2-v4l2 videobuf2-vmalloc v4l2-tpg mc \
+        > "$work/stateless.list"
+    [ -f "$tdir/extra/v4l2-mem2mem.ko" ] && echo "$tdir/extra/v4l2-mem2mem.ko" >> "$work/stateless.list"
+    MODROOT="$tdir/root" MODVER="$tkver" modules_for v4l2-mem2mem >> "$work/stateless.list" 2>/dev/null || true
+    echo "$tdir/extra/visl.ko" >> "$work/stateless.list"
+fi
+# Each suite's modules in a directory of their own (two kernels' modules share names).
+for s in hid video m2m stateless; do
     [ -f "$work/$s.list" ] || continue
     : > "$ir/modules.$s"
-    while read -r ko; do
-        cp "$ko" "$ir/lib/modules/"
-        name=$(basename "$ko")
+    mkdir -p "$ir/lib/modules/$s"
+    awk '!seen[$0]++' "$work/$s.list" | while read -r ko; do
+        [ -n "$ko" ] || continue
+        name=$(basename "$ko" .xz)
+        # trixie compresses its modules; busybox's insmod wants them plain.
+        case "$ko" in
+            *.xz) xz -dc "$ko" > "$ir/lib/modules/$s/$name" ;;
+            *) cp "$ko" "$ir/lib/modules/$s/$name" ;;
+        esac
         case "$name" in
             # One HDMI input (input 1; input 0 is a webcam) and one HDMI output, looped back.
             vivid.ko) echo "$name n_devs=1 node_types=0x101 num_inputs=2 input_types=0x0c num_outputs=1 output_types=0x01" ;;
             *) echo "$name" ;;
         esac >> "$ir/modules.$s"
-    done < "$work/$s.list"
+    done
 done
 cat > "$ir/init" <<'INIT'
 #!/bin/busybox sh
@@ -144,8 +182,9 @@ mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 mount -t tmpfs run /run
 suite=$(sed -n 's/.*tether\.suite=\([a-z0-9]*\).*/\1/p' /proc/cmdline)
-while read -r m args; do insmod "/lib/modules/$m" $args || echo "insmod $m failed"; done < "/modules.$suite"
+while read -r m args; do insmod "/lib/modules/$suite/$m" $args || echo "insmod $m failed"; done < "/modules.$suite"
 [ -d /sys/kernel/config ] && mount -t configfs none /sys/kernel/config
+[ -d /sys/kernel/tracing ] && mount -t tracefs nodev /sys/kernel/tracing
 echo "vm: kernel $(uname -r) up, running suite $suite"
 /vmcheck "$suite"
 echo "VMCHECK EXIT $?"
@@ -162,11 +201,18 @@ status=0
 for s in "${suites[@]}"; do
     say "booting ($accel) for suite $s"
     log="$work/$s.log"
+    vmlinux="$kdir/vmlinux"
+    [ "$s" = stateless ] && vmlinux="$tdir/vmlinux"
     timeout 240 qemu-system-x86_64 -M pc -accel "$accel" -cpu max -m 512M -smp 2 -nodefaults -no-user-config \
-        -display none -serial stdio -no-reboot -kernel "$kdir/vmlinux" -initrd "$work/initrd.gz" \
+        -display none -serial stdio -no-reboot -kernel "$vmlinux" -initrd "$work/initrd.gz" \
         -append "console=ttyS0 quiet panic=-1 tether.suite=$s" > "$log" 2>&1 || true
     grep -E '^(vm|vmcheck):|VMCHECK' "$log" || true
-    if grep -q '^VMCHECK PASS' "$log"; then
+    compared=true
+    if [ "$s" = stateless ] && grep -q '^VMCHECK PASS' "$log"; then
+        tr -d '\r' < "$log" | sed -n '/^VISL TRACE BEGIN/,/^VISL TRACE END/p' > "$work/visl-trace.txt"
+        python3 "$root/tests/vm/visl_compare.py" "$work/headers.txt" "$work/visl-trace.txt" || compared=false
+    fi
+    if grep -q '^VMCHECK PASS' "$log" && $compared; then
         say "suite $s: PASS"
     else
         say "suite $s: FAIL; last lines of the console:"

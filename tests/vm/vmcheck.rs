@@ -22,6 +22,7 @@ use tether::device::hid::{HidInterface, HidReport, Keymap, Layout};
 use tether_tests::harness::RawClient;
 
 mod m2m;
+mod stateless;
 mod video;
 
 const TETHER: &str = "/tether";
@@ -376,7 +377,7 @@ async fn run() -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     let suite = std::env::args().nth(1).unwrap_or_else(|| "hid".into());
-    if !["hid", "video", "m2m"].contains(&suite.as_str()) {
+    if !["hid", "video", "m2m", "stateless"].contains(&suite.as_str()) {
         println!("VMCHECK FAIL: suite {suite:?} is not built");
         return ExitCode::FAILURE;
     }
@@ -390,6 +391,7 @@ fn main() -> ExitCode {
     let result = match suite.as_str() {
         "video" => rt.block_on(video::run()),
         "m2m" => rt.block_on(m2m::run()),
+        "stateless" => rt.block_on(stateless::run()),
         _ => rt.block_on(run()),
     };
     match result {

@@ -29,8 +29,10 @@ pub fn run_doctor(socket: Option<PathBuf>, board: Option<PathBuf>, as_json: bool
             Err(e) => json!({"reachable": false, "error": e.to_string()}),
         }
     });
+    let decoders = decoder_report();
     let report = json!({
         "version": env!("CARGO_PKG_VERSION"),
+        "decoders": decoders,
         "profile": format!("{profile:?}").to_lowercase(),
         "socket": path,
         "daemon": daemon,
@@ -77,6 +79,9 @@ pub fn run_doctor(socket: Option<PathBuf>, board: Option<PathBuf>, as_json: bool
     for node in &inventory.video_nodes {
         println!("  video:  {} {} ({})", node.path.display(), node.name, node.role);
     }
+    for (what, statement) in decoders.as_object().into_iter().flatten() {
+        println!("  decode: {what:<6} {}", statement.as_str().unwrap_or("?"));
+    }
     match daemon["reachable"].as_bool() {
         Some(true) => println!("  daemon: answering on {}", path.display()),
         _ => println!("  daemon: not reachable on {}", path.display()),
@@ -91,6 +96,25 @@ pub fn run_doctor(socket: Option<PathBuf>, board: Option<PathBuf>, as_json: bool
         _ => println!("  https:  no certificate yet (`tether serve` makes one at its first start)"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Which decoder `decoder_backend = auto` would use for compressed capture on this
+/// machine, per format, and why the ones before it would be skipped.
+fn decoder_report() -> serde_json::Value {
+    use tether::device::video::codec::{find_hardware_decoder, find_stateless_h264, StatelessH264};
+    use tether::device::video::v4l2::FourCc;
+    let stateful = |f: FourCc| find_hardware_decoder(f).map(|n| format!("stateful M2M decoder {}", n.display()));
+    let h264 = stateful(FourCc::H264).unwrap_or_else(|| match find_stateless_h264() {
+        Some(node) => match StatelessH264::new(&node, None) {
+            Ok(d) => format!("stateless decoder {} at {} (no stateful M2M decoder)", d.describe(), node.display()),
+            Err(e) => format!("software (no stateful M2M decoder; the stateless one at {} fails: {e})", node.display()),
+        },
+        None => "software (no stateful M2M decoder, no stateless request-API decoder)".into(),
+    });
+    let mjpeg = stateful(FourCc::MJPEG).unwrap_or_else(|| {
+        "software (no stateful M2M JPEG decoder; stateless decoders are used for H.264 only)".into()
+    });
+    json!({"h264": h264, "mjpeg": mjpeg})
 }
 
 /// The HTTPS server as the daemon reports it, else the CA on disk: the fingerprint in

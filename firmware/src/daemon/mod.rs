@@ -562,6 +562,7 @@ impl Daemon {
                 paths: status::VideoPaths::of(&self.inner.frames),
                 encoder: self.inner.viewers.encoder(),
                 decoder: self.inner.frames.decoder(),
+                decoder_notes: self.inner.frames.decoder_notes(),
                 viewers: self.inner.viewers.stats(),
             },
             input: InputStatus { busy: self.inner.input_busy.load(Ordering::Relaxed) },

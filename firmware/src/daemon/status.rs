@@ -93,8 +93,12 @@ pub struct VideoStatus {
     pub capture: &'static str,
     /// Which path each consumer of the picture takes.
     pub paths: VideoPaths,
-    /// Decoder for compressed capture (`none` for raw formats, `software`, `v4l2-m2m`).
+    /// Decoder for compressed capture (`none` for raw formats, `software`, `v4l2-m2m` for
+    /// a stateful hardware decoder, `v4l2-request` for a stateless one).
     pub decoder: &'static str,
+    /// Why the decoders tried before `decoder` were skipped (`decoder_backend = auto`
+    /// tries stateful M2M, then stateless, then software), in the order tried.
+    pub decoder_notes: Vec<String>,
     /// H.264 encoder for viewers (`software`, `v4l2-m2m`).
     pub encoder: &'static str,
     /// Viewer queues.

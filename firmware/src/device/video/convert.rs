@@ -116,11 +116,24 @@ pub fn rgb24_rows(src: &[u8], width: usize, height: usize, stride: usize) -> Res
 
 /// NV12: a Y plane (`stride` bytes per line) then interleaved UV at half resolution.
 pub fn nv12_to_rgb(src: &[u8], width: usize, height: usize, stride: usize) -> Result<Vec<u8>, ConvertError> {
+    nv12_padded_to_rgb(src, width, height, stride, height)
+}
+
+/// Like [`nv12_to_rgb`] for a Y plane of `rows` lines (a decoder pads the picture's
+/// `height` up to whole macroblocks; the UV plane starts after the padding).
+pub fn nv12_padded_to_rgb(
+    src: &[u8],
+    width: usize,
+    height: usize,
+    stride: usize,
+    rows: usize,
+) -> Result<Vec<u8>, ConvertError> {
     let stride = stride.max(width);
-    let uv_start = stride.checked_mul(height);
+    let rows = rows.max(height);
+    let uv_start = stride.checked_mul(rows);
     let needed = uv_start.and_then(|uv| uv.checked_add(stride.checked_mul(height.div_ceil(2))?));
     let mut out = vec![0u8; check("NV12", src, (width, height, stride), needed, true)?];
-    let uv_start = stride * height; // checked above
+    let uv_start = stride * rows; // checked above
     for (y, row_out) in out.chunks_exact_mut(width * 3).enumerate() {
         let luma = &src[y * stride..y * stride + width];
         let chroma = &src[uv_start + (y / 2) * stride..uv_start + (y / 2) * stride + width];
@@ -269,6 +282,20 @@ pub fn rgb_to_i420(rgb: &[u8], width: usize, height: usize) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn padded_nv12_reads_chroma_after_the_padding_rows() {
+        // 4x2 visible in a 4x4 luma plane: chroma must come from row 4, not row 2.
+        let (w, h, rows) = (4usize, 2usize, 4usize);
+        let mut src = vec![128u8; w * rows + w * rows.div_ceil(2)];
+        src[w * 2..w * rows].fill(0); // padding rows: never read as chroma
+        src[w * rows..].copy_from_slice(&[255, 128, 255, 128, 0, 0, 0, 0]);
+        let rgb = nv12_padded_to_rgb(&src, w, h, w, rows).unwrap();
+        assert_eq!(rgb.len(), w * h * 3);
+        let plain = nv12_to_rgb(&[vec![128u8; w * h], vec![255, 128, 255, 128]].concat(), w, h, w).unwrap();
+        assert_eq!(rgb, plain);
+        assert!(nv12_padded_to_rgb(&src[..w * rows], w, h, w, rows).is_err(), "too short for its chroma");
+    }
 
     #[test]
     fn nv12_to_i420_deinterleaves_chroma_and_refuses_wrong_sizes() {

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::codec::{
-    decode_mjpeg, find_hardware_decoder, CodecChoice, DecoderError, HardwareDecoder, SoftwareH264Decoder,
+    decode_mjpeg, find_hardware_decoder, find_stateless_h264, CodecChoice, DecoderError, HardwareDecoder,
+    SoftwareH264Decoder, StatelessH264,
 };
 use super::frame::{PixelQueue, Shared};
 use super::v4l2::FourCc;
@@ -117,6 +118,10 @@ fn run(hub: &FrameHub, choice: CodecChoice) {
             }
         }
         hub.set_decoder(d.name());
+        if d.notes_changed {
+            d.notes_changed = false;
+            hub.set_decoder_notes(d.notes.clone());
+        }
         let Some((f, rgb)) = picture else { continue };
         if f.generation != hub.current_generation() {
             continue; // the signal moved on while this was decoded
@@ -133,64 +138,119 @@ fn run(hub: &FrameHub, choice: CodecChoice) {
     }
 }
 
-/// Decoders for one stream, chosen by `decoder_backend`: the board's M2M decoder when
-/// there is one (and the choice allows it), software otherwise. A hardware decoder that
-/// fails falls back to software unless hardware was demanded.
+/// A hardware decoder session: a stateful M2M decoder (MJPEG or H.264) or a stateless
+/// request-API one (H.264).
+enum Hardware {
+    Stateful(HardwareDecoder),
+    Stateless(Box<StatelessH264>),
+}
+
+/// Decoders for one stream, chosen by `decoder_backend`: with `auto` (or `hardware`) a
+/// stateful M2M decoder when the board has one for the format, else (H.264) a stateless
+/// request-API decoder, else software (not for `hardware`). A hardware decoder that fails
+/// falls back to software unless hardware was demanded. Why each skipped path was skipped
+/// is kept for `status` (`video.decoder_notes`).
 struct Decoders {
     choice: CodecChoice,
-    hardware: Option<HardwareDecoder>,
+    hardware: Option<Hardware>,
     /// No hardware decoder for this stream (none on the board, or it failed): decided
     /// once, so frames never rescan /dev.
     software_only: bool,
     h264: Option<SoftwareH264Decoder>,
     name: &'static str,
+    notes: Vec<String>,
+    notes_changed: bool,
 }
 
 impl Decoders {
     fn new(choice: CodecChoice) -> Decoders {
-        Decoders { choice, hardware: None, software_only: choice == CodecChoice::Software, h264: None, name: "none" }
+        let mut d = Decoders {
+            choice,
+            hardware: None,
+            software_only: choice == CodecChoice::Software,
+            h264: None,
+            name: "none",
+            notes: Vec::new(),
+            notes_changed: false,
+        };
+        if choice == CodecChoice::Software {
+            d.note("hardware decoders not tried: decoder_backend = \"software\"".into());
+        }
+        d
     }
 
     fn name(&self) -> &'static str {
         self.name
     }
 
+    fn note(&mut self, why: String) {
+        tracing::info!("{why}");
+        self.notes.push(why);
+        self.notes_changed = true;
+    }
+
     /// Decodes one picture; RGB24 of the capture's size when `want` (and it decoded),
     /// `None` otherwise.
     fn picture(&mut self, f: &EncodedFrame, want: bool) -> Option<Vec<u8>> {
-        if let Some(result) = self.hardware(f) {
-            self.name = "v4l2-m2m";
+        if let Some(result) = self.hardware(f, want) {
+            self.name = match self.hardware {
+                Some(Hardware::Stateless(_)) => "v4l2-request",
+                _ => "v4l2-m2m",
+            };
             return result.filter(|_| want);
         }
         self.name = "software";
         self.software(f, want)
     }
 
-    /// Decodes with the hardware decoder; `None` when there is none for this format (or it
-    /// failed and software may take over), `Some(None)` for "no picture from this frame".
-    fn hardware(&mut self, f: &EncodedFrame) -> Option<Option<Vec<u8>>> {
-        if self.software_only {
-            return None;
-        }
+    /// Finds the hardware decoder for `f`'s format: stateful first, then stateless (H.264).
+    fn open_hardware(&mut self, f: &EncodedFrame) -> Result<Option<Hardware>, DecoderError> {
         let fourcc = match f.compression {
             Compression::H264 => FourCc::H264,
             Compression::Mjpeg => FourCc::MJPEG,
         };
+        if let Some(node) = find_hardware_decoder(fourcc) {
+            let d = HardwareDecoder::new(&node, fourcc, f.width, f.height)?;
+            tracing::info!(node = %node.display(), format = %fourcc, "decoding capture in hardware (stateful M2M)");
+            return Ok(Some(Hardware::Stateful(d)));
+        }
+        self.note(format!("stateful M2M decoder: none takes {fourcc}"));
+        if f.compression != Compression::H264 {
+            self.note(format!("stateless decoder: not used for {fourcc} (H.264 only)"));
+            return Ok(None);
+        }
+        let Some(node) = find_stateless_h264() else {
+            self.note("stateless decoder: no request-API node takes H.264 slices (S264)".into());
+            return Ok(None);
+        };
+        let d = StatelessH264::new(&node, None)?;
+        tracing::info!(node = %node.display(), decoder = %d.describe(), "decoding capture in hardware (stateless)");
+        Ok(Some(Hardware::Stateless(Box::new(d))))
+    }
+
+    /// Decodes with the hardware decoder; `None` when there is none for this format (or it
+    /// failed and software may take over), `Some(None)` for "no picture from this frame".
+    fn hardware(&mut self, f: &EncodedFrame, want: bool) -> Option<Option<Vec<u8>>> {
+        if self.software_only {
+            return None;
+        }
         if self.hardware.is_none() {
-            let Some(node) = find_hardware_decoder(fourcc) else {
-                self.software_only = true;
-                return None;
-            };
-            match HardwareDecoder::new(&node, fourcc, f.width, f.height) {
-                Ok(d) => {
-                    tracing::info!(node = %node.display(), format = %fourcc, "decoding capture in hardware");
-                    self.hardware = Some(d);
+            match self.open_hardware(f) {
+                Ok(Some(h)) => self.hardware = Some(h),
+                Ok(None) => {
+                    self.software_only = true;
+                    return None;
                 }
                 Err(e) => return self.hardware_failed(e),
             }
         }
-        let decoder = self.hardware.as_mut()?;
-        match decoder.decode(&f.data, (f.width, f.height)) {
+        let result = match self.hardware.as_mut()? {
+            Hardware::Stateful(d) => d.decode(&f.data, (f.width, f.height)),
+            // The stateless decoder converts only what is wanted; its references move on
+            // either way.
+            Hardware::Stateless(d) => d.decode(&f.data, want),
+        };
+        match result {
             Ok(Some((w, h, rgb))) if (w, h) == (f.width, f.height) => Some(Some(rgb)),
             Ok(Some((w, h, _))) => {
                 tracing::warn!(got = ?(w, h), want = ?(f.width, f.height), "decoded picture of the wrong size");
@@ -207,7 +267,7 @@ impl Decoders {
             tracing::warn!(error = %e, "hardware decoder failed; dropping the frame (decoder_backend = \"hardware\")");
             return Some(None);
         }
-        tracing::warn!(error = %e, "hardware decoder failed; decoding in software from now on");
+        self.note(format!("hardware decoder failed ({e}); decoding in software from now on"));
         self.software_only = true;
         None
     }

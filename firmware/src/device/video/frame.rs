@@ -284,6 +284,7 @@ impl PixelQueue {
 #[derive(Debug, Default)]
 pub(super) struct Shared {
     decoder: Mutex<&'static str>,
+    decoder_notes: Mutex<Vec<String>>,
     newest: Mutex<Option<Captured>>,
     compression: Mutex<Option<Compression>>,
     passthrough: Mutex<Option<ViewerHub>>,
@@ -374,6 +375,11 @@ impl FrameHub {
     /// `software`, `v4l2-m2m`).
     pub fn set_decoder(&self, name: &'static str) {
         *self.shared.decoder.lock_plain() = name;
+    }
+
+    /// Records why decoders ahead of the one in use were skipped (for `status`).
+    pub fn set_decoder_notes(&self, notes: Vec<String>) {
+        *self.shared.decoder_notes.lock_plain() = notes;
     }
 
     /// Records how the current capture is compressed (`None`: raw pictures). Sources say
@@ -496,6 +502,11 @@ impl FrameReader {
     /// The decoder in use for compressed capture (`none` for raw formats).
     pub fn decoder(&self) -> &'static str {
         *self.shared.decoder.lock_plain()
+    }
+
+    /// Why decoders tried before the one in use were skipped, in the order tried.
+    pub fn decoder_notes(&self) -> Vec<String> {
+        self.shared.decoder_notes.lock_plain().clone()
     }
 
     /// Waits for the next state change (signal, size, generation); `false` when the source

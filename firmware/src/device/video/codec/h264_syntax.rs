@@ -407,9 +407,10 @@ fn split_header<'a>(nal: &'a [u8], want: u8, name: &'static str) -> Result<(u8, 
 }
 
 /// Slice types (`slice_type % 5`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SliceType {
     /// P.
+    #[default]
     P,
     /// B.
     B,
@@ -446,7 +447,7 @@ pub struct Mmco {
 pub type WeightTable = Vec<((i32, i32), [(i32, i32); 2])>;
 
 /// A slice header.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[allow(missing_docs)] // the standard's syntax elements
 pub struct SliceHeader {
     pub nal_ref_idc: u8,

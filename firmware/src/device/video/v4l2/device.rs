@@ -148,6 +148,18 @@ const MAX_PLANES: u32 = 8;
 const _: () = assert!(MAX_PLANES as usize == VIDEO_MAX_PLANES);
 /// `V4L2_BUF_FLAG_KEYFRAME`: the encoder's output is a key frame.
 const BUF_FLAG_KEYFRAME: u32 = 0x0000_0008;
+/// `V4L2_BUF_FLAG_ERROR`: the driver could not fill the buffer (e.g. a failed decode).
+const BUF_FLAG_ERROR: u32 = 0x0000_0040;
+/// `V4L2_BUF_FLAG_M2M_HOLD_CAPTURE_BUF`: more slices of the same picture follow.
+const BUF_FLAG_M2M_HOLD_CAPTURE_BUF: u32 = 0x0000_0200;
+/// `V4L2_BUF_FLAG_TIMESTAMP_COPY`: the driver copies OUTPUT timestamps to CAPTURE.
+const BUF_FLAG_TIMESTAMP_COPY: u32 = 0x0000_4000;
+/// `V4L2_BUF_FLAG_REQUEST_FD`: `request_fd` names the request this buffer belongs to.
+const BUF_FLAG_REQUEST_FD: u32 = 0x0080_0000;
+/// `V4L2_BUF_CAP_SUPPORTS_REQUESTS` (REQBUFS `capabilities`).
+pub const BUF_CAP_SUPPORTS_REQUESTS: u32 = 1 << 3;
+/// `V4L2_BUF_CAP_SUPPORTS_M2M_HOLD_CAPTURE_BUF`.
+pub const BUF_CAP_SUPPORTS_M2M_HOLD_CAPTURE_BUF: u32 = 1 << 5;
 
 const MEMORY_MMAP: u32 = 1;
 const FIELD_NONE: u32 = 1;
@@ -311,6 +323,11 @@ pub enum Dequeued {
         sequence: u32,
         /// Encoders: the buffer holds a key frame.
         keyframe: bool,
+        /// The buffer's timestamp in ns (M2M drivers copy an OUTPUT buffer's to the
+        /// CAPTURE buffer made from it).
+        timestamp_ns: u64,
+        /// The driver flagged the buffer as failed (`V4L2_BUF_FLAG_ERROR`).
+        error: bool,
     },
     /// Nothing ready (EAGAIN on a non-blocking node).
     NotReady,
@@ -384,6 +401,89 @@ pub enum Event {
     Eos,
     /// Another event type.
     Other(u32),
+}
+
+/// One control for [`V4l2Device::set_ext_controls`]: a scalar value, or a compound value
+/// (a codec parameter struct) borrowed for the call.
+#[derive(Debug, Clone, Copy)]
+pub struct ExtControl<'a> {
+    raw: v4l2_ext_control,
+    _borrow: std::marker::PhantomData<&'a ()>,
+}
+
+/// Kernel structs that are passed whole as a compound control.
+pub trait CompoundControl: Copy + sealed::Sealed {}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! compound {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl CompoundControl for $t {}
+    )*};
+}
+compound!(
+    v4l2_ctrl_h264_sps,
+    v4l2_ctrl_h264_pps,
+    v4l2_ctrl_h264_scaling_matrix,
+    v4l2_ctrl_h264_pred_weights,
+    v4l2_ctrl_h264_slice_params,
+    v4l2_ctrl_h264_decode_params
+);
+
+impl<'a> ExtControl<'a> {
+    /// A scalar (integer, menu, boolean) control.
+    pub fn value(id: u32, value: i32) -> ExtControl<'static> {
+        // The union's `value` is an `__s32` at its start: little-endian, the low 4 bytes.
+        let raw = v4l2_ext_control { id, size: 0, reserved2: [0], value_or_ptr: u64::from(value as u32) };
+        ExtControl { raw, _borrow: std::marker::PhantomData }
+    }
+
+    /// A compound control whose payload is `value` (its whole struct).
+    pub fn compound<T: CompoundControl>(id: u32, value: &'a T) -> ExtControl<'a> {
+        let size = u32::try_from(std::mem::size_of::<T>()).unwrap_or(u32::MAX);
+        let raw = v4l2_ext_control { id, size, reserved2: [0], value_or_ptr: value as *const T as u64 };
+        ExtControl { raw, _borrow: std::marker::PhantomData }
+    }
+
+    /// The control's id.
+    pub fn id(&self) -> u32 {
+        self.raw.id
+    }
+}
+
+/// What `VIDIOC_QUERY_EXT_CTRL` says about one control.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtControlInfo {
+    /// The control's id.
+    pub id: u32,
+    /// The driver's name for it.
+    pub name: String,
+    /// Lowest value (menus: first item).
+    pub minimum: i64,
+    /// Highest value (menus: last item).
+    pub maximum: i64,
+    /// The value a fresh open starts with.
+    pub default: i64,
+    /// Bytes per element (compound controls: the struct size the driver expects).
+    pub elem_size: u32,
+}
+
+/// A timestamp in ns as the `timeval` V4L2 carries (µs resolution: `ns` should be a
+/// multiple of 1000 to come back unchanged).
+fn ns_timeval(ns: u64) -> timeval {
+    let us = ns / 1000;
+    timeval { tv_sec: i64::try_from(us / 1_000_000).unwrap_or(i64::MAX), tv_usec: (us % 1_000_000) as i64 }
+}
+
+/// `v4l2_timeval_to_ns`: what a driver compares a DPB entry's `reference_ts` with.
+fn timeval_ns(t: timeval) -> u64 {
+    u64::try_from(t.tv_sec)
+        .unwrap_or(0)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::try_from(t.tv_usec).unwrap_or(0) * 1000)
 }
 
 /// A V4L2 device node.
@@ -532,6 +632,15 @@ impl V4l2Device {
         Ok(r.count)
     }
 
+    /// Like [`V4l2Device::request_buffers`], also returning the queue's capabilities
+    /// (`V4L2_BUF_CAP_*`, e.g. [`BUF_CAP_SUPPORTS_REQUESTS`]).
+    pub fn request_buffers_caps(&self, buf: BufType, count: u32) -> Result<(u32, u32), V4l2Error> {
+        let mut r = v4l2_requestbuffers { count, type_: buf as u32, memory: MEMORY_MMAP, ..Default::default() };
+        // SAFETY: `r` is a valid, owned v4l2_requestbuffers.
+        unsafe { ioctl::reqbufs(self.raw(), &mut r) }.map_err(ioctl_err("REQBUFS"))?;
+        Ok((r.count, r.capabilities))
+    }
+
     /// `VIDIOC_QUERYBUF` + mmap: maps every plane of buffer `index` (one for single-planar
     /// queues).
     pub fn map_buffer(&self, buf: BufType, index: u32) -> Result<BufferPlanes, V4l2Error> {
@@ -588,6 +697,91 @@ impl V4l2Device {
         Ok(())
     }
 
+    /// `VIDIOC_QBUF` of an OUTPUT buffer into `request` (stateless codecs): the buffer
+    /// runs when the request is queued. `timestamp_ns` tags the picture it decodes to (the
+    /// handle references use); `hold_capture` keeps the CAPTURE buffer for the next slice
+    /// of the same picture.
+    pub fn queue_in_request(
+        &self,
+        buf: BufType,
+        index: u32,
+        bytes_used: u32,
+        request: &super::Request,
+        timestamp_ns: u64,
+        hold_capture: bool,
+    ) -> Result<(), V4l2Error> {
+        let mut planes = [v4l2_plane::default(); VIDEO_MAX_PLANES];
+        let mut b = v4l2_buffer {
+            index,
+            type_: buf as u32,
+            memory: MEMORY_MMAP,
+            bytesused: bytes_used,
+            field: FIELD_NONE,
+            flags: BUF_FLAG_REQUEST_FD
+                | BUF_FLAG_TIMESTAMP_COPY
+                | if hold_capture { BUF_FLAG_M2M_HOLD_CAPTURE_BUF } else { 0 },
+            timestamp: ns_timeval(timestamp_ns),
+            request_fd: request.raw_fd(),
+            ..Default::default()
+        };
+        if buf.is_multiplanar() {
+            planes[0].bytesused = bytes_used;
+            b.m.planes = planes.as_mut_ptr();
+            b.length = 1;
+        }
+        // SAFETY: as for QUERYBUF: `planes` outlives the call and holds `length` entries;
+        // `request_fd` is an open request fd owned by `request`, which outlives the call.
+        unsafe { ioctl::qbuf(self.raw(), &mut b) }.map_err(ioctl_err("QBUF(request)"))?;
+        Ok(())
+    }
+
+    /// `VIDIOC_S_EXT_CTRLS`: sets `controls` now, or (with `request`) stores them in the
+    /// request. On failure the error names the control the driver refused.
+    pub fn set_ext_controls(
+        &self,
+        request: Option<&super::Request>,
+        controls: &[ExtControl<'_>],
+    ) -> Result<(), V4l2Error> {
+        let mut raw: Vec<v4l2_ext_control> = controls.iter().map(|c| c.raw).collect();
+        let mut c = v4l2_ext_controls {
+            which: if request.is_some() { CTRL_WHICH_REQUEST_VAL } else { CTRL_WHICH_CUR_VAL },
+            count: u32::try_from(raw.len()).map_err(|_| V4l2Error::Invalid("too many controls".into()))?,
+            error_idx: 0,
+            request_fd: request.map_or(0, |r| r.raw_fd()),
+            reserved: [0],
+            controls: raw.as_mut_ptr(),
+        };
+        // SAFETY: `controls` points to `count` owned entries; each compound entry's pointer
+        // and size come from an `ExtControl`, which borrows a live value of exactly that
+        // size for as long as `controls` is borrowed (across this call).
+        match unsafe { ioctl::s_ext_ctrls(self.raw(), &mut c) } {
+            Ok(_) => Ok(()),
+            Err(source) => {
+                let which = controls.get(c.error_idx as usize).map_or(0, |c| c.id());
+                tracing::debug!(control = format!("{which:#x}"), error = %source, "S_EXT_CTRLS refused");
+                Err(V4l2Error::Ioctl { name: "S_EXT_CTRLS", source })
+            }
+        }
+    }
+
+    /// `VIDIOC_QUERY_EXT_CTRL` for one control; `None` when the node lacks it.
+    pub fn query_ext_control(&self, id: u32) -> Result<Option<ExtControlInfo>, V4l2Error> {
+        let mut q = v4l2_query_ext_ctrl { id, ..Default::default() };
+        // SAFETY: `q` is a valid, owned v4l2_query_ext_ctrl.
+        match unsafe { ioctl::query_ext_ctrl(self.raw(), &mut q) } {
+            Ok(_) => Ok(Some(ExtControlInfo {
+                id: q.id,
+                name: c_string(&q.name),
+                minimum: q.minimum,
+                maximum: q.maximum,
+                default: q.default_value,
+                elem_size: q.elem_size,
+            })),
+            Err(Errno::EINVAL) => Ok(None),
+            Err(e) => Err(ioctl_err("QUERY_EXT_CTRL")(e)),
+        }
+    }
+
     /// `VIDIOC_DQBUF`, non-blocking.
     pub fn dequeue(&self, buf: BufType) -> Result<Dequeued, V4l2Error> {
         let mut planes = [v4l2_plane::default(); VIDEO_MAX_PLANES];
@@ -612,6 +806,8 @@ impl V4l2Device {
                     payload,
                     sequence: b.sequence,
                     keyframe: b.flags & BUF_FLAG_KEYFRAME != 0,
+                    timestamp_ns: timeval_ns(b.timestamp),
+                    error: b.flags & BUF_FLAG_ERROR != 0,
                 })
             }
             Err(Errno::EAGAIN) => Ok(Dequeued::NotReady),
@@ -958,6 +1154,37 @@ impl Drop for MappedBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timestamps_survive_the_timeval_round_trip() {
+        for ns in [0u64, 1000, 999_999_000, 1_000_000_000, 123_456_789_000, 4_000_000_000_000] {
+            assert_eq!(timeval_ns(ns_timeval(ns)), ns, "{ns}");
+        }
+        // Sub-µs parts are lost, as in the kernel's timeval.
+        assert_eq!(timeval_ns(ns_timeval(1999)), 1000);
+        assert_eq!(timeval_ns(timeval { tv_sec: -1, tv_usec: -5 }), 0);
+    }
+
+    #[test]
+    fn ext_controls_carry_values_and_borrowed_structs() {
+        let v = ExtControl::value(0x00a4_0900, -1);
+        assert_eq!(v.id(), 0x00a4_0900);
+        assert_eq!({ v.raw.value_or_ptr } as u32 as i32, -1);
+        assert_eq!({ v.raw.size }, 0);
+        let pps = v4l2_ctrl_h264_pps { pic_init_qp_minus26: -3, ..Default::default() };
+        let c = ExtControl::compound(0x00a4_0903, &pps);
+        assert_eq!({ c.raw.size } as usize, std::mem::size_of::<v4l2_ctrl_h264_pps>());
+        assert_eq!({ c.raw.value_or_ptr }, &pps as *const _ as u64);
+    }
+
+    #[test]
+    fn ext_control_calls_on_a_non_v4l2_fd_fail_cleanly() {
+        let dev = V4l2Device { fd: std::fs::File::open("/dev/null").unwrap().into(), path: "/dev/null".into() };
+        let pps = v4l2_ctrl_h264_pps::default();
+        let err = dev.set_ext_controls(None, &[ExtControl::compound(0x00a4_0903, &pps)]).unwrap_err();
+        assert!(matches!(err, V4l2Error::Ioctl { name: "S_EXT_CTRLS", .. }), "{err}");
+        assert!(dev.query_ext_control(0x00a4_0900).is_err());
+    }
 
     #[test]
     fn fourcc_codes() {

@@ -18,9 +18,11 @@ nix::ioctl_readwrite!(enuminput, b'V', 26, v4l2_input);
 nix::ioctl_readwrite!(g_ctrl, b'V', 27, v4l2_control);
 nix::ioctl_readwrite!(s_ctrl, b'V', 28, v4l2_control);
 nix::ioctl_readwrite!(queryctrl, b'V', 36, v4l2_queryctrl);
+nix::ioctl_readwrite!(querymenu, b'V', 37, v4l2_querymenu);
 nix::ioctl_readwrite!(s_input, b'V', 39, libc::c_int);
 nix::ioctl_readwrite!(g_edid, b'V', 40, v4l2_edid);
 nix::ioctl_readwrite!(s_edid, b'V', 41, v4l2_edid);
+nix::ioctl_readwrite!(s_ext_ctrls, b'V', 72, v4l2_ext_controls);
 nix::ioctl_readwrite!(enum_framesizes, b'V', 74, v4l2_frmsizeenum);
 nix::ioctl_readwrite!(enum_frameintervals, b'V', 75, v4l2_frmivalenum);
 nix::ioctl_readwrite!(s_dv_timings, b'V', 87, v4l2_dv_timings);
@@ -32,6 +34,14 @@ nix::ioctl_readwrite!(s_selection, b'V', 95, v4l2_selection);
 nix::ioctl_readwrite!(enum_dv_timings, b'V', 98, v4l2_enum_dv_timings);
 nix::ioctl_read!(query_dv_timings, b'V', 99, v4l2_dv_timings);
 nix::ioctl_readwrite!(dv_timings_cap, b'V', 100, v4l2_dv_timings_cap);
+nix::ioctl_readwrite!(query_ext_ctrl, b'V', 103, v4l2_query_ext_ctrl);
+
+// Media controller (linux/media.h): on /dev/mediaN, then on a request's fd.
+nix::ioctl_readwrite!(media_device_info, b'|', 0x00, media_device_info);
+nix::ioctl_readwrite!(media_g_topology, b'|', 0x04, media_v2_topology);
+nix::ioctl_read!(media_request_alloc, b'|', 0x05, libc::c_int);
+nix::ioctl_none!(media_request_queue, b'|', 0x80);
+nix::ioctl_none!(media_request_reinit, b'|', 0x81);
 
 #[cfg(test)]
 mod tests {
@@ -56,6 +66,12 @@ mod tests {
         assert_eq!(r!(b'V', 99, size_of::<v4l2_dv_timings>()), 0x8084_5663); // QUERY_DV_TIMINGS
         assert_eq!(rw!(b'V', 100, size_of::<v4l2_dv_timings_cap>()), 0xC090_5664);
         assert_eq!(rw!(b'V', 95, size_of::<v4l2_selection>()), 0xC040_565F); // S_SELECTION
-                                                                             // DV_TIMINGS_CAP
+        assert_eq!(rw!(b'V', 37, size_of::<v4l2_querymenu>()), 0xC02C_5625); // QUERYMENU
+        assert_eq!(rw!(b'V', 72, size_of::<v4l2_ext_controls>()), 0xC020_5648); // S_EXT_CTRLS
+        assert_eq!(rw!(b'V', 103, size_of::<v4l2_query_ext_ctrl>()), 0xC0E8_5667); // QUERY_EXT_CTRL
+        assert_eq!(rw!(b'|', 0x00, size_of::<media_device_info>()), 0xC100_7C00); // MEDIA_IOC_DEVICE_INFO
+        assert_eq!(rw!(b'|', 0x04, size_of::<media_v2_topology>()), 0xC048_7C04); // MEDIA_IOC_G_TOPOLOGY
+        assert_eq!(r!(b'|', 0x05, size_of::<libc::c_int>()), 0x8004_7C05); // MEDIA_IOC_REQUEST_ALLOC
+        assert_eq!(nix::request_code_none!(b'|', 0x80), 0x7C80); // MEDIA_REQUEST_IOC_QUEUE
     }
 }

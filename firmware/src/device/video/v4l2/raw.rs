@@ -465,6 +465,267 @@ pub const CTRL_FLAG_NEXT_CTRL: u32 = 0x8000_0000;
 /// `V4L2_CTRL_TYPE_CTRL_CLASS`: a class heading, not a control.
 pub const CTRL_TYPE_CTRL_CLASS: u32 = 6;
 
+/// `VIDIOC_QUERYMENU` answer: a menu item's name (or value, for integer menus).
+#[repr(C, packed)]
+#[derive(Debug, Clone, Copy)]
+pub struct v4l2_querymenu {
+    pub id: u32,
+    pub index: u32,
+    pub name: [u8; 32],
+    pub reserved: u32,
+}
+
+/// One control of `VIDIOC_S_EXT_CTRLS`: `value` for scalars, `ptr` (with `size`) for
+/// compound controls such as the stateless codec parameters.
+#[repr(C, packed)]
+#[derive(Debug, Clone, Copy)]
+pub struct v4l2_ext_control {
+    pub id: u32,
+    pub size: u32,
+    pub reserved2: [u32; 1],
+    /// The union `value` / `value64` / `ptr`: 8 bytes, written as a pointer or a value.
+    pub value_or_ptr: u64,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct v4l2_ext_controls {
+    /// `which` (`V4L2_CTRL_WHICH_*`) or a control class.
+    pub which: u32,
+    pub count: u32,
+    pub error_idx: u32,
+    pub request_fd: i32,
+    pub reserved: [u32; 1],
+    pub controls: *mut v4l2_ext_control,
+}
+
+/// `V4L2_CTRL_WHICH_CUR_VAL`: set the controls now.
+pub const CTRL_WHICH_CUR_VAL: u32 = 0;
+/// `V4L2_CTRL_WHICH_REQUEST_VAL`: store the controls in the request `request_fd`.
+pub const CTRL_WHICH_REQUEST_VAL: u32 = 0x0f01_0000;
+/// `V4L2_CTRL_MAX_DIMS`.
+pub const CTRL_MAX_DIMS: usize = 4;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_query_ext_ctrl {
+    pub id: u32,
+    pub type_: u32,
+    pub name: [u8; 32],
+    pub minimum: i64,
+    pub maximum: i64,
+    pub step: u64,
+    pub default_value: i64,
+    pub flags: u32,
+    pub elem_size: u32,
+    pub elems: u32,
+    pub nr_of_dims: u32,
+    pub dims: [u32; CTRL_MAX_DIMS],
+    pub reserved: [u32; 32],
+}
+
+// --- stateless H.264 (linux/v4l2-controls.h) ---------------------------------------------
+
+/// `V4L2_H264_NUM_DPB_ENTRIES`.
+pub const H264_NUM_DPB_ENTRIES: usize = 16;
+/// `V4L2_H264_REF_LIST_LEN`.
+pub const H264_REF_LIST_LEN: usize = 2 * H264_NUM_DPB_ENTRIES;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct v4l2_ctrl_h264_sps {
+    pub profile_idc: u8,
+    pub constraint_set_flags: u8,
+    pub level_idc: u8,
+    pub seq_parameter_set_id: u8,
+    pub chroma_format_idc: u8,
+    pub bit_depth_luma_minus8: u8,
+    pub bit_depth_chroma_minus8: u8,
+    pub log2_max_frame_num_minus4: u8,
+    pub pic_order_cnt_type: u8,
+    pub log2_max_pic_order_cnt_lsb_minus4: u8,
+    pub max_num_ref_frames: u8,
+    pub num_ref_frames_in_pic_order_cnt_cycle: u8,
+    pub offset_for_ref_frame: [i32; 255],
+    pub offset_for_non_ref_pic: i32,
+    pub offset_for_top_to_bottom_field: i32,
+    pub pic_width_in_mbs_minus1: u16,
+    pub pic_height_in_map_units_minus1: u16,
+    pub flags: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct v4l2_ctrl_h264_pps {
+    pub pic_parameter_set_id: u8,
+    pub seq_parameter_set_id: u8,
+    pub num_slice_groups_minus1: u8,
+    pub num_ref_idx_l0_default_active_minus1: u8,
+    pub num_ref_idx_l1_default_active_minus1: u8,
+    pub weighted_bipred_idc: u8,
+    pub pic_init_qp_minus26: i8,
+    pub pic_init_qs_minus26: i8,
+    pub chroma_qp_index_offset: i8,
+    pub second_chroma_qp_index_offset: i8,
+    pub flags: u16,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct v4l2_ctrl_h264_scaling_matrix {
+    pub scaling_list_4x4: [[u8; 16]; 6],
+    pub scaling_list_8x8: [[u8; 64]; 6],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct v4l2_h264_weight_factors {
+    pub luma_weight: [i16; 32],
+    pub luma_offset: [i16; 32],
+    pub chroma_weight: [[i16; 2]; 32],
+    pub chroma_offset: [[i16; 2]; 32],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct v4l2_ctrl_h264_pred_weights {
+    pub luma_log2_weight_denom: u16,
+    pub chroma_log2_weight_denom: u16,
+    pub weight_factors: [v4l2_h264_weight_factors; 2],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct v4l2_h264_reference {
+    pub fields: u8,
+    pub index: u8,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct v4l2_ctrl_h264_slice_params {
+    pub header_bit_size: u32,
+    pub first_mb_in_slice: u32,
+    pub slice_type: u8,
+    pub colour_plane_id: u8,
+    pub redundant_pic_cnt: u8,
+    pub cabac_init_idc: u8,
+    pub slice_qp_delta: i8,
+    pub slice_qs_delta: i8,
+    pub disable_deblocking_filter_idc: u8,
+    pub slice_alpha_c0_offset_div2: i8,
+    pub slice_beta_offset_div2: i8,
+    pub num_ref_idx_l0_active_minus1: u8,
+    pub num_ref_idx_l1_active_minus1: u8,
+    pub reserved: u8,
+    pub ref_pic_list0: [v4l2_h264_reference; H264_REF_LIST_LEN],
+    pub ref_pic_list1: [v4l2_h264_reference; H264_REF_LIST_LEN],
+    pub flags: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct v4l2_h264_dpb_entry {
+    pub reference_ts: u64,
+    pub pic_num: u32,
+    pub frame_num: u16,
+    pub fields: u8,
+    pub reserved: [u8; 5],
+    pub top_field_order_cnt: i32,
+    pub bottom_field_order_cnt: i32,
+    pub flags: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_ctrl_h264_decode_params {
+    pub dpb: [v4l2_h264_dpb_entry; H264_NUM_DPB_ENTRIES],
+    pub nal_ref_idc: u16,
+    pub frame_num: u16,
+    pub top_field_order_cnt: i32,
+    pub bottom_field_order_cnt: i32,
+    pub idr_pic_id: u16,
+    pub pic_order_cnt_lsb: u16,
+    pub delta_pic_order_cnt_bottom: i32,
+    pub delta_pic_order_cnt0: i32,
+    pub delta_pic_order_cnt1: i32,
+    pub dec_ref_pic_marking_bit_size: u32,
+    pub pic_order_cnt_bit_size: u32,
+    pub slice_group_change_cycle: u32,
+    pub reserved: u32,
+    pub flags: u32,
+}
+
+// --- media controller (linux/media.h) ----------------------------------------------------
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct media_device_info {
+    pub driver: [u8; 16],
+    pub model: [u8; 32],
+    pub serial: [u8; 40],
+    pub bus_info: [u8; 32],
+    pub media_version: u32,
+    pub hw_revision: u32,
+    pub driver_version: u32,
+    pub reserved: [u32; 31],
+}
+
+impl Default for media_device_info {
+    fn default() -> Self {
+        media_device_info {
+            driver: [0; 16],
+            model: [0; 32],
+            serial: [0; 40],
+            bus_info: [0; 32],
+            media_version: 0,
+            hw_revision: 0,
+            driver_version: 0,
+            reserved: [0; 31],
+        }
+    }
+}
+
+#[repr(C, packed)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct media_v2_intf_devnode {
+    pub major: u32,
+    pub minor: u32,
+}
+
+/// `media_v2_interface`; the union holds `devnode` for device-node interfaces.
+#[repr(C, packed)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct media_v2_interface {
+    pub id: u32,
+    pub intf_type: u32,
+    pub flags: u32,
+    pub reserved: [u32; 9],
+    pub devnode: media_v2_intf_devnode,
+    pub raw_rest: [u32; 14],
+}
+
+#[repr(C, packed)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct media_v2_topology {
+    pub topology_version: u64,
+    pub num_entities: u32,
+    pub reserved1: u32,
+    pub ptr_entities: u64,
+    pub num_interfaces: u32,
+    pub reserved2: u32,
+    pub ptr_interfaces: u64,
+    pub num_pads: u32,
+    pub reserved3: u32,
+    pub ptr_pads: u64,
+    pub num_links: u32,
+    pub reserved4: u32,
+    pub ptr_links: u64,
+}
+
+/// `MEDIA_INTF_T_V4L_VIDEO`: a /dev/videoN interface.
+pub const MEDIA_INTF_T_V4L_VIDEO: u32 = 0x0000_0200;
+
 /// (name, size, [(field, offset)]) for every struct, as the C probe prints them.
 pub fn layout_table() -> Vec<(&'static str, usize, Vec<(&'static str, usize)>)> {
     vec![
@@ -563,6 +824,126 @@ pub fn layout_table() -> Vec<(&'static str, usize, Vec<(&'static str, usize)>)> 
                 ("reserved", offset_of!(v4l2_selection, reserved)),
             ],
         ),
+        ("v4l2_querymenu", size_of::<v4l2_querymenu>(), vec![("reserved", offset_of!(v4l2_querymenu, reserved))]),
+        (
+            "v4l2_ext_control",
+            size_of::<v4l2_ext_control>(),
+            vec![("size", offset_of!(v4l2_ext_control, size)), ("value", offset_of!(v4l2_ext_control, value_or_ptr))],
+        ),
+        (
+            "v4l2_ext_controls",
+            size_of::<v4l2_ext_controls>(),
+            vec![
+                ("count", offset_of!(v4l2_ext_controls, count)),
+                ("request_fd", offset_of!(v4l2_ext_controls, request_fd)),
+                ("controls", offset_of!(v4l2_ext_controls, controls)),
+            ],
+        ),
+        (
+            "v4l2_query_ext_ctrl",
+            size_of::<v4l2_query_ext_ctrl>(),
+            vec![
+                ("minimum", offset_of!(v4l2_query_ext_ctrl, minimum)),
+                ("default_value", offset_of!(v4l2_query_ext_ctrl, default_value)),
+                ("elems", offset_of!(v4l2_query_ext_ctrl, elems)),
+                ("dims", offset_of!(v4l2_query_ext_ctrl, dims)),
+            ],
+        ),
+        (
+            "v4l2_ctrl_h264_sps",
+            size_of::<v4l2_ctrl_h264_sps>(),
+            vec![
+                ("offset_for_ref_frame", offset_of!(v4l2_ctrl_h264_sps, offset_for_ref_frame)),
+                ("offset_for_non_ref_pic", offset_of!(v4l2_ctrl_h264_sps, offset_for_non_ref_pic)),
+                ("pic_width_in_mbs_minus1", offset_of!(v4l2_ctrl_h264_sps, pic_width_in_mbs_minus1)),
+                ("flags", offset_of!(v4l2_ctrl_h264_sps, flags)),
+            ],
+        ),
+        (
+            "v4l2_ctrl_h264_pps",
+            size_of::<v4l2_ctrl_h264_pps>(),
+            vec![
+                ("pic_init_qp_minus26", offset_of!(v4l2_ctrl_h264_pps, pic_init_qp_minus26)),
+                ("flags", offset_of!(v4l2_ctrl_h264_pps, flags)),
+            ],
+        ),
+        (
+            "v4l2_ctrl_h264_scaling_matrix",
+            size_of::<v4l2_ctrl_h264_scaling_matrix>(),
+            vec![("scaling_list_8x8", offset_of!(v4l2_ctrl_h264_scaling_matrix, scaling_list_8x8))],
+        ),
+        (
+            "v4l2_h264_weight_factors",
+            size_of::<v4l2_h264_weight_factors>(),
+            vec![
+                ("chroma_weight", offset_of!(v4l2_h264_weight_factors, chroma_weight)),
+                ("chroma_offset", offset_of!(v4l2_h264_weight_factors, chroma_offset)),
+            ],
+        ),
+        (
+            "v4l2_ctrl_h264_pred_weights",
+            size_of::<v4l2_ctrl_h264_pred_weights>(),
+            vec![("weight_factors", offset_of!(v4l2_ctrl_h264_pred_weights, weight_factors))],
+        ),
+        (
+            "v4l2_ctrl_h264_slice_params",
+            size_of::<v4l2_ctrl_h264_slice_params>(),
+            vec![
+                ("slice_type", offset_of!(v4l2_ctrl_h264_slice_params, slice_type)),
+                ("num_ref_idx_l1_active_minus1", offset_of!(v4l2_ctrl_h264_slice_params, num_ref_idx_l1_active_minus1)),
+                ("ref_pic_list0", offset_of!(v4l2_ctrl_h264_slice_params, ref_pic_list0)),
+                ("ref_pic_list1", offset_of!(v4l2_ctrl_h264_slice_params, ref_pic_list1)),
+                ("flags", offset_of!(v4l2_ctrl_h264_slice_params, flags)),
+            ],
+        ),
+        (
+            "v4l2_h264_dpb_entry",
+            size_of::<v4l2_h264_dpb_entry>(),
+            vec![
+                ("pic_num", offset_of!(v4l2_h264_dpb_entry, pic_num)),
+                ("fields", offset_of!(v4l2_h264_dpb_entry, fields)),
+                ("top_field_order_cnt", offset_of!(v4l2_h264_dpb_entry, top_field_order_cnt)),
+                ("flags", offset_of!(v4l2_h264_dpb_entry, flags)),
+            ],
+        ),
+        (
+            "v4l2_ctrl_h264_decode_params",
+            size_of::<v4l2_ctrl_h264_decode_params>(),
+            vec![
+                ("nal_ref_idc", offset_of!(v4l2_ctrl_h264_decode_params, nal_ref_idc)),
+                ("idr_pic_id", offset_of!(v4l2_ctrl_h264_decode_params, idr_pic_id)),
+                (
+                    "dec_ref_pic_marking_bit_size",
+                    offset_of!(v4l2_ctrl_h264_decode_params, dec_ref_pic_marking_bit_size),
+                ),
+                ("flags", offset_of!(v4l2_ctrl_h264_decode_params, flags)),
+            ],
+        ),
+        (
+            "media_device_info",
+            size_of::<media_device_info>(),
+            vec![
+                ("bus_info", offset_of!(media_device_info, bus_info)),
+                ("media_version", offset_of!(media_device_info, media_version)),
+            ],
+        ),
+        (
+            "media_v2_interface",
+            size_of::<media_v2_interface>(),
+            vec![
+                ("intf_type", offset_of!(media_v2_interface, intf_type)),
+                ("devnode", offset_of!(media_v2_interface, devnode)),
+            ],
+        ),
+        (
+            "media_v2_topology",
+            size_of::<media_v2_topology>(),
+            vec![
+                ("num_interfaces", offset_of!(media_v2_topology, num_interfaces)),
+                ("ptr_interfaces", offset_of!(media_v2_topology, ptr_interfaces)),
+                ("ptr_links", offset_of!(media_v2_topology, ptr_links)),
+            ],
+        ),
     ]
 }
 
@@ -595,6 +976,20 @@ const _: () = {
     assert!(size_of::<v4l2_input>() == 80);
     assert!(size_of::<v4l2_queryctrl>() == 68);
     assert!(size_of::<v4l2_selection>() == 64);
+    assert!(size_of::<v4l2_querymenu>() == 44);
+    assert!(size_of::<v4l2_ext_control>() == 20);
+    assert!(size_of::<v4l2_ext_controls>() == 32);
+    assert!(size_of::<v4l2_query_ext_ctrl>() == 232);
+    assert!(size_of::<v4l2_ctrl_h264_sps>() == 1048);
+    assert!(size_of::<v4l2_ctrl_h264_pps>() == 12);
+    assert!(size_of::<v4l2_ctrl_h264_scaling_matrix>() == 480);
+    assert!(size_of::<v4l2_ctrl_h264_pred_weights>() == 772);
+    assert!(size_of::<v4l2_ctrl_h264_slice_params>() == 152);
+    assert!(size_of::<v4l2_h264_dpb_entry>() == 32);
+    assert!(size_of::<v4l2_ctrl_h264_decode_params>() == 560);
+    assert!(size_of::<media_device_info>() == 256);
+    assert!(size_of::<media_v2_interface>() == 112);
+    assert!(size_of::<media_v2_topology>() == 72);
 };
 
 #[cfg(test)]
@@ -608,7 +1003,9 @@ mod tests {
     /// A C program printing `name size` and `name.field offset` for every struct we mirror.
     fn probe_source() -> String {
         let mut c =
-            String::from("#include <stdio.h>\n#include <stddef.h>\n#include <linux/videodev2.h>\nint main(void) {\n");
+            String::from(
+            "#include <stdio.h>\n#include <stddef.h>\n#include <linux/videodev2.h>\n#include <linux/media.h>\nint main(void) {\n",
+        );
         for (name, _, fields) in layout_table() {
             c += &format!("  printf(\"{name} %zu\\n\", sizeof(struct {name}));\n");
             for (field, _) in fields {
