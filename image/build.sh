@@ -4,7 +4,8 @@
 # shellcheck disable=SC2016  # the fakeroot scripts expand their variables themselves
 #
 # Steps: cross-compile tether for aarch64; the Debian trixie arm64 base rootfs (mmdebstrap,
-# cached by its inputs); the root filesystem (base + rootfs/ + board/B + the binary, with
+# cached by its inputs); on Pi boards the CSI bridge's modules (image/kbuild.sh) and
+# overlay; the root filesystem (base + rootfs/ + board/B + the binary, with
 # users, units and the board's device tree change); the owner's pairing code and
 # certificates in the data partition; the partitions (FAT boot, ext4 root A, empty root B,
 # ext4 data) assembled into out/tether-B.img without loop mounts or root, and a .zst copy.
@@ -59,19 +60,21 @@ flash_build() {
     need_tools rustup:rustup cargo:cargo aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu \
         aarch64-linux-gnu-g++:g++-aarch64-linux-gnu qemu-aarch64-static:qemu-user-static \
         mmdebstrap:mmdebstrap fakeroot:fakeroot mkfs.vfat:dosfstools mcopy:mtools mke2fs:e2fsprogs \
-        sfdisk:fdisk fdtput:device-tree-compiler zstd:zstd python3:python3 || return 2
+        sfdisk:fdisk fdtput:device-tree-compiler fdtoverlay:device-tree-compiler dtc:device-tree-compiler \
+        depmod:kmod zstd:zstd python3:python3 || return 2
     mkdir -p "$out" "$image_cache"
     out=$(cd "$out" && pwd)
     local work; work=$(mktemp -d "${TMPDIR:-/tmp}/tether-image.XXXXXX")
     # shellcheck disable=SC2064  # expand now: the trap runs after the function returns
     trap "rm -rf '$work'" EXIT
     say "building the $board image in $out (work dir $work)"
-    step 1 6 "cross-compile tether for $target" build_binary "$work" || return 1
-    step 2 6 "base root filesystem (Debian $suite arm64)" build_base "$board" "$work" || return 1
-    step 3 6 "root filesystem for $board" build_rootfs "$board" "$work" "$ssh_key" || return 1
-    step 4 6 "owner pairing code and certificates" build_data "$work" "$host" || return 1
-    step 5 6 "partitions and image" build_image "$board" "$work" "$out" || return 1
-    step 6 6 "compressed copy (zstd)" compress_image "$out/tether-$board.img" || return 1
+    step 1 7 "cross-compile tether for $target" build_binary "$work" || return 1
+    step 2 7 "base root filesystem (Debian $suite arm64)" build_base "$board" "$work" || return 1
+    step 3 7 "CSI bridge modules and overlay" build_csi "$board" "$work" || return 1
+    step 4 7 "root filesystem for $board" build_rootfs "$board" "$work" "$ssh_key" || return 1
+    step 5 7 "owner pairing code and certificates" build_data "$work" "$host" || return 1
+    step 6 7 "partitions and image" build_image "$board" "$work" "$out" || return 1
+    step 7 7 "compressed copy (zstd)" compress_image "$out/tether-$board.img" || return 1
     report_image "$board" "$work" "$out"
 }
 
@@ -160,6 +163,38 @@ build_base() {
     say "base rootfs: $(human "$(stat -c %s "$tar")") (cached as $tar)"
 }
 
+# --- 2b: the CSI bridge (Pi boards) --------------------------------------------------------
+# Debian's kernel has neither tc358743 nor (6.12) bcm2835-unicam: both are built out of tree
+# from trixie's linux-source for the base's exact kernel (image/kbuild.sh, cached), and our
+# overlay (board/lib/overlays/<csi.overlay>.dts) is compiled and applied to the board's DTB
+# here, so a label the DTB lacks fails the build rather than the boot.
+build_csi() {
+    local board=$1 work=$2
+    local overlay; overlay=$(board_value "$board" csi.overlay)
+    if [ -z "$overlay" ]; then
+        say "no CSI bridge on $board (board.toml has no [csi] overlay)"
+        return 0
+    fi
+    local kver
+    kver=$(tar -tf "$work/base.tar" | sed -n 's#^\./usr/lib/modules/\([^/]*\)/$#\1#p' | head -n1)
+    [ -n "$kver" ] || { say "no kernel modules directory in the base rootfs"; return 1; }
+    local built
+    built=$("$image_root/image/kbuild.sh" arm64 csi "$kver") || return 1
+    mkdir -p "$work/csi"
+    cp "$built/tc358743.ko" "$built/bcm2835-unicam.ko" "$work/csi/"
+    echo "$kver" > "$work/csi/kver"
+    local src="$image_root/board/lib/overlays/$overlay.dts"
+    [ -f "$src" ] || { say "board.toml names overlay '$overlay', but $src does not exist"; return 1; }
+    dtc -@ -q -I dts -O dtb -o "$work/csi/tether-tc358743.dtbo" "$src" || { say "dtc failed on $src"; return 1; }
+    local dtb; dtb=$(board_value "$board" image.dtb)
+    tar -xf "$work/base.tar" -C "$work/csi" "./usr/lib/linux-image-$kver/$dtb" ||
+        { say "the base has no $dtb for $kver"; return 1; }
+    fdtoverlay -i "$work/csi/usr/lib/linux-image-$kver/$dtb" -o "$work/csi/check.dtb" "$work/csi/tether-tc358743.dtbo" ||
+        { say "$overlay.dts does not apply to $dtb (a label it names is missing)"; return 1; }
+    rm -rf "$work/csi/usr" "$work/csi/check.dtb"
+    say "tc358743 + bcm2835-unicam for $kver; overlay $overlay applies to $dtb"
+}
+
 # --- 3: the root filesystem ---------------------------------------------------------------
 # Runs under fakeroot (state in $work/fakeroot.state, reused by mke2fs), so files keep root
 # and tether ownership without the builder being root.
@@ -179,6 +214,14 @@ build_rootfs() {
         mkdir -p "$r/etc/tether" "$r/var/lib/tether" "$r/boot/firmware"
         install -m 0644 "$ROOT/board/$BOARD/board.toml" "$r/etc/tether/board.toml"
         install -m 0755 "$WORK/tether" "$r/usr/bin/tether"
+        # The CSI bridge modules (built by build_csi), found by modalias once the overlay
+        # puts the bridge in the device tree.
+        if [ -f "$WORK/csi/kver" ]; then
+            kver=$(cat "$WORK/csi/kver")
+            install -d "$r/usr/lib/modules/$kver/updates/tether"
+            install -m 0644 "$WORK/csi/tc358743.ko" "$WORK/csi/bcm2835-unicam.ko" "$r/usr/lib/modules/$kver/updates/tether/"
+            depmod -b "$r" "$kver"
+        fi
         for f in "$r"/usr/share/tether/avahi/*.service; do
             [ -f "$f" ] && sed -i "s/@VERSION@/$VERSION/g; s/@BOARD@/$BOARD/g" "$f"
         done
@@ -221,6 +264,12 @@ build_rootfs() {
             cp -r "$r/boot/firmware/." "$WORK/boot/"
             rm -rf "${r:?}/boot/firmware/"*
             if [ -n "$CONFIG_TXT" ]; then printf "%s\n" "$CONFIG_TXT" >> "$WORK/boot/config.txt"; fi
+            if [ -f "$WORK/csi/tether-tc358743.dtbo" ]; then
+                mkdir -p "$WORK/boot/overlays"
+                cp "$WORK/csi/tether-tc358743.dtbo" "$WORK/boot/overlays/"
+                printf "%s\n" "# tether: the TC358743 HDMI-to-CSI bridge (board/lib/overlays)" "dtoverlay=tether-tc358743" \
+                    >> "$WORK/boot/config.txt"
+            fi
             if [ -x "$ROOT/board/$BOARD/dtb.sh" ]; then "$ROOT/board/$BOARD/dtb.sh" "$WORK/boot"; fi
         else
             for d in "$r"/usr/lib/linux-image-*; do

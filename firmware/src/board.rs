@@ -32,8 +32,20 @@ pub struct Board {
     /// Hardware codec nodes, if any.
     #[serde(default)]
     pub codec: BoardCodec,
+    /// The TC358743 HDMI-to-CSI bridge, on boards whose camera connector takes one.
+    #[serde(default)]
+    pub csi: Option<BoardCsi>,
     /// What works with the kernel the image ships, as a person should read it.
     pub support: BoardSupport,
+}
+
+/// `[csi]`: the image builds `tc358743` and `bcm2835-unicam` for the board's kernel and
+/// applies this overlay; `tether doctor` reports whether the bridge answered.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoardCsi {
+    /// `board/lib/overlays/<overlay>.dts`, installed as `overlays/tether-tc358743.dtbo`.
+    pub overlay: String,
 }
 
 /// `[image]`: read by `flash.sh`, carried here so one parser checks every board file.
@@ -240,6 +252,11 @@ mod tests {
             assert!(dir.join("README.md").exists(), "{} has no README.md", dir.display());
             if board.usb.dr_mode == "host" {
                 assert!(dir.join("dtb.sh").exists(), "{}: dr_mode host needs dtb.sh", board.name);
+            }
+            if let Some(csi) = &board.csi {
+                let overlay = boards_dir().join("lib/overlays").join(format!("{}.dts", csi.overlay));
+                assert!(overlay.exists(), "{}: no overlay {}", board.name, overlay.display());
+                assert_eq!(board.image.boot, BootKind::RaspiFirmware, "{}: overlays go through config.txt", board.name);
             }
             seen.push(board.name);
         }

@@ -209,7 +209,9 @@ pub struct Config {
     /// Which H.264 encoder for viewers: `auto` (the board's M2M encoder when there is one),
     /// `hardware` (refuse to start without it) or `software` (openh264).
     pub encoder_backend: CodecChoice,
-    /// Which decoder for compressed capture: `auto` or `software`.
+    /// Which decoder for compressed capture: `auto` (a stateful M2M decoder, else for
+    /// H.264 a stateless request-API one, else software), `hardware` (either kind, never
+    /// software) or `software`.
     pub decoder_backend: CodecChoice,
     /// Hand H.264/MJPEG capture to viewers as it arrives (default). `false` decodes and
     /// encodes it again, as before passthrough: for a browser that cannot decode the

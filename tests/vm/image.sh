@@ -76,6 +76,12 @@ url=$(grep '^https://' "$work/build.out" | tail -1)
 fp=${url##*&fp=}
 code=${url#*#code=}; code=${code%%&*}
 check "flash.sh build --board rpi4 (${build_s} s): $(du -h --apparent-size "$img" | cut -f1) raw, $(du -h "$img.zst" | cut -f1) zstd"
+# The CSI bridge: our overlay on the FAT partition, named in config.txt.
+boot_start=$(sfdisk -J "$img" | python3 -c 'import json,sys; print(json.load(sys.stdin)["partitiontable"]["partitions"][0]["start"])')
+fat="$img@@$(( boot_start * 512 ))"
+mdir -i "$fat" ::overlays/tether-tc358743.dtbo >/dev/null 2>&1 || fail "no overlays/tether-tc358743.dtbo on the boot partition"
+mtype -i "$fat" ::config.txt | grep -qx 'dtoverlay=tether-tc358743' || fail "config.txt does not load the tc358743 overlay"
+check "boot partition: overlays/tether-tc358743.dtbo, loaded by config.txt"
 
 # --- the aarch64 binary under qemu-user ------------------------------------------------------
 bin="$work/out/tether-rpi4.aarch64"
@@ -87,6 +93,8 @@ d = json.load(sys.stdin)
 assert d["version"], d
 assert d["board"]["name"] == "rpi4", d["board"]
 assert d["board"]["udc"] == "fe980000.usb", d["board"]
+assert d["board"]["csi"]["overlay"] == "tc358743-i2c0mux", d["board"]
+assert d["decoders"]["h264"], d["decoders"]
 ' || fail "doctor --json: unexpected report"
 check "aarch64 tether doctor --json under qemu-user names the board"
 
@@ -185,6 +193,15 @@ echo "$users" | grep -q '^tether:500:/usr/sbin/nologin$' || fail "tether user: $
 echo "$users" | grep -q '^tether-agent:501:/usr/sbin/nologin$' || fail "tether-agent user: $users"
 ssh_do "grep -q '^root:[!*]' /etc/shadow" || fail "root has a password"
 check "users tether/tether-agent without shells; root locked"
+
+# The CSI bridge's modules: built for this kernel, they load (QEMU has no bridge, so they
+# bind nothing) and doctor says so instead of failing.
+ssh_do "modprobe tc358743 && modprobe bcm2835-unicam" || fail "the CSI modules do not load: $(ssh_do 'dmesg | tail -5')"
+mods=$(ssh_do "lsmod" | awk '$1 == "tc358743" || $1 == "bcm2835_unicam" {print $1}' | sort | tr '\n' ' ')
+[ "$mods" = "bcm2835_unicam tc358743 " ] || fail "lsmod shows '$mods'"
+csi=$(ssh_do "tether doctor" | grep '^  csi:' || true)
+echo "$csi" | grep -q "CSI bridge not detected: tc358743 is loaded" || fail "doctor's CSI line: '$csi'"
+check "tc358743 and bcm2835-unicam load on the image's kernel; doctor:$(echo "$csi" | cut -d: -f2-3)"
 
 deadline=$(( $(date +%s) + 60 ))
 until ssh_do "grep -q 'phone=connected' /etc/avahi/services/tether.service" 2>/dev/null; do

@@ -6,7 +6,7 @@
 #   tests/vm/run.sh video    vivid HDMI loop: capture equality, signal loss, YUYV→NV12, multi-planar
 #   tests/vm/run.sh m2m      vicodec (built here): M2M encode/decode round trips, resolution change,
 #                            single- and multi-planar queues
-#   tests/vm/run.sh stateless  visl (built from trixie's linux-source, tests/vm/kbuild.sh) on
+#   tests/vm/run.sh stateless  visl (built from trixie's linux-source, image/kbuild.sh) on
 #                            trixie's kernel: our request-API H.264 decoder drives a real
 #                            stream; the controls visl traced must match ffmpeg's trace_headers
 #                            (tests/vm/visl_compare.py)
@@ -103,9 +103,9 @@ fi
 
 # --- trixie's kernel and visl (stateless suite) ------------------------------------------
 if [[ " ${suites[*]} " == *" stateless "* ]]; then
-    say "trixie kernel and visl (tests/vm/kbuild.sh; cached after the first run)"
-    tkver=$("$root/tests/vm/kbuild.sh" amd64 visl)
-    tdir="$cache/trixie-$tkver"
+    say "trixie kernel and visl (image/kbuild.sh; cached after the first run)"
+    tdir=$("$root/image/kbuild.sh" amd64 visl)
+    tkver=${tdir##*/amd64-}
     say "kernel $tkver with visl ready"
     # The stream: 320x240 High (CABAC, B-frames, weighted prediction, 3 references), then
     # 176x144 Constrained Baseline: a resolution change mid-stream.

@@ -1,6 +1,6 @@
 //! The `stateless` suite: our request-API H.264 decoder against the kernel's virtual
 //! stateless decoder, visl (built out of tree from trixie's linux-source by
-//! `tests/vm/kbuild.sh`, booted on trixie's kernel). visl decodes nothing; it traces every
+//! `image/kbuild.sh`, booted on trixie's kernel). visl decodes nothing; it traces every
 //! control it receives. This side drives a real stream (`/stream.h264`, made on the host by
 //! Debian's ffmpeg from testsrc, with a resolution change in the middle) through the
 //! decoder slice by slice, then prints visl's trace between `VISL TRACE BEGIN` / `END` for

@@ -44,6 +44,7 @@ pub fn run_doctor(socket: Option<PathBuf>, board: Option<PathBuf>, as_json: bool
             "udc": b.usb.udc,
             "udc_present": inventory.udcs.iter().any(|u| u.name == b.usb.udc),
             "capture": b.capture.device,
+            "csi": b.csi.as_ref().map(|c| json!({"overlay": c.overlay, "statement": inventory.csi.statement()})),
             "support": b.support,
         })),
     });
@@ -59,6 +60,9 @@ pub fn run_doctor(socket: Option<PathBuf>, board: Option<PathBuf>, as_json: bool
         }
         if !inventory.udcs.iter().any(|u| u.name == b.usb.udc) {
             println!("  usb:    the board's controller {} is missing (see board/{}/README.md)", b.usb.udc, b.name);
+        }
+        if b.csi.is_some() {
+            println!("  csi:    {}", inventory.csi.statement());
         }
     }
     if inventory.udcs.is_empty() {

@@ -39,6 +39,34 @@ pub struct Inventory {
     pub hidg_nodes: Vec<PathBuf>,
     /// V4L2 nodes.
     pub video_nodes: Vec<VideoNode>,
+    /// The TC358743 HDMI-to-CSI bridge.
+    pub csi: CsiBridge,
+}
+
+/// The TC358743 bridge as the kernel sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CsiBridge {
+    /// The `tc358743` module is loaded.
+    pub driver_loaded: bool,
+    /// The Unicam receiver's module is loaded.
+    pub receiver_loaded: bool,
+    /// I2C devices the driver bound (`<bus>-<address>`, e.g. `10-000f`): the bridge answered.
+    pub bound: Vec<String>,
+}
+
+impl CsiBridge {
+    /// One line for a person: whether the bridge is there and what to check if not.
+    pub fn statement(&self) -> String {
+        match (self.bound.first(), self.driver_loaded) {
+            (Some(dev), _) => format!("CSI bridge detected (tc358743 on I2C {dev})"),
+            (None, true) => "CSI bridge not detected: tc358743 is loaded but no bridge answered on I2C \
+                 (check the ribbon cable and that config.txt has dtoverlay=tether-tc358743)"
+                .into(),
+            (None, false) => "CSI bridge not detected: the tc358743 module is not loaded \
+                 (no bridge in the device tree: is dtoverlay=tether-tc358743 in config.txt?)"
+                .into(),
+        }
+    }
 }
 
 /// Card names of V4L2 memory-to-memory codecs we know.
@@ -77,7 +105,24 @@ impl Inventory {
             })
             .collect();
         video_nodes.sort_by(|a, b| a.path.cmp(&b.path));
-        Inventory { udcs, configfs_gadget: root.join("sys/kernel/config/usb_gadget").is_dir(), hidg_nodes, video_nodes }
+        let mut bound: Vec<String> = list_dir(&root.join("sys/bus/i2c/drivers/tc358743"))
+            .into_iter()
+            .map(|(name, _)| name)
+            .filter(|n| n.split_once('-').is_some_and(|(bus, addr)| bus.parse::<u32>().is_ok() && addr.len() == 4))
+            .collect();
+        bound.sort();
+        let csi = CsiBridge {
+            driver_loaded: root.join("sys/module/tc358743").is_dir(),
+            receiver_loaded: root.join("sys/module/bcm2835_unicam").is_dir(),
+            bound,
+        };
+        Inventory {
+            udcs,
+            configfs_gadget: root.join("sys/kernel/config/usb_gadget").is_dir(),
+            hidg_nodes,
+            video_nodes,
+            csi,
+        }
     }
 }
 
@@ -91,6 +136,26 @@ fn list_dir(dir: &Path) -> Vec<(String, PathBuf)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_csi_bridge_is_detected_only_when_the_driver_bound_one() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        let none = Inventory::probe_at(r).csi;
+        assert!(!none.driver_loaded && none.bound.is_empty());
+        assert!(none.statement().starts_with("CSI bridge not detected: the tc358743 module is not loaded"));
+        fs::create_dir_all(r.join("sys/module/tc358743")).unwrap();
+        fs::create_dir_all(r.join("sys/bus/i2c/drivers/tc358743")).unwrap();
+        // The driver directory holds bind/unbind/uevent files besides devices.
+        fs::write(r.join("sys/bus/i2c/drivers/tc358743/bind"), "").unwrap();
+        let loaded = Inventory::probe_at(r).csi;
+        assert!(loaded.driver_loaded && loaded.bound.is_empty());
+        assert!(loaded.statement().contains("no bridge answered"), "{}", loaded.statement());
+        fs::create_dir_all(r.join("sys/bus/i2c/drivers/tc358743/10-000f")).unwrap();
+        let found = Inventory::probe_at(r).csi;
+        assert_eq!(found.bound, vec!["10-000f".to_string()]);
+        assert_eq!(found.statement(), "CSI bridge detected (tc358743 on I2C 10-000f)");
+    }
 
     #[test]
     fn reads_a_fake_sysfs() {

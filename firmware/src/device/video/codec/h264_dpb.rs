@@ -207,7 +207,7 @@ impl Dpb {
                     if is_ref {
                         doubled
                     } else {
-                        doubled - 1
+                        doubled.wrapping_sub(1)
                     }
                 };
                 CurrentPicture { top_poc: t, bottom_poc: t, poc_msb: 0, frame_num_offset }
@@ -338,7 +338,7 @@ impl Dpb {
                 for op in ops {
                     match op.op {
                         1 => {
-                            let pic_num = h.frame_num as i32 - (op.difference_of_pic_nums_minus1 as i32 + 1);
+                            let pic_num = mmco_pic_num(h.frame_num, op.difference_of_pic_nums_minus1);
                             let k = self
                                 .short_term(pic_num)
                                 .ok_or(DpbError::MissingReference("short-term picture of MMCO 1"))?;
@@ -353,7 +353,7 @@ impl Dpb {
                             self.refs.remove(k);
                         }
                         3 => {
-                            let pic_num = h.frame_num as i32 - (op.difference_of_pic_nums_minus1 as i32 + 1);
+                            let pic_num = mmco_pic_num(h.frame_num, op.difference_of_pic_nums_minus1);
                             self.refs.retain(|r| r.long_term_frame_idx != Some(op.long_term_frame_idx));
                             let k = self
                                 .short_term(pic_num)
@@ -443,6 +443,13 @@ impl Dpb {
     fn short_term(&self, pic_num: i32) -> Option<usize> {
         self.refs.iter().position(|r| !r.is_long_term() && r.pic_num == pic_num)
     }
+}
+
+/// `picNumX` of MMCO 1 and 3: `CurrPicNum - (difference_of_pic_nums_minus1 + 1)`, in i64
+/// so a hostile difference cannot overflow; one that leaves i32 names no picture.
+fn mmco_pic_num(frame_num: u32, difference_minus1: u32) -> i32 {
+    let x = i64::from(frame_num) - (i64::from(difference_minus1) + 1);
+    i32::try_from(x).unwrap_or(i32::MIN)
 }
 
 #[cfg(test)]
