@@ -211,6 +211,8 @@ for s in "${suites[@]}"; do
     if [ "$s" = stateless ] && grep -q '^VMCHECK PASS' "$log"; then
         tr -d '\r' < "$log" | sed -n '/^VISL TRACE BEGIN/,/^VISL TRACE END/p' > "$work/visl-trace.txt"
         python3 "$root/tests/vm/visl_compare.py" "$work/headers.txt" "$work/visl-trace.txt" || compared=false
+        # Kept for a look after the run (and for refreshing tests/fixtures/visl).
+        mkdir -p "$cache/stateless-last" && cp "$work/headers.txt" "$work/visl-trace.txt" "$work/stream.h264" "$cache/stateless-last/"
     fi
     if grep -q '^VMCHECK PASS' "$log" && $compared; then
         say "suite $s: PASS"

@@ -275,7 +275,10 @@ def compare(slices, runs):
 
 
 def main():
-    headers, trace = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+    with open(sys.argv[1]) as f:
+        headers = f.read()
+    with open(sys.argv[2]) as f:
+        trace = f.read()
     slices, runs = parse_headers(headers), parse_trace(trace)
     if not slices:
         print("visl_compare: no slices in the trace_headers output")
