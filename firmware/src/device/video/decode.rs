@@ -141,7 +141,7 @@ fn run(hub: &FrameHub, choice: CodecChoice) {
 /// A hardware decoder session: a stateful M2M decoder (MJPEG or H.264) or a stateless
 /// request-API one (H.264).
 enum Hardware {
-    Stateful(HardwareDecoder),
+    Stateful(Box<HardwareDecoder>),
     Stateless(Box<StatelessH264>),
 }
 
@@ -212,7 +212,7 @@ impl Decoders {
         if let Some(node) = find_hardware_decoder(fourcc) {
             let d = HardwareDecoder::new(&node, fourcc, f.width, f.height)?;
             tracing::info!(node = %node.display(), format = %fourcc, "decoding capture in hardware (stateful M2M)");
-            return Ok(Some(Hardware::Stateful(d)));
+            return Ok(Some(Hardware::Stateful(Box::new(d))));
         }
         self.note(format!("stateful M2M decoder: none takes {fourcc}"));
         if f.compression != Compression::H264 {

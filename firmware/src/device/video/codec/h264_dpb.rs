@@ -176,7 +176,7 @@ impl Dpb {
                 }
             }
             1 => {
-                let cycle = sps.offset_for_ref_frame.len() as i32;
+                let cycle = i32::try_from(sps.offset_for_ref_frame.len()).unwrap_or(i32::MAX);
                 let mut abs_frame_num = if cycle != 0 { frame_num_offset.wrapping_add(h.frame_num as i32) } else { 0 };
                 if !is_ref && abs_frame_num > 0 {
                     abs_frame_num -= 1;
@@ -480,7 +480,7 @@ mod tests {
             .enumerate()
             .map(|(k, h)| {
                 let cur = dpb.begin(sps, h).unwrap();
-                dpb.finish(sps, h, cur, k as u64 * 1000, k as u32).unwrap()
+                dpb.finish(sps, h, cur, k as u64 * 1000, u32::try_from(k).unwrap()).unwrap()
             })
             .collect()
     }

@@ -354,7 +354,7 @@ impl StatelessH264 {
             tracing::debug!("slice-based decoder without HOLD_CAPTURE_BUF: multi-slice pictures will not decode");
         }
         // Every reference the stream may keep, the picture being decoded and one spare.
-        let n_cap = (sps.max_num_ref_frames + 2).clamp(4, H264_NUM_DPB_ENTRIES as u32 + 2);
+        let n_cap = (sps.max_num_ref_frames + 2).clamp(4, nz(H264_NUM_DPB_ENTRIES) + 2);
         let n_cap = self.dev.request_buffers(self.cap_kind, n_cap).map_err(hw)?;
         let output =
             (0..n_out).map(|i| self.dev.map_buffer(self.out_kind, i)).collect::<Result<Vec<_>, _>>().map_err(hw)?;
@@ -479,20 +479,20 @@ pub fn sps_control(s: &Sps) -> v4l2_ctrl_h264_sps {
         profile_idc: s.profile_idc,
         constraint_set_flags,
         level_idc: s.level_idc,
-        seq_parameter_set_id: s.seq_parameter_set_id as u8,
-        chroma_format_idc: s.chroma_format_idc as u8,
-        bit_depth_luma_minus8: s.bit_depth_luma_minus8 as u8,
-        bit_depth_chroma_minus8: s.bit_depth_chroma_minus8 as u8,
-        log2_max_frame_num_minus4: s.log2_max_frame_num_minus4 as u8,
-        pic_order_cnt_type: s.pic_order_cnt_type as u8,
-        log2_max_pic_order_cnt_lsb_minus4: s.log2_max_pic_order_cnt_lsb_minus4 as u8,
-        max_num_ref_frames: s.max_num_ref_frames as u8,
-        num_ref_frames_in_pic_order_cnt_cycle: s.offset_for_ref_frame.len().min(255) as u8,
+        seq_parameter_set_id: n8(s.seq_parameter_set_id),
+        chroma_format_idc: n8(s.chroma_format_idc),
+        bit_depth_luma_minus8: n8(s.bit_depth_luma_minus8),
+        bit_depth_chroma_minus8: n8(s.bit_depth_chroma_minus8),
+        log2_max_frame_num_minus4: n8(s.log2_max_frame_num_minus4),
+        pic_order_cnt_type: n8(s.pic_order_cnt_type),
+        log2_max_pic_order_cnt_lsb_minus4: n8(s.log2_max_pic_order_cnt_lsb_minus4),
+        max_num_ref_frames: n8(s.max_num_ref_frames),
+        num_ref_frames_in_pic_order_cnt_cycle: u8::try_from(s.offset_for_ref_frame.len()).unwrap_or(u8::MAX),
         offset_for_ref_frame: offsets,
         offset_for_non_ref_pic: s.offset_for_non_ref_pic,
         offset_for_top_to_bottom_field: s.offset_for_top_to_bottom_field,
-        pic_width_in_mbs_minus1: s.pic_width_in_mbs_minus1 as u16,
-        pic_height_in_map_units_minus1: s.pic_height_in_map_units_minus1 as u16,
+        pic_width_in_mbs_minus1: n16(s.pic_width_in_mbs_minus1),
+        pic_height_in_map_units_minus1: n16(s.pic_height_in_map_units_minus1),
         flags: flag(s.separate_colour_plane_flag, 0x01)
             | flag(s.qpprime_y_zero_transform_bypass_flag, 0x02)
             | flag(s.delta_pic_order_always_zero_flag, 0x04)
@@ -507,16 +507,16 @@ pub fn sps_control(s: &Sps) -> v4l2_ctrl_h264_sps {
 pub fn pps_control(s: &Sps, p: &Pps) -> v4l2_ctrl_h264_pps {
     let flag = |b: bool, f: u16| if b { f } else { 0 };
     v4l2_ctrl_h264_pps {
-        pic_parameter_set_id: p.pic_parameter_set_id as u8,
-        seq_parameter_set_id: p.seq_parameter_set_id as u8,
+        pic_parameter_set_id: n8(p.pic_parameter_set_id),
+        seq_parameter_set_id: n8(p.seq_parameter_set_id),
         num_slice_groups_minus1: 0,
-        num_ref_idx_l0_default_active_minus1: p.num_ref_idx_l0_default_active_minus1 as u8,
-        num_ref_idx_l1_default_active_minus1: p.num_ref_idx_l1_default_active_minus1 as u8,
-        weighted_bipred_idc: p.weighted_bipred_idc as u8,
-        pic_init_qp_minus26: p.pic_init_qp_minus26 as i8,
-        pic_init_qs_minus26: p.pic_init_qs_minus26 as i8,
-        chroma_qp_index_offset: p.chroma_qp_index_offset as i8,
-        second_chroma_qp_index_offset: p.second_chroma_qp_index_offset as i8,
+        num_ref_idx_l0_default_active_minus1: n8(p.num_ref_idx_l0_default_active_minus1),
+        num_ref_idx_l1_default_active_minus1: n8(p.num_ref_idx_l1_default_active_minus1),
+        weighted_bipred_idc: n8(p.weighted_bipred_idc),
+        pic_init_qp_minus26: s8(p.pic_init_qp_minus26),
+        pic_init_qs_minus26: s8(p.pic_init_qs_minus26),
+        chroma_qp_index_offset: s8(p.chroma_qp_index_offset),
+        second_chroma_qp_index_offset: s8(p.second_chroma_qp_index_offset),
         flags: flag(p.entropy_coding_mode_flag, 0x01)
             | flag(p.bottom_field_pic_order_in_frame_present_flag, 0x02)
             | flag(p.weighted_pred_flag, 0x04)
@@ -606,8 +606,8 @@ pub fn decode_params(dpb: &Dpb, h: &SliceHeader, cur: &CurrentPicture) -> v4l2_c
     for (e, r) in d.dpb.iter_mut().zip(dpb.refs()) {
         *e = v4l2_h264_dpb_entry {
             reference_ts: r.timestamp_ns,
-            pic_num: r.pic_num as u32,
-            frame_num: r.frame_num as u16,
+            pic_num: r.pic_num.cast_unsigned(),
+            frame_num: n16(r.frame_num),
             fields: 3, // V4L2_H264_FRAME_REF
             reserved: [0; 5],
             top_field_order_cnt: r.top_poc,
@@ -617,16 +617,16 @@ pub fn decode_params(dpb: &Dpb, h: &SliceHeader, cur: &CurrentPicture) -> v4l2_c
         };
     }
     d.nal_ref_idc = u16::from(h.nal_ref_idc);
-    d.frame_num = h.frame_num as u16;
+    d.frame_num = n16(h.frame_num);
     d.top_field_order_cnt = cur.top_poc;
     d.bottom_field_order_cnt = cur.bottom_poc;
-    d.idr_pic_id = h.idr_pic_id as u16;
-    d.pic_order_cnt_lsb = h.pic_order_cnt_lsb as u16;
+    d.idr_pic_id = n16(h.idr_pic_id);
+    d.pic_order_cnt_lsb = n16(h.pic_order_cnt_lsb);
     d.delta_pic_order_cnt_bottom = h.delta_pic_order_cnt_bottom;
     d.delta_pic_order_cnt0 = h.delta_pic_order_cnt[0];
     d.delta_pic_order_cnt1 = h.delta_pic_order_cnt[1];
-    d.dec_ref_pic_marking_bit_size = h.dec_ref_pic_marking_bits as u32;
-    d.pic_order_cnt_bit_size = h.pic_order_cnt_bits as u32;
+    d.dec_ref_pic_marking_bit_size = nz(h.dec_ref_pic_marking_bits);
+    d.pic_order_cnt_bit_size = nz(h.pic_order_cnt_bits);
     d.flags = if h.idr { 0x01 } else { 0 }
         | match h.slice_type {
             SliceType::P | SliceType::Sp => 0x08,
@@ -651,19 +651,19 @@ fn slice_type_value(t: SliceType) -> u8 {
 pub fn slice_params(h: &SliceHeader, lists: &[Vec<usize>; 2]) -> v4l2_ctrl_h264_slice_params {
     let mut s = v4l2_ctrl_h264_slice_params {
         // From the NAL unit's first bit: the header byte, then the RBSP header bits.
-        header_bit_size: (8 + h.header_bits) as u32,
+        header_bit_size: nz(8 + h.header_bits),
         first_mb_in_slice: h.first_mb_in_slice,
         slice_type: slice_type_value(h.slice_type),
-        colour_plane_id: h.colour_plane_id as u8,
-        redundant_pic_cnt: h.redundant_pic_cnt as u8,
-        cabac_init_idc: h.cabac_init_idc as u8,
-        slice_qp_delta: h.slice_qp_delta as i8,
-        slice_qs_delta: h.slice_qs_delta as i8,
-        disable_deblocking_filter_idc: h.disable_deblocking_filter_idc as u8,
-        slice_alpha_c0_offset_div2: h.slice_alpha_c0_offset_div2 as i8,
-        slice_beta_offset_div2: h.slice_beta_offset_div2 as i8,
-        num_ref_idx_l0_active_minus1: h.num_ref_idx_l0_active_minus1 as u8,
-        num_ref_idx_l1_active_minus1: h.num_ref_idx_l1_active_minus1 as u8,
+        colour_plane_id: n8(h.colour_plane_id),
+        redundant_pic_cnt: n8(h.redundant_pic_cnt),
+        cabac_init_idc: n8(h.cabac_init_idc),
+        slice_qp_delta: s8(h.slice_qp_delta),
+        slice_qs_delta: s8(h.slice_qs_delta),
+        disable_deblocking_filter_idc: n8(h.disable_deblocking_filter_idc),
+        slice_alpha_c0_offset_div2: s8(h.slice_alpha_c0_offset_div2),
+        slice_beta_offset_div2: s8(h.slice_beta_offset_div2),
+        num_ref_idx_l0_active_minus1: n8(h.num_ref_idx_l0_active_minus1),
+        num_ref_idx_l1_active_minus1: n8(h.num_ref_idx_l1_active_minus1),
         reserved: 0,
         ref_pic_list0: [v4l2_h264_reference::default(); H264_REF_LIST_LEN],
         ref_pic_list1: [v4l2_h264_reference::default(); H264_REF_LIST_LEN],
@@ -671,7 +671,7 @@ pub fn slice_params(h: &SliceHeader, lists: &[Vec<usize>; 2]) -> v4l2_ctrl_h264_
     };
     for (dst, src) in [(&mut s.ref_pic_list0, &lists[0]), (&mut s.ref_pic_list1, &lists[1])] {
         for (d, &i) in dst.iter_mut().zip(src.iter()) {
-            *d = v4l2_h264_reference { fields: 3, index: i as u8 };
+            *d = v4l2_h264_reference { fields: 3, index: u8::try_from(i).unwrap_or(u8::MAX) };
         }
     }
     s
@@ -687,21 +687,44 @@ pub fn pred_weights(h: &SliceHeader) -> Option<v4l2_ctrl_h264_pred_weights> {
         chroma_offset: [[0; 2]; 32],
     };
     let mut w = v4l2_ctrl_h264_pred_weights {
-        luma_log2_weight_denom: h.luma_log2_weight_denom as u16,
-        chroma_log2_weight_denom: h.chroma_log2_weight_denom as u16,
+        luma_log2_weight_denom: n16(h.luma_log2_weight_denom),
+        chroma_log2_weight_denom: n16(h.chroma_log2_weight_denom),
         weight_factors: [empty; 2],
     };
     for (f, table) in w.weight_factors.iter_mut().zip(tables.iter()) {
         for (k, ((lw, lo), chroma)) in table.iter().enumerate().take(32) {
-            f.luma_weight[k] = *lw as i16;
-            f.luma_offset[k] = *lo as i16;
-            for c in 0..2 {
-                f.chroma_weight[k][c] = chroma[c].0 as i16;
-                f.chroma_offset[k][c] = chroma[c].1 as i16;
+            f.luma_weight[k] = s16(*lw);
+            f.luma_offset[k] = s16(*lo);
+            for (c, (weight, offset)) in chroma.iter().enumerate() {
+                f.chroma_weight[k][c] = s16(*weight);
+                f.chroma_offset[k][c] = s16(*offset);
             }
         }
     }
     Some(w)
+}
+
+/// Narrowing for the control structs. Every value was bounded by the parser (`ue_max`,
+/// `se_range`) to what its field holds, so saturating never changes one; it only keeps a
+/// parser bug from turning into a silently wrapped value.
+fn n8(v: u32) -> u8 {
+    u8::try_from(v).unwrap_or(u8::MAX)
+}
+
+fn s8(v: i32) -> i8 {
+    i8::try_from(v.clamp(i8::MIN.into(), i8::MAX.into())).unwrap_or_default()
+}
+
+fn n16(v: u32) -> u16 {
+    u16::try_from(v).unwrap_or(u16::MAX)
+}
+
+fn s16(v: i32) -> i16 {
+    i16::try_from(v.clamp(i16::MIN.into(), i16::MAX.into())).unwrap_or_default()
+}
+
+fn nz(v: usize) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]

@@ -1169,7 +1169,7 @@ mod tests {
     fn ext_controls_carry_values_and_borrowed_structs() {
         let v = ExtControl::value(0x00a4_0900, -1);
         assert_eq!(v.id(), 0x00a4_0900);
-        assert_eq!({ v.raw.value_or_ptr } as u32 as i32, -1);
+        assert_eq!(u32::try_from({ v.raw.value_or_ptr } & 0xffff_ffff).unwrap().cast_signed(), -1);
         assert_eq!({ v.raw.size }, 0);
         let pps = v4l2_ctrl_h264_pps { pic_init_qp_minus26: -3, ..Default::default() };
         let c = ExtControl::compound(0x00a4_0903, &pps);
