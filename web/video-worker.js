@@ -40,6 +40,19 @@ function makeDecoder() {
   });
 }
 
+// The RFC 6381 string (avc1.PPCCLL) of the first SPS in Annex B bytes, or null: a viewer
+// that joined before the stream's first IDR was told a default, and the IDR's own SPS says
+// what the stream really is.
+function codecOf(bytes) {
+  for (let i = 0; i + 6 < bytes.length; i++) {
+    if (bytes[i] === 0 && bytes[i + 1] === 0 && bytes[i + 2] === 1 && (bytes[i + 3] & 0x1f) === 7) {
+      const hex = (b) => b.toString(16).toUpperCase().padStart(2, '0');
+      return `avc1.${hex(bytes[i + 4])}${hex(bytes[i + 5])}${hex(bytes[i + 6])}`;
+    }
+  }
+  return null;
+}
+
 onmessage = async (ev) => {
   const m = ev.data;
   if (m.type === 'configure') {
@@ -65,6 +78,13 @@ onmessage = async (ev) => {
     if (!decoder || decoder.state !== 'configured') return;
     if (waitingForKey && !m.key) return;
     waitingForKey = false;
+    if (m.key) {
+      const codec = codecOf(new Uint8Array(m.data));
+      if (codec && codec !== config.codec) {
+        config = { ...config, codec };
+        decoder.configure({ codec, optimizeForLatency: true });
+      }
+    }
     decoder.decode(new EncodedVideoChunk({ type: m.key ? 'key' : 'delta', timestamp: m.timestamp, data: m.data }));
   } else if (m.type === 'reset') {
     waitingForKey = true;
