@@ -259,6 +259,20 @@ fn load_tls(config: &Config) -> anyhow::Result<(TlsMaterial, String)> {
     Ok((material, hostname))
 }
 
+/// On a board with a CSI bridge: gives the bridge our EDID (it has none of its own, and
+/// without one the phone sends nothing). A missing bridge is reported, not fatal: the
+/// board may be capturing from a UVC dongle instead.
+fn csi_bridge_edid() {
+    use tether::device::video::edid::{bridge_subdev, edid_1080p60, load_edid};
+    match bridge_subdev(std::path::Path::new("/")) {
+        Some(node) => match load_edid(&node, &edid_1080p60()) {
+            Ok(()) => tracing::info!(node = %node.display(), "EDID (1080p60 preferred) loaded into the CSI bridge"),
+            Err(e) => tracing::warn!(node = %node.display(), error = %e, "could not load the EDID into the CSI bridge"),
+        },
+        None => tracing::info!("CSI bridge not detected (see `tether doctor`)"),
+    }
+}
+
 /// The devices the config asks for; `true` when both are the virtual iPhone.
 fn open_devices(config: &Config) -> anyhow::Result<(Devices, bool)> {
     // The virtual phone's keyboard is set to the language the daemon types for.
@@ -267,6 +281,9 @@ fn open_devices(config: &Config) -> anyhow::Result<(Devices, bool)> {
         HidBackend::Sim => Box::new(phone.hid()),
         HidBackend::Gadget => gadget_sink()?,
     };
+    if config.board.as_ref().is_some_and(|b| b.csi.is_some()) && config.video_backend() == VideoBackend::V4l2 {
+        csi_bridge_edid();
+    }
     let video: Box<dyn FrameSource> = match config.video_backend() {
         VideoBackend::Sim => Box::new(phone.display()),
         VideoBackend::V4l2 => v4l2_source(&config.capture, config.decoder_backend)?,

@@ -8,6 +8,7 @@ pub mod capture;
 pub mod codec;
 pub mod convert;
 pub mod decode;
+pub mod edid;
 pub mod encode;
 mod frame;
 pub mod image;
