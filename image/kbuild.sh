@@ -20,6 +20,7 @@ arch=${1:-}
 what=${2:-}
 cache=${TETHER_KBUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tether-kbuild}
 mirror=${TETHER_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+security_mirror=${TETHER_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 say() { echo "kbuild: $*" >&2; }
 case "$arch $what" in
     "amd64 visl") ;;
@@ -52,7 +53,8 @@ chroot "$1" sh -c "cd /kernel && apt-get download -q $kpkg" >/dev/null 2>&1
 HOOK
     chmod +x "$hook"
     mmdebstrap --quiet --variant=apt --include="$packages" --customize-hook="$hook" \
-        trixie "$root" "deb $mirror trixie main" "deb $mirror trixie-updates main" >&2
+        trixie "$root" "deb $mirror trixie main" "deb $mirror trixie-updates main" \
+        "deb $security_mirror trixie-security main" >&2
     rm -f "$hook"
     echo "$packages $mirror" > "$stamp"
 fi
@@ -60,9 +62,13 @@ fi
 [ -c "$root/dev/null" ] || mknod -m 666 "$root/dev/null" c 1 3
 
 # Runs apt-get in the build root (for packages fetched on demand, e.g. arm64 headers).
+# The image's base takes its kernel from trixie-security too (build.sh), so its headers
+# may be only there.
 root_apt() {
     need_root "fetching $*"
     cp /etc/resolv.conf "$root/etc/resolv.conf"
+    grep -rqs trixie-security "$root/etc/apt/sources.list" "$root/etc/apt/sources.list.d" ||
+        echo "deb $security_mirror trixie-security main" > "$root/etc/apt/sources.list.d/tether-security.list"
     mount -t proc proc "$root/proc"
     local rc=0
     chroot "$root" sh -c "$*" >&2 || rc=$?
