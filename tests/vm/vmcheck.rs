@@ -39,7 +39,12 @@ fn log(msg: impl AsRef<str>) {
 fn reload_module(name: &str, params: &[&str]) -> anyhow::Result<()> {
     let status = std::process::Command::new("rmmod").arg(name).status()?;
     anyhow::ensure!(status.success(), "rmmod {name} failed");
-    let status = std::process::Command::new("insmod").arg(format!("/lib/modules/{name}.ko")).args(params).status()?;
+    // run.sh puts each suite's modules in /lib/modules/<suite>/ (two kernels' modules share
+    // names); the suite is on the kernel command line.
+    let cmdline = std::fs::read_to_string("/proc/cmdline")?;
+    let suite = cmdline.split_whitespace().find_map(|w| w.strip_prefix("tether.suite=")).unwrap_or("video");
+    let status =
+        std::process::Command::new("insmod").arg(format!("/lib/modules/{suite}/{name}.ko")).args(params).status()?;
     anyhow::ensure!(status.success(), "insmod {name} {params:?} failed");
     std::thread::sleep(std::time::Duration::from_millis(300));
     log(format!("reloaded {name} {}", params.join(" ")));
