@@ -373,7 +373,32 @@ async fn https_status(n: usize) -> anyhow::Result<(f64, f64, f64, f64)> {
     result
 }
 
-const SECTIONS: [&str; 8] = ["screenshots", "actions", "memory", "stalled", "video", "mjpeg", "lease", "https"];
+const SECTIONS: [&str; 9] = ["screenshots", "actions", "memory", "stalled", "video", "mjpeg", "lease", "https", "diff"];
+
+/// The act-and-verify measure: a thumbnail of each new frame and its diff with the last.
+fn diff_bench(w: u32, h: u32, runs: usize) -> (f64, f64) {
+    use tether::device::video::luma::{changed_region, ChangeRules, LumaThumb};
+    use tether::device::video::Frame;
+    let frames: Vec<Frame> = (0..2u8)
+        .map(|k| {
+            let data = (0..w * h).flat_map(|i| [(i % 251) as u8 ^ (k * 90), (i % 241) as u8, 128]).collect();
+            Frame::rgb(1, u64::from(k), w, h, data)
+        })
+        .collect();
+    let rules = ChangeRules::default();
+    let mut prev = LumaThumb::of(&frames[0], 320);
+    let mut times: Vec<f64> = (0..runs)
+        .map(|k| {
+            let t = Instant::now();
+            let thumb = LumaThumb::of(&frames[(k + 1) % 2], 320);
+            std::hint::black_box(changed_region(&prev, &thumb, &rules));
+            prev = thumb;
+            t.elapsed().as_secs_f64() * 1000.0
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    (percentile(&times, 50.0), percentile(&times, 99.0))
+}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
@@ -443,6 +468,12 @@ async fn main() -> anyhow::Result<()> {
             "| lease closed → agent's drag released | {lr50:.1} ms | {lr99:.1} ms | 50 tasks, finger down in a 3 s drag |"
         );
         println!("| lease closed → no task in `status` | {lg50:.1} ms | {lg99:.1} ms | same runs, polled over another connection |");
+    }
+    if run("diff") {
+        for (w, h, name) in [(1920u32, 1080u32, "1080p"), (3840, 2160, "2160p")] {
+            let (p50, p99) = diff_bench(w, h, 200);
+            println!("| frame change detection, {name} | {p50:.2} ms | {p99:.2} ms | 200 runs: luma thumbnail (≤ 320 px a side) of an RGB frame + diff against the previous |");
+        }
     }
     if run("https") {
         let (w50, w99, f50, f99) = https_status(n).await?;

@@ -12,6 +12,7 @@ pub mod edid;
 pub mod encode;
 mod frame;
 pub mod image;
+pub mod luma;
 #[cfg(target_os = "linux")]
 pub mod m2m;
 pub mod replay;
