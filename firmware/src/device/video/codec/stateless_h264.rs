@@ -250,44 +250,39 @@ impl StatelessH264 {
         let pps_ctrl = pps_control(&sps, &pps);
         let scaling = scaling_matrix(&sps, &pps);
         let decode_params = decode_params(&self.dpb, &first, &cur);
+        // What every request of this picture carries; slice-based requests add their slice's.
+        let mut picture_controls = vec![
+            ExtControl::compound(cid::SPS, &sps_ctrl),
+            ExtControl::compound(cid::PPS, &pps_ctrl),
+            ExtControl::compound(cid::DECODE_PARAMS, &decode_params),
+        ];
+        if let Some(m) = &scaling {
+            picture_controls.push(ExtControl::compound(cid::SCALING_MATRIX, m));
+        }
+        let annex_b = self.annex_b;
+        let bitstream = |nals: &[&[u8]]| {
+            let mut data = Vec::with_capacity(nals.iter().map(|n| n.len() + 3).sum());
+            for nal in nals {
+                if annex_b {
+                    data.extend_from_slice(&[0, 0, 1]);
+                }
+                data.extend_from_slice(nal);
+            }
+            data
+        };
         match self.mode {
             DecodeMode::FrameBased => {
-                let mut data = Vec::with_capacity(au.len());
-                for (nal, _) in &slices {
-                    if self.annex_b {
-                        data.extend_from_slice(&[0, 0, 1]);
-                    }
-                    data.extend_from_slice(nal);
-                }
-                let mut controls = vec![
-                    ExtControl::compound(cid::SPS, &sps_ctrl),
-                    ExtControl::compound(cid::PPS, &pps_ctrl),
-                    ExtControl::compound(cid::DECODE_PARAMS, &decode_params),
-                ];
-                if let Some(m) = &scaling {
-                    controls.push(ExtControl::compound(cid::SCALING_MATRIX, m));
-                }
-                self.run_request(&data, &controls, timestamp_ns, false)?;
+                let nals: Vec<&[u8]> = slices.iter().map(|(nal, _)| *nal).collect();
+                self.run_request(&bitstream(&nals), &picture_controls, timestamp_ns, false)?;
             }
             DecodeMode::SliceBased => {
                 for (k, (nal, h)) in slices.iter().enumerate() {
                     let lists = self.dpb.ref_lists(&sps, h, &cur).map_err(|e| DecoderError::Hardware(e.to_string()))?;
                     let slice = slice_params(h, &lists);
                     let weights = pred_weights(h);
-                    let mut data = Vec::with_capacity(nal.len() + 3);
-                    if self.annex_b {
-                        data.extend_from_slice(&[0, 0, 1]);
-                    }
-                    data.extend_from_slice(nal);
-                    let mut controls = vec![
-                        ExtControl::compound(cid::SPS, &sps_ctrl),
-                        ExtControl::compound(cid::PPS, &pps_ctrl),
-                        ExtControl::compound(cid::DECODE_PARAMS, &decode_params),
-                        ExtControl::compound(cid::SLICE_PARAMS, &slice),
-                    ];
-                    if let Some(m) = &scaling {
-                        controls.push(ExtControl::compound(cid::SCALING_MATRIX, m));
-                    }
+                    let data = bitstream(&[nal]);
+                    let mut controls = picture_controls.clone();
+                    controls.push(ExtControl::compound(cid::SLICE_PARAMS, &slice));
                     if let Some(w) = &weights {
                         controls.push(ExtControl::compound(cid::PRED_WEIGHTS, w));
                     }
