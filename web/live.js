@@ -35,7 +35,9 @@ export function livePage(app) {
       try {
         const obs = build.needsObservation ? await observe() : null;
         const action = build(obs);
-        const params = { operation_id: operationId(), action };
+        // A person watches the video: answer once the input is sent, without waiting for
+        // the screen to settle (act-and-verify is for agents).
+        const params = { operation_id: operationId(), action, verify: false };
         if (obs) params.observation_id = obs.observation_id;
         const r = await control.call('action', params);
         canvas.dataset.actions = String((Number(canvas.dataset.actions) || 0) + 1);

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::board::{Board, CaptureKind};
-use crate::daemon::{DaemonLimits, DEFAULT_QUEUE_TIMEOUT, DEFAULT_RELATIVE_COUNTS};
+use crate::daemon::{ActSettings, DaemonLimits, DEFAULT_QUEUE_TIMEOUT, DEFAULT_RELATIVE_COUNTS};
 use crate::device::geometry::PixelRect;
 use crate::device::hid::descriptor::PointerProfile;
 use crate::device::hid::Layout;
@@ -227,6 +227,8 @@ pub struct Config {
     /// The board (`--board` or `/etc/tether/board.toml`): its capture node is the default
     /// video source when not simulating.
     pub board: Option<Board>,
+    /// How actions verify their effect on the screen (`[act]`).
+    pub act: ActSettings,
 }
 
 /// `[limits]`: what keeps the daemon responsive and its memory bounded whatever clients do.
@@ -318,6 +320,7 @@ struct ConfigFile {
     replay: Option<ReplayConfig>,
     limits: Option<LimitsConfig>,
     mdns_dir: Option<PathBuf>,
+    act: Option<ActSettings>,
 }
 
 /// Errors loading the configuration.
@@ -437,6 +440,7 @@ impl Config {
                 Profile::Laptop => None,
             },
             board: None,
+            act: ActSettings::default(),
         }
     }
 
@@ -515,6 +519,7 @@ impl Config {
             replay,
             limits,
             mdns_dir,
+            act,
         } = file;
         c.sim = sim.unwrap_or(c.sim);
         c.data_dir = data_dir.unwrap_or(c.data_dir);
@@ -541,6 +546,7 @@ impl Config {
         c.replay = replay.unwrap_or(c.replay);
         c.limits = limits.unwrap_or(c.limits);
         c.mdns_dir = mdns_dir.or(c.mdns_dir);
+        c.act = act.unwrap_or(c.act);
         c.validate()?;
         Ok(c)
     }
@@ -557,6 +563,7 @@ impl Config {
         }
         self.input.validate()?;
         self.limits.validate()?;
+        self.act.check()?;
         let s = &self.sim_phone;
         if !(64..=7680).contains(&s.capture_width) || !(64..=4320).contains(&s.capture_height) {
             return Err(format!(

@@ -213,6 +213,7 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
                 queue_timeout: Some(std::time::Duration::from_millis(config.limits.queue_timeout_ms)),
                 limits: config.limits.daemon_limits(),
                 https: https_info,
+                act: config.act.clone(),
             },
         )
         .context("start daemon")?;

@@ -10,14 +10,17 @@ use tokio_util::sync::CancellationToken;
 use super::limits;
 use super::observations::FrameRef;
 use super::operations::{Begin, OperationState};
+use super::settle::{Answer, Sample, Until};
 use super::{Daemon, DaemonError, InputStep, Observation, Session};
 use crate::device::geometry::{detect_active_rect, ObservationMapping, PixelRect};
 use crate::device::hid::{named_key, KeyStroke, UntypeableText};
 use crate::device::input::{self, plan, Gesture, HidPoint};
 use crate::device::video::image::observe;
+use crate::device::video::luma::LumaThumb;
 use crate::device::video::Frame;
 use crate::protocol::params::{
-    ActionParams, ActionSpec, Direction, PreviewParams, ScreenshotParams, DEFAULT_MAX_EDGE, DEFAULT_PREVIEW_EDGE,
+    ActionParams, ActionSpec, Direction, Expect, PreviewParams, ScreenshotParams, DEFAULT_MAX_EDGE,
+    DEFAULT_PREVIEW_EDGE,
 };
 use crate::protocol::task_params::BatchParams;
 use crate::protocol::{Acting, ErrorBody};
@@ -148,13 +151,16 @@ impl Daemon {
         let f = frame.clone();
         // While a task runs, its steps show what they acted on: a thumbnail too.
         let with_thumbnail = self.inner.tasks.busy().is_some();
-        let (image, thumbnail) = tokio::task::spawn_blocking(move || {
+        let samples = self.act_settings().samples;
+        let (image, thumbnail, luma) = tokio::task::spawn_blocking(move || {
             let image = observe(&f, source, max_edge, MAX_SCREENSHOT_BYTES)?;
             let thumbnail = with_thumbnail
                 .then(|| observe(&f, source, THUMBNAIL_EDGE, MAX_PREVIEW_BYTES).ok())
                 .flatten()
                 .map(|t| std::sync::Arc::new(t.png));
-            Ok::<_, crate::device::video::image::ImageError>((image, thumbnail))
+            // What `wait_for_change` with this observation compares the screen with.
+            let luma = Arc::new(LumaThumb::of_rect(&f, active, samples));
+            Ok::<_, crate::device::video::image::ImageError>((image, thumbnail, luma))
         })
         .await
         .map_err(|_| DaemonError::Worker("screenshot"))??;
@@ -167,6 +173,7 @@ impl Daemon {
             if let Some(t) = thumbnail {
                 observations.set_thumbnail(&obs.id, t);
             }
+            observations.set_luma(&obs.id, luma);
             obs
         };
         Ok(json!({
@@ -278,23 +285,78 @@ impl Daemon {
             return known.map_err(|e| with_operation(e, &p.operation_id));
         }
         let started = Instant::now();
-        let (outcome, task) = self.run_action(session, acting, p.observation_id.as_deref(), &p.action, cancel).await;
-        let result = outcome.map(|reports| {
-            let newest = self.inner.frames.newest_captured();
-            json!({
-                "status": "submitted",
-                "operation_id": p.operation_id,
-                "reports": reports,
-                "duration_ms": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                "generation": newest.map(|f| f.generation),
-                "after_frame_id": newest.map(|f| f.sequence),
-            })
-        });
+        let verify = p.verify.unwrap_or(true);
+        let run = self.run_action(session, acting, p.observation_id.as_deref(), &p.action, verify, cancel).await;
+        let task = run.task;
+        let result = match run.outcome {
+            Ok(reports) => {
+                let newest = self.inner.frames.newest_captured();
+                let mut out = serde_json::Map::new();
+                out.insert("status".into(), "submitted".into());
+                out.insert("operation_id".into(), p.operation_id.clone().into());
+                out.insert("reports".into(), reports.into());
+                out.insert("generation".into(), newest.map(|f| f.generation).into());
+                out.insert("after_frame_id".into(), newest.map(|f| f.sequence).into());
+                let verified = match (&run.baseline, verify) {
+                    (Some(baseline), true) => self.verify_effect(p, acting, baseline, &run, cancel).await,
+                    (None, true) => {
+                        let mut why = serde_json::Map::new();
+                        why.insert("verified".into(), false.into());
+                        why.insert("why".into(), "no picture to compare with (no capture or no signal)".into());
+                        Ok(why)
+                    }
+                    (_, false) => Ok(serde_json::Map::from_iter([("verified".to_string(), Value::from(false))])),
+                };
+                verified.map(|fields| {
+                    out.extend(fields);
+                    out.insert("duration_ms".into(), millis(started.elapsed()).into());
+                    Value::Object(out)
+                })
+            }
+            Err(e) => Err(e),
+        };
         let result = result.map_err(|e| DaemonError::ActionFailed(action_error(&e, &p.operation_id)));
         let thumbnail = self.step_thumbnail(task, p.observation_id.as_deref());
         self.record_step(session, acting, task, "action", &args, &result, started.elapsed(), thumbnail).await;
         self.finish_operation(&key, &result);
         result
+    }
+
+    /// Watches the screen after the input of `run` until it settles and answers what
+    /// changed, or `NO_VISIBLE_EFFECT`/`UNEXPECTED_CHANGE` when that is not what `p`
+    /// expected.
+    async fn verify_effect(
+        &self,
+        p: &ActionParams,
+        acting: Acting,
+        baseline: &Sample,
+        run: &ActionRun,
+        cancel: &CancellationToken,
+    ) -> Result<serde_json::Map<String, Value>, DaemonError> {
+        let settings = self.act_settings();
+        let quiet = Duration::from_millis(p.quiet_ms.unwrap_or(settings.quiet_ms));
+        let timeout_ms = p.settle_timeout_ms.unwrap_or(settings.timeout_ms);
+        let mut pointer: Vec<(f64, f64)> = run.pointer_before.into_iter().collect();
+        pointer.extend(run.pointer_path.iter().copied());
+        let rules = self.change_rules(&baseline.active, &pointer);
+        let watched = self
+            .watch(baseline, &rules, run.ended, quiet, Duration::from_millis(timeout_ms), Until::Settled, cancel)
+            .await?;
+        let expect = p.expect.unwrap_or_else(|| p.action.default_expect());
+        let answer = Answer {
+            from: run.ended,
+            image_edge: run.image_edge,
+            task: acting.task(),
+            return_image: p.return_image.unwrap_or_default(),
+            rules: &rules,
+        };
+        let mut fields = self.answer(&watched, answer).await?;
+        fields.insert("expect".into(), json!(expect));
+        match (expect, watched.changed.is_some()) {
+            (Expect::Change, false) => Err(DaemonError::NoVisibleEffect { timeout_ms, effect: Box::new(fields) }),
+            (Expect::NoChange, true) => Err(DaemonError::UnexpectedChange { effect: Box::new(fields) }),
+            _ => Ok(fields),
+        }
     }
 
     /// The thumbnail a task's step records: the screenshot its coordinates were read in.
@@ -325,7 +387,8 @@ impl Daemon {
         let mut failure = None;
         for (i, action) in p.actions.iter().enumerate() {
             let step_started = Instant::now();
-            let (outcome, task) = self.run_action(session, acting, p.observation_id.as_deref(), action, cancel).await;
+            let run = self.run_action(session, acting, p.observation_id.as_deref(), action, false, cancel).await;
+            let (outcome, task) = (run.outcome, run.task);
             let sub_args = json!({"observation_id": p.observation_id, "action": action, "index": i});
             let sub = match &outcome {
                 Ok(n) => Ok(json!({"status": "submitted", "reports": n})),
@@ -366,32 +429,69 @@ impl Daemon {
         result
     }
 
-    /// Plans and runs one action; returns the reports sent, and the task it counted for
-    /// whenever it was admitted (also when it then failed).
+    /// Plans and runs one action: the reports sent, and the task it counted for whenever
+    /// it was admitted (also when it then failed). With `sample`, the screen is sampled
+    /// just before the input (with the device held), the baseline of verification.
     async fn run_action(
         &self,
         session: &Session,
         acting: Acting,
         observation_id: Option<&str>,
         action: &ActionSpec,
+        sample: bool,
         cancel: &CancellationToken,
-    ) -> (Result<usize, DaemonError>, Option<i64>) {
-        let steps = match self.plan_action(acting, observation_id, action) {
-            Ok(steps) => steps,
-            Err(e) => return (Err(e), None),
+    ) -> ActionRun {
+        let mut run = ActionRun {
+            outcome: Ok(0),
+            task: None,
+            baseline: None,
+            ended: Instant::now(),
+            pointer_before: None,
+            pointer_path: Vec::new(),
+            image_edge: None,
         };
+        let planned = match self.plan_action(acting, observation_id, action) {
+            Ok(planned) => planned,
+            Err(e) => {
+                run.outcome = Err(e);
+                return run;
+            }
+        };
+        run.image_edge = planned.image_edge;
         if let (ActionSpec::OpenApp { name }, Some(task)) = (action, acting.task()) {
             if let Err(e) = self.check_app_scope(session, task, name, cancel).await {
-                return (Err(e), None);
+                run.outcome = Err(e);
+                return run;
             }
         }
         let mut turn = match self.acquire_device(session, acting, observation_id, cancel).await {
             Ok(turn) => turn,
-            Err(e) => return (Err(e), None),
+            Err(e) => {
+                run.outcome = Err(e);
+                return run;
+            }
         };
-        let task = turn.task();
-        let result = turn.run(&steps).await;
-        if let (true, Some(task)) = (turn.is_human_in_task(), task) {
+        run.task = turn.task();
+        if sample {
+            // Not being able to look never stops the input: the answer says it was not verified.
+            run.baseline = self.sample_now(cancel).await.ok().flatten();
+        }
+        run.pointer_before = self.last_pointer();
+        let result = turn.run(&planned.steps).await;
+        // Settling is timed from the last report, not from the waits planned after it.
+        let trailing: Duration = planned
+            .steps
+            .iter()
+            .rev()
+            .take_while(|s| matches!(s, InputStep::Wait(_)))
+            .map(|s| match s {
+                InputStep::Wait(d) => *d,
+                InputStep::Report(_) => Duration::ZERO,
+            })
+            .sum();
+        let now = Instant::now();
+        run.ended = now.checked_sub(trailing).unwrap_or(now);
+        if let (true, Some(task)) = (turn.is_human_in_task(), run.task) {
             // A human drove during the task: what its agent saw before is no longer true.
             self.lock_observations().invalidate_task(task, "a human used the phone during the task");
         }
@@ -400,7 +500,14 @@ impl Daemon {
             // The pointer may have stopped anywhere: find it again by homing next time.
             relative.lock_plain().forget();
         }
-        (result, task)
+        match (&result, planned.pointer.last()) {
+            (Ok(_), Some(&last)) => self.set_last_pointer(Some(last)),
+            (Err(_), Some(_)) => self.set_last_pointer(None),
+            _ => {}
+        }
+        run.pointer_path = planned.pointer;
+        run.outcome = result;
+        run
     }
 
     /// The observation `id`, if it may still authorize an action of `acting` now.
@@ -419,17 +526,37 @@ impl Daemon {
         acting: Acting,
         observation_id: Option<&str>,
         action: &ActionSpec,
-    ) -> Result<Vec<InputStep>, DaemonError> {
-        let t = &self.inner.timings;
+    ) -> Result<Planned, DaemonError> {
         let mapping = match observation_id {
             Some(id) => Some(self.check_observation(id, acting)?.mapping),
             None => None,
         };
+        let image_edge = mapping.map(|m| m.image.0.max(m.image.1));
+        // Where the pointer goes, normalized, in order (masked when verifying).
+        let path = std::cell::RefCell::new(Vec::new());
         let point = |x: f64, y: f64| -> Result<HidPoint, DaemonError> {
             let m = mapping.ok_or(DaemonError::MissingObservation)?;
-            let (hx, hy) = self.calibrated_hid(m.to_normalized(x, y)?, &m.active);
+            let n = m.to_normalized(x, y)?;
+            path.borrow_mut().push(n);
+            let (hx, hy) = self.calibrated_hid(n, &m.active);
             Ok(HidPoint::new(hx, hy))
         };
+        let steps = self.plan_steps(action, mapping, &point)?;
+        let mut pointer = path.into_inner();
+        if matches!(action, ActionSpec::AppSwitcher {}) {
+            pointer = vec![(0.5, 32700.0 / 32768.0), (0.5, 19000.0 / 32768.0)];
+        }
+        Ok(Planned { steps, pointer, image_edge })
+    }
+
+    /// The report steps of `action`; `point` maps observation pixels to HID units.
+    fn plan_steps(
+        &self,
+        action: &ActionSpec,
+        mapping: Option<ObservationMapping>,
+        point: &dyn Fn(f64, f64) -> Result<HidPoint, DaemonError>,
+    ) -> Result<Vec<InputStep>, DaemonError> {
+        let t = &self.inner.timings;
         let gesture = match action {
             ActionSpec::Move { x, y } => Gesture::Move(point(*x, *y)?),
             ActionSpec::Tap { x, y } => Gesture::Tap(point(*x, *y)?),
@@ -512,6 +639,36 @@ impl Daemon {
             _ => Err(DaemonError::UnknownKey(key.chars().take(64).collect())),
         }
     }
+}
+
+/// A planned action: its steps, where it puts the pointer (normalized, in order), and
+/// the longest edge of the screenshot its coordinates refer to.
+struct Planned {
+    steps: Vec<InputStep>,
+    pointer: Vec<(f64, f64)>,
+    image_edge: Option<u32>,
+}
+
+/// One action's run, with what verifying it needs.
+struct ActionRun {
+    /// The reports sent, or why not.
+    outcome: Result<usize, DaemonError>,
+    /// The task it counted for.
+    task: Option<i64>,
+    /// The screen just before the input, when asked and a picture was there.
+    baseline: Option<Sample>,
+    /// When the last report was sent.
+    ended: Instant,
+    /// Where the pointer was before (normalized), if known.
+    pointer_before: Option<(f64, f64)>,
+    /// Where the input put it, in order.
+    pointer_path: Vec<(f64, f64)>,
+    /// The longest edge of the screenshot the action's coordinates refer to.
+    image_edge: Option<u32>,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The wire form of an action's failure: its status and its operation id.

@@ -45,6 +45,20 @@ pub enum DaemonError {
         /// How long it waited.
         waited_ms: u64,
     },
+    /// The input was sent and the screen did not change (expected a change).
+    #[error("the input was sent but the screen did not change within {timeout_ms} ms: look at `effect.after_observation_id` before going on (the tap may have missed, or the control was not ready or does nothing)")]
+    NoVisibleEffect {
+        /// How long it watched.
+        timeout_ms: u64,
+        /// The verification's fields.
+        effect: Box<serde_json::Map<String, serde_json::Value>>,
+    },
+    /// The input was sent and the screen changed (expected no change).
+    #[error("the input was sent and the screen changed (expected no change): see `effect.changed_region`")]
+    UnexpectedChange {
+        /// The verification's fields.
+        effect: Box<serde_json::Map<String, serde_json::Value>>,
+    },
     /// A global limit refused the work (too many screenshots in flight, output budget).
     #[error("the daemon is busy: {0}; retry shortly")]
     Busy(&'static str),
@@ -214,6 +228,8 @@ impl DaemonError {
                 (ErrorCode::Internal, false)
             }
             DaemonError::ActionFailed(body) => (body.code, body.side_effect_possible),
+            DaemonError::NoVisibleEffect { .. } => (ErrorCode::NoVisibleEffect, true),
+            DaemonError::UnexpectedChange { .. } => (ErrorCode::UnexpectedChange, true),
             DaemonError::Task(e) => (e.code(), false),
             DaemonError::Token(e) => (
                 match e {
@@ -262,6 +278,9 @@ impl From<&DaemonError> for ErrorBody {
         | DaemonError::Input(InputError::Cancelled { reports_sent }) = err
         {
             body.reports_sent = Some(*reports_sent);
+        }
+        if let DaemonError::NoVisibleEffect { effect, .. } | DaemonError::UnexpectedChange { effect } = err {
+            body.effect = Some(serde_json::Value::Object(effect.as_ref().clone()));
         }
         body
     }

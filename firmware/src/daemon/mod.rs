@@ -15,6 +15,7 @@ mod limits;
 mod observations;
 mod operations;
 mod session;
+mod settle;
 mod status;
 pub mod store;
 mod task_methods;
@@ -43,6 +44,7 @@ pub use limits::{DaemonLimits, LimitsStatus, OutputBudget};
 pub use observations::{Observation, ObservationError, ObservationStore, OBSERVATIONS_KEPT, OBSERVATION_TTL};
 pub use operations::{OperationCache, OPERATIONS_KEPT, OPERATION_TTL};
 pub use session::{RequestSlot, Session, SessionId, SessionMessage};
+pub use settle::{ActSettings, UnitRect};
 pub use status::{
     CalibrationStatus, Capabilities, DaemonInfo, HelloResult, HidStatus, HttpsInfo, InputStatus, StatusResult,
     TaskStatus, VideoStatus,
@@ -127,6 +129,8 @@ pub struct DaemonOptions {
     pub limits: DaemonLimits,
     /// The HTTPS server's address and fingerprint, for `status` and pairing URLs.
     pub https: Option<HttpsInfo>,
+    /// How actions verify their effect on the screen.
+    pub act: ActSettings,
 }
 
 /// Finished tasks kept by default.
@@ -152,6 +156,8 @@ struct Inner {
     active: std::sync::Mutex<Option<(u32, PixelRect)>>,
     calibrations: std::sync::Mutex<Calibrations>,
     relative: Option<std::sync::Mutex<RelativePlanner>>,
+    /// Where the last action left the pointer (normalized), for masking it.
+    pointer_at: std::sync::Mutex<Option<(f64, f64)>>,
     viewers: ViewerHub,
     _encoder: SourceGuard,
     data_dir: Option<std::path::PathBuf>,
@@ -244,6 +250,7 @@ impl Daemon {
                 active: std::sync::Mutex::default(),
                 calibrations: std::sync::Mutex::new(calibrations),
                 relative,
+                pointer_at: std::sync::Mutex::new(None),
                 viewers,
                 _encoder: encoder,
                 data_dir,
@@ -457,6 +464,8 @@ impl Daemon {
             Call::TaskThumbnail(p) => self.task_thumbnail(p).await?,
             Call::VideoOpen(_) => self.video_open(session)?,
             Call::VideoRevoke(_) => self.video_revoke(session),
+            Call::WaitForChange(p) => self.wait_for_change(acting, p, cancel).await?,
+            Call::WaitForSettle(p) => self.wait_for_settle(acting, p, cancel).await?,
         };
         Ok(value)
     }
@@ -806,6 +815,11 @@ mod tests {
             operation_id: op.into(),
             observation_id: None,
             action: crate::protocol::params::ActionSpec::Home {},
+            verify: None,
+            expect: None,
+            return_image: None,
+            quiet_ms: None,
+            settle_timeout_ms: None,
         })
     }
 
@@ -894,6 +908,7 @@ mod tests {
             Method::UserMessage => r#"{"text":"hi"}"#.into(),
             Method::TaskMessages => format!(r#"{{"task":{task}}}"#),
             Method::TaskThumbnail => format!(r#"{{"task":{task},"seq":1}}"#),
+            Method::WaitForChange | Method::WaitForSettle => r#"{"timeout_ms":10}"#.into(),
         };
         Method::ALL
             .iter()

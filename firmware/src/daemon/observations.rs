@@ -32,6 +32,8 @@ pub struct Observation {
     pub taken: Instant,
     /// A small PNG of it, kept while a task runs for the steps that act on it.
     pub thumbnail: Option<Thumbnail>,
+    /// Its sampled luma, what `wait_for_change` compares the screen with.
+    pub luma: Option<std::sync::Arc<crate::device::video::luma::LumaThumb>>,
 }
 
 /// A small PNG of an observation (shared, never copied).
@@ -108,6 +110,7 @@ impl ObservationStore {
             mapping,
             taken: now,
             thumbnail: None,
+            luma: None,
         };
         self.items.push_back(obs.clone());
         while self.items.len() > OBSERVATIONS_KEPT {
@@ -148,6 +151,18 @@ impl ObservationStore {
         if let Some(o) = self.items.iter_mut().find(|o| o.id == id) {
             o.thumbnail = Some(png);
         }
+    }
+
+    /// Keeps `luma` as the sampled picture of observation `id` (if it is still kept).
+    pub fn set_luma(&mut self, id: &str, luma: std::sync::Arc<crate::device::video::luma::LumaThumb>) {
+        if let Some(o) = self.items.iter_mut().find(|o| o.id == id) {
+            o.luma = Some(luma);
+        }
+    }
+
+    /// The sampled picture of observation `id`, if kept.
+    pub fn luma(&self, id: &str) -> Option<std::sync::Arc<crate::device::video::luma::LumaThumb>> {
+        self.items.iter().find(|o| o.id == id).and_then(|o| o.luma.clone())
     }
 
     /// The thumbnail of observation `id`, whatever its state (a step records what it

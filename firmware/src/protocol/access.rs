@@ -184,9 +184,12 @@ impl Method {
         let (min_role, token, humans) = match self {
             Method::Hello | Method::Status | Method::Cancel => (Some(Agent), Ignored, Any),
             Method::TaskList => (Some(View), Ignored, Any),
-            Method::Screenshot | Method::Preview | Method::TaskEvents | Method::TaskThumbnail => {
-                (Some(View), OwnTask, Any)
-            }
+            Method::Screenshot
+            | Method::Preview
+            | Method::TaskEvents
+            | Method::TaskThumbnail
+            | Method::WaitForChange
+            | Method::WaitForSettle => (Some(View), OwnTask, Any),
             Method::SimState => (Some(View), Refused, Any),
             Method::Action | Method::Batch => (Some(Operate), OwnTask, Any),
             Method::Calibrate | Method::TaskOpen => (Some(Operate), Refused, Any),
@@ -326,6 +329,7 @@ mod tests {
             Method::Pair => r#"{"role":"view"}"#,
             Method::Attach => r#"{"task":7}"#,
             Method::Detach | Method::VideoOpen | Method::VideoRevoke => "{}",
+            Method::WaitForChange | Method::WaitForSettle => r#"{"timeout_ms":10}"#,
             Method::MailboxFlush => r#"{"after_seq":0}"#,
             Method::UserMessage => r#"{"text":"hi"}"#,
             Method::TaskMessages => r#"{"task":7}"#,
@@ -371,6 +375,8 @@ mod tests {
         ("video_open", [false, true, true, true], true),
         ("video_revoke", [true, true, true, true], true),
         ("task_thumbnail", [false, true, true, true], true),
+        ("wait_for_change", [false, true, true, true], true),
+        ("wait_for_settle", [false, true, true, true], true),
     ];
 
     #[test]

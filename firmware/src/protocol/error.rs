@@ -111,6 +111,13 @@ pub enum ErrorCode {
     /// The video ticket is unknown, used, expired or from an older video generation:
     /// call `video_open` for a new one.
     TicketInvalid,
+    // --- act and verify ---
+    /// The input was sent but the screen did not change before the timeout (a missed
+    /// tap, a control not ready, a dead one). `effect` has a fresh observation: look at
+    /// it before going on.
+    NoVisibleEffect,
+    /// `expect: "no_change"`, and the screen changed; `effect` says where.
+    UnexpectedChange,
 }
 
 impl ErrorCode {
@@ -135,7 +142,15 @@ impl ErrorCode {
     /// Whether input may already have reached the phone when this error is returned, by
     /// default. A specific error may say more (see [`ErrorBody::side_effect_possible`]).
     pub fn side_effect_possible(self) -> bool {
-        matches!(self, ErrorCode::Cancelled | ErrorCode::Timeout | ErrorCode::Internal | ErrorCode::Interrupted)
+        matches!(
+            self,
+            ErrorCode::Cancelled
+                | ErrorCode::Timeout
+                | ErrorCode::Internal
+                | ErrorCode::Interrupted
+                | ErrorCode::NoVisibleEffect
+                | ErrorCode::UnexpectedChange
+        )
     }
 
     /// The stable wire name, e.g. `"INVALID_JSON"`.
@@ -185,6 +200,8 @@ impl ErrorCode {
             ErrorCode::KindFixed => "KIND_FIXED",
             ErrorCode::NotAttached => "NOT_ATTACHED",
             ErrorCode::TicketInvalid => "TICKET_INVALID",
+            ErrorCode::NoVisibleEffect => "NO_VISIBLE_EFFECT",
+            ErrorCode::UnexpectedChange => "UNEXPECTED_CHANGE",
         }
     }
 }
@@ -216,6 +233,10 @@ pub struct ErrorBody {
     /// For interrupted or cancelled input: the reports that reached the phone.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reports_sent: Option<usize>,
+    /// For `NO_VISIBLE_EFFECT` and `UNEXPECTED_CHANGE`: what the screen did (the fields a
+    /// verified action answers with, `after_observation_id` among them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub effect: Option<serde_json::Value>,
 }
 
 impl ErrorBody {
@@ -229,6 +250,7 @@ impl ErrorBody {
             status: None,
             operation_id: None,
             reports_sent: None,
+            effect: None,
         }
     }
 }

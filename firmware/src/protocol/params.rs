@@ -228,6 +228,53 @@ impl ActionSpec {
     }
 }
 
+impl ActionSpec {
+    /// What the action should do to the screen unless the caller says: taps, presses,
+    /// typing, shortcuts and scrolls should change it; a move, a drag (it may end where
+    /// it began) and media keys (no picture on most screens) may or may not.
+    pub fn default_expect(&self) -> Expect {
+        match self {
+            ActionSpec::Move { .. } | ActionSpec::Drag { .. } | ActionSpec::Consumer { .. } => Expect::Any,
+            _ => Expect::Change,
+        }
+    }
+}
+
+/// What an action should do to the screen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Expect {
+    /// The screen changes; when it does not within the timeout the action answers
+    /// `NO_VISIBLE_EFFECT` (the input was sent).
+    Change,
+    /// Either; the answer says which.
+    Any,
+    /// The screen stays as it was; when it changes the action answers `UNEXPECTED_CHANGE`.
+    NoChange,
+}
+
+/// Which picture an answer carries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReturnImage {
+    /// None (default): the answer's observation id is enough to act again.
+    #[default]
+    None,
+    /// A PNG of the changed region only (nothing when nothing changed).
+    Region,
+    /// A PNG of the whole settled screen.
+    Full,
+}
+
+/// Default quiet period: the screen counts as settled after this long without a change.
+pub const DEFAULT_QUIET_MS: u64 = 300;
+/// Default longest wait for the screen to settle after an action.
+pub const DEFAULT_SETTLE_TIMEOUT_MS: u64 = 3000;
+/// Accepted quiet periods, ms.
+pub const QUIET_MS_RANGE: std::ops::RangeInclusive<u64> = 50..=5000;
+/// Accepted settle and change timeouts, ms.
+pub const WAIT_MS_RANGE: std::ops::RangeInclusive<u64> = 0..=30_000;
+
 /// Parameters of `action`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -239,6 +286,58 @@ pub struct ActionParams {
     pub observation_id: Option<String>,
     /// What to do.
     pub action: ActionSpec,
+    /// Watch the screen after the input until it settles and say what changed (default
+    /// true). `false` answers as soon as the input is sent (live human input).
+    #[serde(default)]
+    pub verify: Option<bool>,
+    /// What the action should do to the screen (default [`ActionSpec::default_expect`]).
+    #[serde(default)]
+    pub expect: Option<Expect>,
+    /// A picture in the answer (default none).
+    #[serde(default)]
+    pub return_image: Option<ReturnImage>,
+    /// The screen is settled after this long without a change, 50..=5000 ms (default 300).
+    #[serde(default)]
+    pub quiet_ms: Option<u64>,
+    /// Longest wait for it to settle, 0..=30000 ms (default 3000).
+    #[serde(default)]
+    pub settle_timeout_ms: Option<u64>,
+}
+
+/// Parameters of `wait_for_change`: wait until the screen differs from a picture.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitForChangeParams {
+    /// Compare with this screenshot (what the caller last saw); default the screen now.
+    #[serde(default)]
+    pub observation_id: Option<String>,
+    /// Longest wait, 0..=30000 ms (default 5000).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Once it changed, also wait for it to settle (default true).
+    #[serde(default)]
+    pub settle: Option<bool>,
+    /// The quiet period of that settling, 50..=5000 ms (default 300).
+    #[serde(default)]
+    pub quiet_ms: Option<u64>,
+    /// A picture in the answer (default none).
+    #[serde(default)]
+    pub return_image: Option<ReturnImage>,
+}
+
+/// Parameters of `wait_for_settle`: wait until the screen stops changing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitForSettleParams {
+    /// Longest wait, 0..=30000 ms (default 3000).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Settled after this long without a change, 50..=5000 ms (default 300).
+    #[serde(default)]
+    pub quiet_ms: Option<u64>,
+    /// A picture in the answer (default none).
+    #[serde(default)]
+    pub return_image: Option<ReturnImage>,
 }
 
 /// Parameters of `cancel`.

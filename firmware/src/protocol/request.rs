@@ -16,7 +16,8 @@ use super::host_params::{
 };
 use super::params::{
     ActionParams, ActionSpec, CalibrateParams, CancelParams, PreviewParams, ScreenshotParams, SimStateParams,
-    MAX_EDGE_LIMIT, MAX_PATH_POINTS, MAX_PREVIEW_EDGE, MAX_TEXT_BYTES, MAX_TIMEOUT_MS,
+    WaitForChangeParams, WaitForSettleParams, MAX_EDGE_LIMIT, MAX_PATH_POINTS, MAX_PREVIEW_EDGE, MAX_TEXT_BYTES,
+    MAX_TIMEOUT_MS, QUIET_MS_RANGE, WAIT_MS_RANGE,
 };
 use super::strict_json::{self, StrictError};
 use super::task_params::{
@@ -93,6 +94,10 @@ pub enum Method {
     VideoOpen,
     /// Void this caller's video tickets and close its video sockets.
     VideoRevoke,
+    /// Wait until the screen differs from a screenshot (or from now).
+    WaitForChange,
+    /// Wait until the screen stops changing.
+    WaitForSettle,
 }
 
 impl Method {
@@ -124,6 +129,8 @@ impl Method {
         Method::VideoOpen,
         Method::VideoRevoke,
         Method::TaskThumbnail,
+        Method::WaitForChange,
+        Method::WaitForSettle,
     ];
 
     /// The wire name.
@@ -155,6 +162,8 @@ impl Method {
             Method::VideoOpen => "video_open",
             Method::VideoRevoke => "video_revoke",
             Method::TaskThumbnail => "task_thumbnail",
+            Method::WaitForChange => "wait_for_change",
+            Method::WaitForSettle => "wait_for_settle",
         }
     }
 
@@ -239,6 +248,10 @@ pub enum Call {
     VideoOpen(VideoOpenParams),
     /// `video_revoke`.
     VideoRevoke(VideoRevokeParams),
+    /// `wait_for_change`.
+    WaitForChange(WaitForChangeParams),
+    /// `wait_for_settle`.
+    WaitForSettle(WaitForSettleParams),
 }
 
 impl Call {
@@ -271,6 +284,8 @@ impl Call {
             Call::TaskThumbnail(_) => Method::TaskThumbnail,
             Call::VideoOpen(_) => Method::VideoOpen,
             Call::VideoRevoke(_) => Method::VideoRevoke,
+            Call::WaitForChange(_) => Method::WaitForChange,
+            Call::WaitForSettle(_) => Method::WaitForSettle,
         }
     }
 }
@@ -496,6 +511,18 @@ pub fn parse_request(line: &[u8]) -> Result<Request, RequestError> {
         }
         Method::VideoOpen => Call::VideoOpen(params(id, known, fields)?),
         Method::VideoRevoke => Call::VideoRevoke(params(id, known, fields)?),
+        Method::WaitForChange => {
+            let p: WaitForChangeParams = params(id, known, fields)?;
+            check_waits("wait_for_change", p.timeout_ms, p.quiet_ms)
+                .map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
+            Call::WaitForChange(p)
+        }
+        Method::WaitForSettle => {
+            let p: WaitForSettleParams = params(id, known, fields)?;
+            check_waits("wait_for_settle", p.timeout_ms, p.quiet_ms)
+                .map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
+            Call::WaitForSettle(p)
+        }
     };
     Ok(Request { id, task_token, call })
 }
@@ -515,6 +542,25 @@ fn validate_screenshot(p: &ScreenshotParams) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks a timeout and a quiet period against their ranges.
+fn check_waits(method: &str, timeout_ms: Option<u64>, quiet_ms: Option<u64>) -> Result<(), String> {
+    if let Some(t) = timeout_ms.filter(|t| !WAIT_MS_RANGE.contains(t)) {
+        return Err(format!(
+            "{method}: timeout must be {}..={} ms, got {t}",
+            WAIT_MS_RANGE.start(),
+            WAIT_MS_RANGE.end()
+        ));
+    }
+    if let Some(q) = quiet_ms.filter(|q| !QUIET_MS_RANGE.contains(q)) {
+        return Err(format!(
+            "{method}: quiet_ms must be {}..={} ms, got {q}",
+            QUIET_MS_RANGE.start(),
+            QUIET_MS_RANGE.end()
+        ));
+    }
+    Ok(())
+}
+
 fn validate_batch(p: &BatchParams) -> Result<(), String> {
     if p.actions.is_empty() || p.actions.len() > MAX_BATCH_ACTIONS {
         return Err(format!("batch: actions takes 1-{MAX_BATCH_ACTIONS} actions"));
@@ -524,6 +570,11 @@ fn validate_batch(p: &BatchParams) -> Result<(), String> {
             operation_id: p.operation_id.clone(),
             observation_id: p.observation_id.clone(),
             action: action.clone(),
+            verify: None,
+            expect: None,
+            return_image: None,
+            quiet_ms: None,
+            settle_timeout_ms: None,
         };
         validate_action(&one).map_err(|m| format!("batch: actions[{i}]: {}", m.trim_start_matches("action: ")))?;
     }
@@ -534,6 +585,7 @@ fn validate_action(p: &ActionParams) -> Result<(), String> {
     if p.operation_id.is_empty() || p.operation_id.len() > 128 {
         return Err("action: operation_id must be 1-128 bytes".into());
     }
+    check_waits("action", p.settle_timeout_ms, p.quiet_ms)?;
     if p.action.needs_observation() && p.observation_id.is_none() {
         return Err(
             "action: pointer actions need the observation_id of the screenshot their coordinates refer to".into()

@@ -5,11 +5,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::phone::PhoneSnapshot;
-use super::ui::{Element, ElementKind};
+use super::ui::{Element, ElementKind, Rect, Scene, Screen};
 use super::{SimConfig, SimPhone};
 
-/// What a rendered frame depends on: UI version, pointer position, buttons.
-type RenderKey = (u64, (i32, i32), u8);
+/// What a rendered frame depends on: UI version, pointer position, buttons, the clock's
+/// second, the caret, and (while something animates) the time, so every frame differs.
+type RenderKey = (u64, (i32, i32), u8, u64, bool, Option<Instant>);
 use crate::device::video::convert::rgb_to_yuv;
 use crate::device::video::{Frame, FrameHub, FrameSource, PixelFormat, Signal, SourceGuard, VideoError, VideoState};
 
@@ -77,6 +78,7 @@ fn colour_of(e: &Element) -> [u8; 3] {
             let n: u8 = e.id.trim_start_matches("app").parse().unwrap_or(0);
             [60 + (n % 6) * 30, 90 + (n % 4) * 35, 200 - (n % 5) * 25]
         }
+        ElementKind::Button if e.id == "dead_button" => [174, 174, 178],
         ElementKind::Button => [0, 122, 255],
         ElementKind::Toggle if e.on == Some(true) => [52, 199, 89],
         ElementKind::Toggle => [120, 120, 128],
@@ -89,8 +91,37 @@ fn colour_of(e: &Element) -> [u8; 3] {
     }
 }
 
-/// Draws the capture frame for a phone state.
-fn render(cfg: &SimConfig, elements: &[Element], snap: &PhoneSnapshot, data: &mut [u8]) {
+/// An app's background (iOS's grouped background), also the colour of an app zooming.
+const APP_BACKGROUND: [u8; 3] = [242, 242, 247];
+
+/// Digits 0-9 and ':' of a 3x5 pixel font, row by row, top bit first.
+const GLYPHS: [u16; 11] = [
+    0b111_101_101_101_111,
+    0b010_110_010_010_111,
+    0b111_001_111_100_111,
+    0b111_001_111_001_111,
+    0b101_101_111_001_001,
+    0b111_100_111_001_111,
+    0b111_100_111_101_111,
+    0b111_001_001_001_001,
+    0b111_101_111_101_111,
+    0b111_101_111_001_111,
+    0b000_010_000_010_000,
+];
+
+/// The status-bar clock's text for a UTC time of day in seconds: `HH:MM:SS`. A real phone
+/// shows minutes; seconds make every test run see it change.
+fn clock_glyphs(secs: u64) -> [usize; 8] {
+    let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
+    let d = |v: u64| usize::try_from(v).unwrap_or(0);
+    [d(h / 10), d(h % 10), 10, d(m / 10), d(m % 10), 10, d(s / 10), d(s % 10)]
+}
+
+/// Where the clock is drawn, in phone pixels of a 1179x2556 screen: left of the status bar.
+pub const CLOCK_RECT: (i32, i32, i32, i32) = (60, 40, 448, 70);
+
+/// Draws the capture frame for a phone scene; `clock` is the time of day in seconds.
+fn render(cfg: &SimConfig, scene: &Scene, snap: &PhoneSnapshot, clock: u64, data: &mut [u8]) {
     let (cw, ch) = (cfg.capture_width as usize, cfg.capture_height as usize);
     let mut canvas = Canvas { data, width: cw, height: ch };
     canvas.fill((0, 0, cw, ch), [0, 0, 0]);
@@ -100,20 +131,100 @@ fn render(cfg: &SimConfig, elements: &[Element], snap: &PhoneSnapshot, data: &mu
     // Phone pixel -> capture pixel, clamped to the phone's area.
     let to_x = |v: i32| ax + usize::try_from(v.max(0)).unwrap_or(0).min(pw) * aw / pw;
     let to_y = |v: i32| ay + usize::try_from(v.max(0)).unwrap_or(0).min(ph) * ah / ph;
-    for y in 0..ah {
-        // A vertical gradient stands in for the wallpaper.
-        let shade = u8::try_from(40 + y * 120 / ah.max(1)).unwrap_or(160);
-        canvas.fill((ax, ay + y, ax + aw, ay + y + 1), [20, shade / 2, shade]);
+    // Layouts are designed for 1179x2556 and scaled, like the UI's.
+    let sx = |v: i32| i32::try_from(i64::from(v) * i64::try_from(pw).unwrap_or(1179) / 1179).unwrap_or(v);
+    let sy = |v: i32| i32::try_from(i64::from(v) * i64::try_from(ph).unwrap_or(2556) / 2556).unwrap_or(v);
+    let fill = |canvas: &mut Canvas<'_>, r: Rect, colour: [u8; 3]| {
+        canvas.fill((to_x(r.x), to_y(r.y), to_x(r.x + r.w), to_y(r.y + r.h)), colour);
+    };
+    let on_app = scene.screen == Screen::App;
+    if on_app {
+        canvas.fill((ax, ay, ax + aw, ay + ah), APP_BACKGROUND);
+    } else {
+        for y in 0..ah {
+            // A vertical gradient stands in for the wallpaper.
+            let shade = u8::try_from(40 + y * 120 / ah.max(1)).unwrap_or(160);
+            canvas.fill((ax, ay + y, ax + aw, ay + y + 1), [20, shade / 2, shade]);
+        }
     }
-    for e in elements {
+    for e in &scene.elements {
         let r = e.rect;
-        canvas.fill((to_x(r.x), to_y(r.y), to_x(r.x + r.w), to_y(r.y + r.h)), colour_of(e));
+        fill(&mut canvas, r, colour_of(e));
         if let Some(text) = &e.text {
             // One dark bar per character so typed text is visible in frames.
             let n = i32::try_from(text.chars().count().min(40)).unwrap_or(40);
             for i in 0..n {
                 let x = r.x + 20 + i * 24;
-                canvas.fill((to_x(x), to_y(r.y + 40), to_x(x + 16), to_y(r.y + r.h - 40)), [30, 30, 30]);
+                fill(&mut canvas, Rect { x, y: r.y + 40, w: 16, h: r.h - 80 }, [30, 30, 30]);
+            }
+        }
+        if e.kind == ElementKind::ListRow {
+            // A label, so rows (white on near-white) show when they move: placed from the
+            // row's unclipped top, and clipped to what is visible of it.
+            let list = scene.elements.iter().find(|l| l.kind == ElementKind::List);
+            let index: i32 = e.id.trim_start_matches("row").parse().unwrap_or(0);
+            if let Some(list) = list {
+                let top = list.rect.y + index * sy(130).max(1) - list.scroll_offset.unwrap_or(0);
+                let label = Rect { x: r.x + sx(40), y: top + sy(40), w: sx(240 + (index % 5) * 90), h: sy(44) };
+                if let Some(visible) = label.intersect(&r) {
+                    fill(&mut canvas, visible, [60, 60, 67]);
+                }
+            }
+        }
+        // Taps show: a dot per tap (up to 10) along the bottom of buttons and rows.
+        let dots = if e.id == "dead_button" { 0 } else { e.taps.unwrap_or(0).min(10) };
+        let dot = if e.kind == ElementKind::ListRow { [0, 122, 255] } else { [255, 255, 255] };
+        for i in 0..i32::try_from(dots).unwrap_or(0) {
+            let d = Rect { x: r.x + sx(20 + i * 36), y: r.y + r.h - sy(40), w: sx(24).max(1), h: sy(24).max(1) };
+            if d.y >= r.y {
+                fill(&mut canvas, d, dot);
+            }
+        }
+    }
+    if let Some(button) = scene.elements.iter().find(|e| e.id == "button2") {
+        // The load button's results: a green badge per finished load (up to 5).
+        for i in 0..i32::try_from(scene.loads.min(5)).unwrap_or(0) {
+            let r = button.rect;
+            let b = Rect { x: r.x + r.w - sx(60 + i * 50), y: r.y + sy(20), w: sx(40).max(1), h: sy(40).max(1) };
+            fill(&mut canvas, b, [52, 199, 89]);
+        }
+    }
+    if let Some((r, lit)) = scene.spinner {
+        // Eight spokes around the centre; one is lit and it goes round.
+        let (cx, cy, rad) = (r.x + r.w / 2, r.y + r.h / 2, r.h / 3);
+        let offsets = [(0, -2), (1, -1), (2, 0), (1, 1), (0, 2), (-1, 1), (-2, 0), (-1, -1)];
+        for (i, (dx, dy)) in offsets.iter().enumerate() {
+            let colour = if i == usize::from(lit) { [255, 255, 255] } else { [0, 70, 160] };
+            let spoke = Rect {
+                x: cx + dx * rad / 2 - sx(10),
+                y: cy + dy * rad / 2 - sx(10),
+                w: sx(20).max(1),
+                h: sx(20).max(1),
+            };
+            fill(&mut canvas, spoke, colour);
+        }
+    }
+    if let Some(r) = scene.zoom {
+        fill(&mut canvas, r, APP_BACKGROUND);
+    }
+    if let Some(r) = scene.caret {
+        fill(&mut canvas, r, [0, 122, 255]);
+    }
+    // The status-bar clock.
+    let ink = if on_app && scene.zoom.is_none() { [0, 0, 0] } else { [255, 255, 255] };
+    let (x0, y0, _, h) = CLOCK_RECT;
+    let cell = h / 5;
+    for (g, glyph) in clock_glyphs(clock).iter().enumerate() {
+        let bits = GLYPHS.get(*glyph).copied().unwrap_or(0);
+        let gx = x0 + i32::try_from(g).unwrap_or(0) * cell * 4;
+        for bit in 0..15 {
+            if bits & (1 << (14 - bit)) != 0 {
+                let (col, row) = (bit % 3, bit / 3);
+                fill(
+                    &mut canvas,
+                    Rect { x: sx(gx + col * cell), y: sy(y0 + row * cell), w: sx(cell).max(1), h: sy(cell).max(1) },
+                    ink,
+                );
             }
         }
     }
@@ -128,6 +239,11 @@ fn render(cfg: &SimConfig, elements: &[Element], snap: &PhoneSnapshot, data: &mu
             }
         }
     }
+}
+
+/// Seconds since midnight UTC now.
+fn time_of_day() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() % 86_400)
 }
 
 /// The renderer's frame buffers: at most [`POOL_SIZE`], like a capture device's queue. A
@@ -210,14 +326,23 @@ impl FrameSource for SimDisplay {
                             generation,
                         });
                     }
-                    let (elements, snap) = phone.render_state();
-                    let key = (snap.version, snap.pointer, snap.buttons);
+                    let (scene, snap) = phone.render_state();
+                    let clock = time_of_day();
+                    let now = Instant::now();
+                    let key = (
+                        snap.version,
+                        snap.pointer,
+                        snap.buttons,
+                        clock,
+                        scene.caret.is_some(),
+                        scene.animating.then_some(now),
+                    );
                     let data = match &rendered {
                         Some((k, data)) if *k == key => Some(data.clone()),
                         _ => {
                             // Sizes were checked even and small at start.
                             let len = PixelFormat::Nv12.frame_len(cfg.capture_width, cfg.capture_height).unwrap_or(0);
-                            let drawn = pool.draw(len, |buf| render(&cfg, &elements, &snap, buf));
+                            let drawn = pool.draw(len, |buf| render(&cfg, &scene, &snap, clock, buf));
                             if let Some(data) = &drawn {
                                 rendered = Some((key, data.clone()));
                             }

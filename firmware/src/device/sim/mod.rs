@@ -12,4 +12,7 @@ mod ui;
 
 pub use display::SimDisplay;
 pub use phone::{PhoneSnapshot, SimConfig, SimHid, SimPhone, SimState};
-pub use ui::{Element, ElementKind, Rect, Screen, Touch, TouchKind};
+pub use ui::{
+    Element, ElementKind, Rect, Scene, Screen, Touch, TouchKind, CARET_HALF_PERIOD_MS, CLOSE_MS, LOAD_MS, OPEN_MS,
+    SCROLL_MS,
+};

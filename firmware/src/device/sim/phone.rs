@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::ui::{Element, Screen, Touch, Ui};
+use super::ui::{Element, Scene, Screen, Touch, Ui};
 use crate::device::hid::{
     BoxFuture, HidError, HidInterface, HidReport, HidSink, HostState, Keymap, Layout, MOD_GUI, POINTER_MAX,
 };
@@ -255,10 +255,13 @@ impl SimPhone {
         }
     }
 
-    /// The UI elements and pointer, for rendering.
-    pub(super) fn render_state(&self) -> (Vec<Element>, PhoneSnapshot) {
-        let st = self.lock();
-        (st.ui.elements(), self.snapshot_of(&st, Instant::now()))
+    /// The scene and pointer, for rendering (animations advanced to now).
+    pub(super) fn render_state(&self) -> (Scene, PhoneSnapshot) {
+        let now = Instant::now();
+        let mut st = self.lock();
+        let ms = millis_since(st.started, now);
+        st.ui.tick(ms);
+        (st.ui.scene(), self.snapshot_of(&st, now))
     }
 
     fn pointer_at(&self, st: &PhoneState, now: Instant) -> (f64, f64) {
@@ -285,6 +288,7 @@ impl SimPhone {
         let now = Instant::now();
         let mut guard = self.lock();
         let st = &mut *guard;
+        st.ui.tick(millis_since(st.started, now));
         st.reports += 1;
         let Some(report) = HidReport::decode(interface, bytes) else {
             st.malformed += 1;
@@ -341,8 +345,7 @@ impl SimPhone {
             (true, false) => {
                 if let Some((down, since)) = st.down.take() {
                     let ms = u64::try_from(now.saturating_duration_since(since).as_millis()).unwrap_or(u64::MAX);
-                    let at_ms =
-                        u64::try_from(now.saturating_duration_since(st.started).as_millis()).unwrap_or(u64::MAX);
+                    let at_ms = millis_since(st.started, now);
                     st.ui.touch(down, at, ms, at_ms);
                     st.version += 1;
                 }
@@ -384,6 +387,11 @@ fn accelerated(delta: i8) -> f64 {
     let v = f64::from(delta).abs();
     let gain = if v <= 2.0 { 1.0 } else { (1.0 + ((v - 2.0) / 12.0).powi(2)).min(6.0) };
     f64::from(delta) * gain
+}
+
+/// Milliseconds from `start` to `now` (0 when `now` is earlier).
+fn millis_since(start: Instant, now: Instant) -> u64 {
+    u64::try_from(now.saturating_duration_since(start).as_millis()).unwrap_or(u64::MAX)
 }
 
 fn round(v: f64) -> i32 {

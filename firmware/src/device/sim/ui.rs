@@ -25,7 +25,8 @@ impl Rect {
         x >= self.x && x < self.x + self.w && y >= self.y && y < self.y + self.h
     }
 
-    fn intersect(&self, o: &Rect) -> Option<Rect> {
+    /// The part both rectangles cover, if any.
+    pub fn intersect(&self, o: &Rect) -> Option<Rect> {
         let (x0, y0) = (self.x.max(o.x), self.y.max(o.y));
         let (x1, y1) = ((self.x + self.w).min(o.x + o.w), (self.y + self.h).min(o.y + o.h));
         (x1 > x0 && y1 > y0).then_some(Rect { x: x0, y: y0, w: x1 - x0, h: y1 - y0 })
@@ -149,6 +150,60 @@ pub struct Ui {
     opened_app: Option<usize>,
     touches: VecDeque<Touch>,
     touch_seq: u64,
+    dead_taps: u32,
+    /// The phone's clock, milliseconds since it started (set by [`Ui::tick`]).
+    now_ms: u64,
+    /// The screen transition running, if any.
+    transition: Option<Transition>,
+    /// The list's scroll animation: from, to, start.
+    scroll_anim: Option<(i32, i32, u64)>,
+    /// When the load button started loading, while it does.
+    loading_since: Option<u64>,
+    /// Loads finished (shown as badges on the load button).
+    loads: u32,
+    /// When the caret's blink cycle started (focus, typing).
+    caret_since: u64,
+}
+
+/// An app opening (zooming out of its icon) or closing (into it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Transition {
+    opening: bool,
+    icon: Rect,
+    started_ms: u64,
+}
+
+/// How long an app takes to open (iOS: about 400 ms).
+pub const OPEN_MS: u64 = 400;
+/// How long an app takes to close.
+pub const CLOSE_MS: u64 = 350;
+/// How long a list scroll glides.
+pub const SCROLL_MS: u64 = 350;
+/// How long the load button shows its spinner.
+pub const LOAD_MS: u64 = 700;
+/// Half a caret blink: visible this long, then hidden this long.
+pub const CARET_HALF_PERIOD_MS: u64 = 500;
+/// The load button: it shows a spinner before its result.
+const LOAD_BUTTON: usize = 2;
+
+/// What the screen shows at one moment: the elements as drawn (the list at its animated
+/// offset) and the pieces that move on their own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scene {
+    /// Which screen's elements are drawn.
+    pub screen: Screen,
+    /// Elements as drawn, top-most last.
+    pub elements: Vec<Element>,
+    /// An app zooming in or out: this rectangle is drawn in the app's background.
+    pub zoom: Option<Rect>,
+    /// The load button's spinner: where, and which of its 8 spokes is lit.
+    pub spinner: Option<(Rect, u8)>,
+    /// The text caret, while it is visible.
+    pub caret: Option<Rect>,
+    /// Loads finished, drawn as badges on the load button.
+    pub loads: u32,
+    /// Whether anything animates (every frame differs).
+    pub animating: bool,
 }
 
 impl Ui {
@@ -168,7 +223,80 @@ impl Ui {
             opened_app: None,
             touches: VecDeque::new(),
             touch_seq: 0,
+            dead_taps: 0,
+            now_ms: 0,
+            transition: None,
+            scroll_anim: None,
+            loading_since: None,
+            loads: 0,
+            caret_since: 0,
         }
+    }
+
+    /// Advances the phone's clock to `now_ms` (milliseconds since it started): animations
+    /// that ended are finished. Called before every input and every rendered frame.
+    pub fn tick(&mut self, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
+        let now = self.now_ms;
+        if self.transition.is_some_and(|t| now >= t.started_ms + if t.opening { OPEN_MS } else { CLOSE_MS }) {
+            self.transition = None;
+        }
+        if self.scroll_anim.is_some_and(|(_, _, at)| now >= at + SCROLL_MS) {
+            self.scroll_anim = None;
+        }
+        if self.loading_since.is_some_and(|at| now >= at + LOAD_MS) {
+            self.loading_since = None;
+            self.loads += 1;
+        }
+    }
+
+    /// The screen as drawn now (after [`Ui::tick`]).
+    pub fn scene(&self) -> Scene {
+        let now = self.now_ms;
+        let mut animating = false;
+        let mut zoom = None;
+        let mut screen = self.screen;
+        if let Some(t) = self.transition {
+            animating = true;
+            let total = if t.opening { OPEN_MS } else { CLOSE_MS };
+            let p = (now.saturating_sub(t.started_ms)).min(total);
+            // Opening grows from the icon to the screen; closing shrinks back.
+            let f = if t.opening { p } else { total - p };
+            let full = Rect { x: 0, y: 0, w: self.width, h: self.height };
+            let lerp = |a: i32, b: i32| {
+                a + i32::try_from(
+                    (i64::from(b - a) * i64::try_from(f).unwrap_or(0)) / i64::try_from(total.max(1)).unwrap_or(1),
+                )
+                .unwrap_or(0)
+            };
+            zoom = Some(Rect {
+                x: lerp(t.icon.x, full.x),
+                y: lerp(t.icon.y, full.y),
+                w: lerp(t.icon.w, full.w),
+                h: lerp(t.icon.h, full.h),
+            });
+            // Both directions draw the home screen under the zoom.
+            screen = Screen::Home;
+        }
+        animating |= self.scroll_anim.is_some();
+        let scroll = self.drawn_scroll();
+        let elements = self.elements_of(screen, scroll);
+        let spinner = self.loading_since.and_then(|at| {
+            animating = true;
+            let button = elements.iter().find(|e| e.id == format!("button{LOAD_BUTTON}"))?;
+            let r = button.rect;
+            let spoke = u8::try_from((now.saturating_sub(at) / 60) % 8).unwrap_or(0);
+            Some((Rect { x: r.x + r.w - r.h, y: r.y, w: r.h, h: r.h }, spoke))
+        });
+        let caret = elements
+            .iter()
+            .find(|e| e.focused == Some(true))
+            .filter(|_| (now.saturating_sub(self.caret_since) / CARET_HALF_PERIOD_MS).is_multiple_of(2))
+            .map(|e| {
+                let n = i32::try_from(e.text.as_deref().map_or(0, |t| t.chars().count().min(40))).unwrap_or(40);
+                Rect { x: e.rect.x + 20 + n * 24, y: e.rect.y + 30, w: self.sx(6).max(1), h: e.rect.h - 60 }
+            });
+        Scene { screen, elements, zoom, spinner, caret, loads: self.loads, animating }
     }
 
     /// Scales a coordinate designed for a 1179x2556 screen.
@@ -213,6 +341,11 @@ impl Ui {
 
     /// Every element on the current screen, top-most last.
     pub fn elements(&self) -> Vec<Element> {
+        self.elements_of(self.screen, self.scroll)
+    }
+
+    /// The elements of `screen` with the list scrolled to `scroll`.
+    fn elements_of(&self, screen: Screen, scroll: i32) -> Vec<Element> {
         let el = |id: String, kind, rect| Element {
             id,
             kind,
@@ -224,19 +357,18 @@ impl Ui {
             scroll_offset: None,
         };
         let mut out = Vec::new();
-        match self.screen {
+        match screen {
             Screen::Home => {
                 for i in 0..APP_ICONS {
-                    let (c, row) = (i32::try_from(i % 4).unwrap_or(0), i32::try_from(i / 4).unwrap_or(0));
-                    out.push(el(
-                        format!("app{i}"),
-                        ElementKind::AppIcon,
-                        self.r(90 + c * 270, 250 + row * 330, 200, 200),
-                    ));
+                    out.push(el(format!("app{i}"), ElementKind::AppIcon, self.icon_rect(i)));
                 }
             }
             Screen::App => {
                 out.push(el("back".into(), ElementKind::Back, self.r(30, 120, 200, 120)));
+                // Like a disabled "Edit" button: it takes the tap and nothing happens.
+                let mut dead = el("dead_button".into(), ElementKind::Button, self.r(850, 120, 300, 120));
+                dead.taps = Some(self.dead_taps);
+                out.push(dead);
                 for i in 0..BUTTONS {
                     let y = 300 + i32::try_from(i).unwrap_or(0) * 180;
                     let mut b = el(format!("button{i}"), ElementKind::Button, self.r(90, y, 480, 140));
@@ -252,11 +384,11 @@ impl Ui {
                 out.push(f);
                 let viewport = self.list_viewport();
                 let mut list = el("list".into(), ElementKind::List, viewport);
-                list.scroll_offset = Some(self.scroll);
+                list.scroll_offset = Some(scroll);
                 out.push(list);
                 let rh = self.row_height();
                 for i in 0..LIST_ROWS {
-                    let row = Rect { x: viewport.x, y: viewport.y + i * rh - self.scroll, w: viewport.w, h: rh - 4 };
+                    let row = Rect { x: viewport.x, y: viewport.y + i * rh - scroll, w: viewport.w, h: rh - 4 };
                     if let Some(visible) = row.intersect(&viewport) {
                         let mut e = el(format!("row{i}"), ElementKind::ListRow, visible);
                         e.taps = Some(self.row_taps[usize::try_from(i).unwrap_or(0)]);
@@ -329,13 +461,19 @@ impl Ui {
         match e.kind {
             ElementKind::AppIcon => {
                 self.opened_app = index("app");
+                self.transition = Some(Transition { opening: true, icon: e.rect, started_ms: self.now_ms });
                 self.screen = Screen::App;
                 self.focused = false;
             }
             ElementKind::Back => self.go_home(),
+            ElementKind::Button if e.id == "dead_button" => self.dead_taps += 1,
             ElementKind::Button => {
-                if let Some(c) = index("button").and_then(|i| self.button_taps.get_mut(i)) {
+                let i = index("button");
+                if let Some(c) = i.and_then(|i| self.button_taps.get_mut(i)) {
                     *c += 1;
+                }
+                if i == Some(LOAD_BUTTON) && self.loading_since.is_none() {
+                    self.loading_since = Some(self.now_ms);
                 }
             }
             ElementKind::Toggle => {
@@ -343,7 +481,10 @@ impl Ui {
                     *t = !*t;
                 }
             }
-            ElementKind::TextField => self.focused = true,
+            ElementKind::TextField => {
+                self.focused = true;
+                self.caret_since = self.now_ms;
+            }
             ElementKind::ListRow => {
                 if let Some(c) = index("row").and_then(|i| self.row_taps.get_mut(i)) {
                     *c += 1;
@@ -363,12 +504,42 @@ impl Ui {
             return;
         }
         if self.screen == Screen::App && self.list_viewport().contains(down.0, down.1) {
-            self.scroll = (self.scroll + (down.1 - up.1)).clamp(0, self.max_scroll());
+            let to = (self.scroll + (down.1 - up.1)).clamp(0, self.max_scroll());
+            if to != self.scroll {
+                self.scroll_anim = Some((self.drawn_scroll(), to, self.now_ms));
+                self.scroll = to;
+            }
         }
+    }
+
+    /// Where the list is drawn now (mid-animation, or at rest).
+    fn drawn_scroll(&self) -> i32 {
+        match self.scroll_anim {
+            Some((from, to, at)) => {
+                // Ease out: fast first, slow at the end, like a flick coming to rest.
+                #[allow(clippy::cast_precision_loss)] // milliseconds of an animation
+                let t = (self.now_ms.saturating_sub(at)).min(SCROLL_MS) as f64 / SCROLL_MS as f64;
+                let eased = 1.0 - (1.0 - t) * (1.0 - t);
+                from + round_px(f64::from(to - from) * eased)
+            }
+            None => self.scroll,
+        }
+    }
+
+    /// The rectangle of app icon `i` on the home screen.
+    fn icon_rect(&self, i: usize) -> Rect {
+        let (c, row) = (i32::try_from(i % 4).unwrap_or(0), i32::try_from(i / 4).unwrap_or(0));
+        self.r(90 + c * 270, 250 + row * 330, 200, 200)
     }
 
     /// Cmd+H and the home gesture.
     pub fn go_home(&mut self) {
+        if self.screen == Screen::App {
+            let icon = self.icon_rect(self.opened_app.unwrap_or(0));
+            self.transition = Some(Transition { opening: false, icon, started_ms: self.now_ms });
+        }
+        self.scroll_anim = None;
+        self.loading_since = None;
         self.screen = Screen::Home;
         self.focused = false;
         self.context_menu = None;
@@ -384,8 +555,10 @@ impl Ui {
     /// Cmd+Space: Spotlight with the search field focused.
     pub fn spotlight(&mut self) {
         self.screen = Screen::Spotlight;
+        self.transition = None;
         self.text.clear();
         self.focused = true;
+        self.caret_since = self.now_ms;
         self.context_menu = None;
     }
 
@@ -393,6 +566,8 @@ impl Ui {
     pub fn type_char(&mut self, c: char) {
         if self.focused {
             self.text.push(c);
+            // iOS keeps the caret solid while typing.
+            self.caret_since = self.now_ms;
         }
     }
 
@@ -400,6 +575,7 @@ impl Ui {
     pub fn backspace(&mut self) {
         if self.focused {
             self.text.pop();
+            self.caret_since = self.now_ms;
         }
     }
 
@@ -408,11 +584,19 @@ impl Ui {
     pub fn enter(&mut self) {
         self.focused = false;
         if self.screen == Screen::Spotlight && self.text.trim().eq_ignore_ascii_case("demo") {
+            self.transition = Some(Transition { opening: true, icon: self.icon_rect(0), started_ms: self.now_ms });
             self.screen = Screen::App;
             self.opened_app = Some(0);
             self.text.clear();
         }
     }
+}
+
+fn round_px(v: f64) -> i32 {
+    // Scroll distances are bounded by the list's height, far inside i32.
+    #[allow(clippy::cast_possible_truncation)]
+    let r = v.round() as i32;
+    r
 }
 
 #[cfg(test)]

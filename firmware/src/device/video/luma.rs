@@ -15,24 +15,37 @@ pub struct LumaThumb {
     pub height: u32,
     /// Source pixels between samples, both directions.
     pub step: u32,
-    /// The frame's size.
+    /// The size of the sampled rectangle, in frame pixels.
     pub source: (u32, u32),
+    /// Its top-left corner in the frame.
+    pub origin: (u32, u32),
     data: Vec<u8>,
 }
 
 impl LumaThumb {
     /// Samples `frame` so that neither side has more than `max_edge` samples.
     pub fn of(frame: &Frame, max_edge: u32) -> LumaThumb {
+        let full = PixelRect { x: 0, y: 0, width: frame.width, height: frame.height };
+        LumaThumb::of_rect(frame, full, max_edge)
+    }
+
+    /// Samples the part `rect` of `frame` (clipped to it; the phone's picture) so that
+    /// neither side has more than `max_edge` samples.
+    pub fn of_rect(frame: &Frame, rect: PixelRect, max_edge: u32) -> LumaThumb {
+        let x0 = rect.x.min(frame.width);
+        let y0 = rect.y.min(frame.height);
+        let w = rect.width.min(frame.width - x0);
+        let h = rect.height.min(frame.height - y0);
         let max_edge = max_edge.max(1);
-        let step = frame.width.max(frame.height).div_ceil(max_edge).max(1);
-        let (width, height) = (frame.width.div_ceil(step), frame.height.div_ceil(step));
+        let step = w.max(h).div_ceil(max_edge).max(1);
+        let (width, height) = (w.div_ceil(step), h.div_ceil(step));
         let mut data = Vec::with_capacity(width as usize * height as usize);
         for ty in 0..height {
             for tx in 0..width {
-                data.push(frame.luma(tx * step, ty * step).unwrap_or(0));
+                data.push(frame.luma(x0 + tx * step, y0 + ty * step).unwrap_or(0));
             }
         }
-        LumaThumb { width, height, step, source: (frame.width, frame.height), data }
+        LumaThumb { width, height, step, source: (w, h), origin: (x0, y0), data }
     }
 
     fn at(&self, x: u32, y: u32) -> u8 {
@@ -47,13 +60,16 @@ pub struct ChangeRules {
     pub threshold: u8,
     /// Regions (frame pixels) whose changes never count: the status-bar clock, the pointer.
     pub ignore: Vec<PixelRect>,
-    /// Fewer changed samples than this is noise (a blinking caret is a handful).
+    /// Fewer changed samples than this is noise.
     pub min_samples: u32,
+    /// A change at most this many sample columns wide is a blinking caret, not a change
+    /// (0: no such rule). Typing moves the caret, so a typed character is always wider.
+    pub thin_columns: u32,
 }
 
 impl Default for ChangeRules {
     fn default() -> Self {
-        ChangeRules { threshold: 12, ignore: Vec::new(), min_samples: 8 }
+        ChangeRules { threshold: 12, ignore: Vec::new(), min_samples: 8, thin_columns: 2 }
     }
 }
 
@@ -62,8 +78,9 @@ impl Default for ChangeRules {
 /// of different sizes changed everywhere.
 pub fn changed_region(a: &LumaThumb, b: &LumaThumb, rules: &ChangeRules) -> Option<PixelRect> {
     let (sw, sh) = b.source;
-    if (a.width, a.height, a.step, a.source) != (b.width, b.height, b.step, b.source) {
-        return Some(PixelRect { x: 0, y: 0, width: sw.max(1), height: sh.max(1) });
+    let (ox, oy) = b.origin;
+    if (a.width, a.height, a.step, a.source, a.origin) != (b.width, b.height, b.step, b.source, b.origin) {
+        return Some(PixelRect { x: ox, y: oy, width: sw.max(1), height: sh.max(1) });
     }
     let ignored = |x: u32, y: u32| {
         rules
@@ -77,7 +94,7 @@ pub fn changed_region(a: &LumaThumb, b: &LumaThumb, rules: &ChangeRules) -> Opti
             if a.at(tx, ty).abs_diff(b.at(tx, ty)) <= rules.threshold {
                 continue;
             }
-            let (px, py) = (tx * b.step, ty * b.step);
+            let (px, py) = (ox + tx * b.step, oy + ty * b.step);
             if ignored(px, py) {
                 continue;
             }
@@ -88,9 +105,12 @@ pub fn changed_region(a: &LumaThumb, b: &LumaThumb, rules: &ChangeRules) -> Opti
     if n < rules.min_samples.max(1) {
         return None;
     }
+    if (x1 - x0) / b.step < rules.thin_columns {
+        return None;
+    }
     // Each sample stands for the `step`-wide cell it starts; the box covers whole cells.
-    let right = x1.saturating_add(b.step).min(sw);
-    let bottom = y1.saturating_add(b.step).min(sh);
+    let right = x1.saturating_add(b.step).min(ox + sw);
+    let bottom = y1.saturating_add(b.step).min(oy + sh);
     Some(PixelRect { x: x0, y: y0, width: right.saturating_sub(x0).max(1), height: bottom.saturating_sub(y0).max(1) })
 }
 
@@ -151,6 +171,21 @@ mod tests {
             160,
         );
         assert_eq!(changed_region(&base, &caret, &ChangeRules::default()), None);
+        // A tall caret has enough samples, but is one column wide.
+        let tall = LumaThumb::of(
+            &frame(w, h, &|x, y| if (100..103).contains(&x) && (200..280).contains(&y) { 0 } else { 40 }),
+            160,
+        );
+        assert_eq!(changed_region(&base, &tall, &ChangeRules::default()), None);
+        let strict = ChangeRules { thin_columns: 0, ..ChangeRules::default() };
+        assert!(changed_region(&base, &tall, &strict).is_some(), "counts without the caret rule");
+        // Part of a frame: regions come back in frame pixels.
+        let part = PixelRect { x: 100, y: 50, width: 400, height: 400 };
+        let painted = frame(w, h, &|x, y| if (300..340).contains(&x) && (200..240).contains(&y) { 220 } else { 40 });
+        let (pa, pb) =
+            (LumaThumb::of_rect(&frame(w, h, &|_, _| 40), part, 100), LumaThumb::of_rect(&painted, part, 100));
+        let r = changed_region(&pa, &pb, &ChangeRules::default()).expect("a change");
+        assert!(r.x <= 300 && r.x + 4 > 300 && r.y <= 200 && r.y + r.height >= 240, "{r:?}");
         // A faint change under the threshold.
         let faint = LumaThumb::of(&frame(w, h, &|_, _| 48), 160);
         assert_eq!(changed_region(&base, &faint, &ChangeRules::default()), None);

@@ -74,7 +74,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::KindFixed
         | C::NotAttached => StatusCode::CONFLICT,
         C::TaskEnded | C::PairingInvalid | C::TicketInvalid => StatusCode::GONE,
-        C::CalibrationFailed => StatusCode::UNPROCESSABLE_ENTITY,
+        C::CalibrationFailed | C::NoVisibleEffect | C::UnexpectedChange => StatusCode::UNPROCESSABLE_ENTITY,
         C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

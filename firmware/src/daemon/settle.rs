@@ -1,0 +1,577 @@
+//! Act and verify: after input, watch the picture until it settles and say what the input
+//! did to it (`settled_ms`, `changed`, `changed_region`, a fresh observation of the settled
+//! screen); and the `wait_for_change` / `wait_for_settle` methods on the same machinery.
+//!
+//! Only the latest frame is looked at, as a sampled luma copy of the phone's picture
+//! ([`LumaThumb`], ~0.7 ms per 1080p frame), and only while someone waits: nothing runs
+//! between actions. Frames are held just long enough to sample them, so a capture with a
+//! small buffer pool is never starved.
+//!
+//! What is not a change: the pointer (masked where the daemon put it, and along the path
+//! it glided), a blinking caret (a change one or two sample columns wide), the status-bar
+//! clock and whatever else the configured ignore regions cover, and changes touching fewer
+//! samples than a minimum.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::act::{MAX_SCREENSHOT_BYTES, THUMBNAIL_EDGE};
+use super::observations::FrameRef;
+use super::{Acting, Daemon, DaemonError};
+use crate::device::geometry::{ObservationMapping, PixelRect};
+use crate::device::video::image::{fit, observe};
+use crate::device::video::luma::{changed_region, ChangeRules, LumaThumb};
+use crate::device::video::{Frame, Signal};
+use crate::protocol::params::{
+    ReturnImage, WaitForChangeParams, WaitForSettleParams, DEFAULT_MAX_EDGE, DEFAULT_QUIET_MS,
+    DEFAULT_SETTLE_TIMEOUT_MS,
+};
+use crate::sync::LockPlain;
+
+/// A rectangle as fractions (0..1) of the phone's picture, so one setting fits every
+/// capture size.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnitRect {
+    /// Left.
+    pub x: f64,
+    /// Top.
+    pub y: f64,
+    /// Width.
+    pub width: f64,
+    /// Height.
+    pub height: f64,
+}
+
+impl UnitRect {
+    /// The rectangle in frame pixels of `active`, clipped to it.
+    fn in_frame(&self, active: &PixelRect) -> PixelRect {
+        let (aw, ah) = (f64::from(active.width), f64::from(active.height));
+        let px = |v: f64, extent: f64| to_u32((v.clamp(0.0, 1.0) * extent).round());
+        let (x0, y0) = (px(self.x, aw), px(self.y, ah));
+        let (x1, y1) = (px(self.x + self.width, aw), px(self.y + self.height, ah));
+        PixelRect { x: active.x + x0, y: active.y + y0, width: x1.saturating_sub(x0), height: y1.saturating_sub(y0) }
+    }
+}
+
+/// How actions verify their effect (config `[act]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ActSettings {
+    /// The screen is settled after this long without a change (ms).
+    pub quiet_ms: u64,
+    /// Longest wait for it to settle after an action (ms).
+    pub timeout_ms: u64,
+    /// A sample changed when its luma moved by more than this (0..255).
+    pub threshold: u8,
+    /// Fewer changed samples than this is noise.
+    pub min_samples: u32,
+    /// A change at most this many sample columns wide is a blinking caret (0: off).
+    pub thin_columns: u32,
+    /// Samples along the long edge of the phone's picture (400: a 1080p phone is sampled
+    /// every 3rd pixel).
+    pub samples: u32,
+    /// The pointer's radius, as a fraction of the picture's width, masked where it is
+    /// drawn (AssistiveTouch's pointer is about 2 %; the margin covers calibration error).
+    pub pointer_radius: f64,
+    /// Regions whose changes never count, as fractions of the picture (default: the
+    /// status-bar clock, top left).
+    pub ignore: Vec<UnitRect>,
+}
+
+impl Default for ActSettings {
+    fn default() -> Self {
+        ActSettings {
+            quiet_ms: DEFAULT_QUIET_MS,
+            timeout_ms: DEFAULT_SETTLE_TIMEOUT_MS,
+            threshold: 12,
+            min_samples: 8,
+            thin_columns: 2,
+            samples: 400,
+            pointer_radius: 0.045,
+            ignore: vec![UnitRect { x: 0.0, y: 0.0, width: 0.45, height: 0.06 }],
+        }
+    }
+}
+
+impl ActSettings {
+    /// Whether the values make sense; the message names the bad one.
+    pub fn check(&self) -> Result<(), String> {
+        if !(crate::protocol::params::QUIET_MS_RANGE).contains(&self.quiet_ms) {
+            return Err(format!("act.quiet_ms = {} is outside 50..=5000", self.quiet_ms));
+        }
+        if self.timeout_ms > 30_000 {
+            return Err(format!("act.timeout_ms = {} is above 30000", self.timeout_ms));
+        }
+        if !(16..=2048).contains(&self.samples) {
+            return Err(format!("act.samples = {} is outside 16..=2048", self.samples));
+        }
+        if !(0.0..=0.5).contains(&self.pointer_radius) {
+            return Err(format!("act.pointer_radius = {} is outside 0..=0.5", self.pointer_radius));
+        }
+        for (i, r) in self.ignore.iter().enumerate() {
+            let unit = |v: f64| (0.0..=1.0).contains(&v);
+            if !(unit(r.x) && unit(r.y) && unit(r.width) && unit(r.height)) {
+                return Err(format!("act.ignore[{i}] must be fractions 0..=1 of the phone's picture"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One sampled picture.
+#[derive(Debug, Clone)]
+pub(super) struct Sample {
+    /// Its frame's sequence.
+    pub frame_id: u64,
+    /// Its frame's generation.
+    pub generation: u32,
+    /// When the frame was captured.
+    pub captured_at: Instant,
+    /// The phone's picture in that frame.
+    pub active: PixelRect,
+    /// The luma copy.
+    pub thumb: Arc<LumaThumb>,
+}
+
+/// What to wait for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Until {
+    /// No change for `quiet`.
+    Settled,
+    /// A difference from the baseline, then (when `settle`) no change for `quiet`.
+    Changed {
+        /// Whether to also wait for the change to end.
+        settle: bool,
+    },
+}
+
+/// How one watch went.
+#[derive(Debug, Clone)]
+pub(super) struct Watched {
+    /// The last picture sampled.
+    pub last: Sample,
+    /// What differs between the baseline and `last`, in frame pixels.
+    pub changed: Option<PixelRect>,
+    /// Whether the wait ended as asked (quiet reached; or a change seen).
+    pub settled: bool,
+    /// The first picture of the final quiet stretch: the last that differed from the
+    /// one before it (or, with no change at all, the first after `from`).
+    pub settled_frame: Option<(u64, Instant)>,
+    /// When a difference from the baseline was first seen.
+    pub changed_at: Option<Instant>,
+}
+
+/// Everything the answer of a verified action or a wait needs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Answer<'a> {
+    /// When the watched stretch began (the last report; the wait's start).
+    pub from: Instant,
+    /// The image size the answer's observation should have (the acted-on screenshot's),
+    /// `None`: fit the default edge.
+    pub image_edge: Option<u32>,
+    /// The task whose agent asks.
+    pub task: Option<i64>,
+    /// Which picture to include.
+    pub return_image: ReturnImage,
+    /// The rules the watch used.
+    pub rules: &'a ChangeRules,
+}
+
+fn to_u32(v: f64) -> u32 {
+    // Callers pass pixel values clamped into the frame, far inside u32.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let r = v.max(0.0).min(f64::from(u32::MAX)) as u32;
+    r
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Daemon {
+    /// The act settings.
+    pub(super) fn act_settings(&self) -> &ActSettings {
+        &self.inner.options.act
+    }
+
+    /// Samples `frame` (its phone picture) on the blocking pool and lets go of it.
+    async fn sample(&self, frame: Arc<Frame>) -> Result<Sample, DaemonError> {
+        let active = self.active_rect(&frame);
+        let edge = self.act_settings().samples;
+        let (frame_id, generation, captured_at) = (frame.sequence, frame.generation, frame.captured_at);
+        let thumb = tokio::task::spawn_blocking(move || LumaThumb::of_rect(&frame, active, edge))
+            .await
+            .map_err(|_| DaemonError::Worker("frame sampling"))?;
+        Ok(Sample { frame_id, generation, captured_at, active, thumb: Arc::new(thumb) })
+    }
+
+    /// The screen now, sampled; `None` when there is no picture to verify against (no
+    /// capture, no signal).
+    pub(super) async fn sample_now(&self, cancel: &CancellationToken) -> Result<Option<Sample>, DaemonError> {
+        if self.inner.frames.state().signal != Signal::Locked {
+            return Ok(None);
+        }
+        match self.frame_after(None, Duration::from_millis(500), cancel).await {
+            Ok(frame) => Ok(Some(self.sample(frame).await?)),
+            Err(DaemonError::Cancelled) => Err(DaemonError::Cancelled),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// The rules for a watch over the picture `active`: the configured ones, plus the
+    /// pointer at each of `pointer` (normalized phone coordinates, in the order it went
+    /// there) and along the lines between them.
+    pub(super) fn change_rules(&self, active: &PixelRect, pointer: &[(f64, f64)]) -> ChangeRules {
+        let s = self.act_settings();
+        let mut ignore: Vec<PixelRect> = s.ignore.iter().map(|r| r.in_frame(active)).collect();
+        let radius = (s.pointer_radius * f64::from(active.width)).max(1.0);
+        let at = |(nx, ny): (f64, f64)| {
+            (f64::from(active.x) + nx * f64::from(active.width), f64::from(active.y) + ny * f64::from(active.height))
+        };
+        let mut mask = |(x, y): (f64, f64)| {
+            ignore.push(PixelRect {
+                x: to_u32(x - radius),
+                y: to_u32(y - radius),
+                width: to_u32(2.0 * radius) + 1,
+                height: to_u32(2.0 * radius) + 1,
+            });
+        };
+        for (i, &p) in pointer.iter().enumerate() {
+            mask(at(p));
+            if let Some(&next) = pointer.get(i + 1) {
+                // Boxes every radius along the segment cover the glide between points.
+                let (a, b) = (at(p), at(next));
+                let length = (b.0 - a.0).hypot(b.1 - a.1);
+                let steps = (length / radius).ceil().min(512.0);
+                let n = to_u32(steps);
+                for k in 1..n {
+                    let t = f64::from(k) / steps;
+                    mask((a.0 + (b.0 - a.0) * t, a.1 + (b.1 - a.1) * t));
+                }
+            }
+        }
+        ChangeRules { threshold: s.threshold, ignore, min_samples: s.min_samples, thin_columns: s.thin_columns }
+    }
+
+    /// Where the pointer was left by the last action (normalized), if known.
+    pub(super) fn last_pointer(&self) -> Option<(f64, f64)> {
+        *self.inner.pointer_at.lock_plain()
+    }
+
+    /// Records where the pointer is now (`None`: unknown).
+    pub(super) fn set_last_pointer(&self, at: Option<(f64, f64)>) {
+        *self.inner.pointer_at.lock_plain() = at;
+    }
+
+    /// Watches frames after `from` until `until` holds or `timeout` (from `from`) passes.
+    pub(super) async fn watch(
+        &self,
+        baseline: &Sample,
+        rules: &ChangeRules,
+        from: Instant,
+        quiet: Duration,
+        timeout: Duration,
+        until: Until,
+        cancel: &CancellationToken,
+    ) -> Result<Watched, DaemonError> {
+        let mut reader = self.inner.frames.clone();
+        let mut deadline = from + timeout;
+        let mut prev = baseline.clone();
+        let mut last_change: Option<(u64, Instant)> = None;
+        let mut first_after: Option<(u64, Instant)> = None;
+        let mut changed_at: Option<Instant> = None;
+        // The settle phase starts at `from`, or (waiting for a change) at the change.
+        let mut settle_from = match until {
+            Until::Settled => Some(from),
+            Until::Changed { .. } => None,
+        };
+        let settled = loop {
+            if cancel.is_cancelled() {
+                return Err(DaemonError::Cancelled);
+            }
+            // Compressed capture decodes only while someone asks for pixels.
+            reader.want_pixels();
+            let latest = reader.latest().filter(|f| f.generation == baseline.generation && f.sequence > prev.frame_id);
+            if let Some(frame) = latest {
+                let s = self.sample(frame).await?;
+                if s.captured_at >= from && first_after.is_none() {
+                    first_after = Some((s.frame_id, s.captured_at));
+                }
+                if changed_region(&prev.thumb, &s.thumb, rules).is_some() {
+                    last_change = Some((s.frame_id, s.captured_at));
+                }
+                if changed_at.is_none()
+                    && s.captured_at >= from
+                    && changed_region(&baseline.thumb, &s.thumb, rules).is_some()
+                {
+                    changed_at = Some(s.captured_at);
+                    if let Until::Changed { settle } = until {
+                        if !settle {
+                            prev = s;
+                            break true;
+                        }
+                        settle_from = Some(s.captured_at);
+                        // The settling gets its own time, whenever the change came.
+                        deadline = deadline.max(s.captured_at + Duration::from_millis(DEFAULT_SETTLE_TIMEOUT_MS));
+                    }
+                }
+                prev = s;
+                if let Some(start) = settle_from {
+                    let quiet_since = last_change.map_or(start, |(_, at)| at.max(start));
+                    if prev.captured_at.saturating_duration_since(quiet_since) >= quiet {
+                        break true;
+                    }
+                }
+            } else if reader.state().generation != baseline.generation {
+                // A new picture altogether (replug, new mode): nothing to compare with.
+                break false;
+            }
+            // A source that stops sending frames when nothing moves is quiet too.
+            let quiet_deadline = settle_from.map(|start| {
+                let quiet_since = last_change.map_or(start, |(_, at)| at.max(start));
+                tokio::time::Instant::from_std(quiet_since + quiet + Duration::from_millis(250))
+            });
+            let far = tokio::time::Instant::from_std(deadline);
+            tokio::select! {
+                next = tokio::time::timeout_at(far, reader.changed()) => match next {
+                    Ok(true) => {}
+                    Ok(false) | Err(_) => break false,
+                },
+                () = async {
+                    match quiet_deadline {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    let newest = reader.newest_captured();
+                    if newest.is_none_or(|n| n.sequence <= prev.frame_id) {
+                        break true;
+                    }
+                }
+                () = cancel.cancelled() => return Err(DaemonError::Cancelled),
+            }
+        };
+        let changed = changed_region(&baseline.thumb, &prev.thumb, rules);
+        let settled_frame = match last_change {
+            Some((id, at)) if at >= settle_from.unwrap_or(from) => Some((id, at)),
+            _ => first_after,
+        };
+        Ok(Watched { last: prev, changed, settled, settled_frame, changed_at })
+    }
+
+    /// The answer's fields for a finished watch: what changed (in the answer's
+    /// observation pixels), timings, and a fresh observation of the screen now.
+    pub(super) async fn answer(&self, watched: &Watched, a: Answer<'_>) -> Result<Map<String, Value>, DaemonError> {
+        let mut out = Map::new();
+        out.insert("verified".into(), true.into());
+        out.insert("changed".into(), watched.changed.is_some().into());
+        out.insert("settled".into(), watched.settled.into());
+        let settled_ms = watched.settled_frame.map(|(_, at)| millis(at.saturating_duration_since(a.from)));
+        out.insert("settled_ms".into(), settled_ms.into());
+        out.insert("settled_frame_id".into(), watched.settled_frame.map(|(id, _)| id).into());
+        // The observation shows the newest picture (the settled one, or what the screen
+        // became by the timeout).
+        let frame = self.inner.frames.latest().filter(|f| f.generation == watched.last.generation);
+        let Some(frame) = frame else {
+            out.insert("changed_region".into(), Value::Null);
+            out.insert("after_observation_id".into(), Value::Null);
+            return Ok(out);
+        };
+        let active = self.active_rect(&frame);
+        let edge = a.image_edge.unwrap_or(DEFAULT_MAX_EDGE);
+        let region = watched.changed.map(|r| clip(r, &active));
+        let want = a.return_image;
+        let f = frame.clone();
+        let samples = self.act_settings().samples;
+        let with_thumbnail = a.task.is_some() && self.inner.tasks.busy().is_some();
+        let (full, part, luma, thumbnail) = tokio::task::spawn_blocking(move || {
+            let full = match want {
+                ReturnImage::Full => Some(observe(&f, active, edge, MAX_SCREENSHOT_BYTES)?),
+                _ => None,
+            };
+            let part = match (want, region) {
+                (ReturnImage::Region, Some(r)) if r.width > 0 && r.height > 0 => {
+                    Some(observe(&f, r, edge, MAX_SCREENSHOT_BYTES)?)
+                }
+                _ => None,
+            };
+            let thumbnail = with_thumbnail
+                .then(|| observe(&f, active, THUMBNAIL_EDGE, MAX_SCREENSHOT_BYTES).ok())
+                .flatten()
+                .map(|t| Arc::new(t.png));
+            let luma = Arc::new(LumaThumb::of_rect(&f, active, samples));
+            Ok::<_, crate::device::video::image::ImageError>((full, part, luma, thumbnail))
+        })
+        .await
+        .map_err(|_| DaemonError::Worker("act answer"))??;
+        let image = full.as_ref().map_or_else(|| fit(active.width, active.height, edge), |i| (i.width, i.height));
+        let mapping = ObservationMapping { active, source: active, image };
+        let epoch = self.geometry_epoch();
+        let at = FrameRef { generation: frame.generation, frame_id: frame.sequence, geometry_epoch: epoch };
+        let obs = {
+            let mut observations = self.lock_observations();
+            let obs = observations.insert(at, mapping, a.task, Instant::now());
+            observations.set_luma(&obs.id, luma);
+            if let Some(t) = thumbnail {
+                observations.set_thumbnail(&obs.id, t);
+            }
+            obs
+        };
+        out.insert("changed_region".into(), region.map(|r| image_rect(&r, &mapping)).into());
+        out.insert("after_observation_id".into(), obs.id.into());
+        out.insert("after_frame_id".into(), frame.sequence.into());
+        out.insert("image_size".into(), json!({"width": image.0, "height": image.1}));
+        out.insert("ignored_regions".into(), a.rules.ignore.len().into());
+        let encode = |png: &[u8]| base64::engine::general_purpose::STANDARD.encode(png);
+        if let Some(img) = full {
+            out.insert("image".into(), json!({"mime_type": "image/png", "data": encode(&img.png)}));
+        }
+        if let Some(img) = part {
+            out.insert(
+                "image".into(),
+                json!({
+                    "mime_type": "image/png",
+                    "data": encode(&img.png),
+                    "region": region.map(|r| image_rect(&r, &mapping)),
+                    "size": {"width": img.width, "height": img.height},
+                }),
+            );
+        }
+        Ok(out)
+    }
+
+    /// `wait_for_settle`: waits until the screen stops changing.
+    pub(super) async fn wait_for_settle(
+        &self,
+        acting: Acting,
+        p: &WaitForSettleParams,
+        cancel: &CancellationToken,
+    ) -> Result<Value, DaemonError> {
+        let started = Instant::now();
+        let baseline = self.sample_now(cancel).await?.ok_or(DaemonError::NoFrame)?;
+        let rules = self.change_rules(&baseline.active, &self.last_pointer().into_iter().collect::<Vec<_>>());
+        let quiet = Duration::from_millis(p.quiet_ms.unwrap_or(self.act_settings().quiet_ms));
+        let timeout = Duration::from_millis(p.timeout_ms.unwrap_or(self.act_settings().timeout_ms));
+        let watched = self.watch(&baseline, &rules, started, quiet, timeout, Until::Settled, cancel).await?;
+        let answer = Answer {
+            from: started,
+            image_edge: None,
+            task: acting.task(),
+            return_image: p.return_image.unwrap_or_default(),
+            rules: &rules,
+        };
+        let mut out = self.answer(&watched, answer).await?;
+        out.insert("waited_ms".into(), millis(started.elapsed()).into());
+        Ok(Value::Object(out))
+    }
+
+    /// `wait_for_change`: waits until the screen differs from the named screenshot (or
+    /// from the screen when called), then (by default) for it to settle.
+    pub(super) async fn wait_for_change(
+        &self,
+        acting: Acting,
+        p: &WaitForChangeParams,
+        cancel: &CancellationToken,
+    ) -> Result<Value, DaemonError> {
+        let started = Instant::now();
+        let now = self.sample_now(cancel).await?.ok_or(DaemonError::NoFrame)?;
+        let (baseline, image_edge) = match &p.observation_id {
+            Some(id) => {
+                let generation = self.inner.frames.state().generation;
+                let obs = self.lock_observations().get(id, generation, self.geometry_epoch(), Instant::now())?;
+                let luma = self.lock_observations().luma(id);
+                let edge = obs.mapping.image.0.max(obs.mapping.image.1);
+                match luma {
+                    // What the caller saw, compared with what comes now.
+                    Some(thumb) if obs.mapping.active == now.active => {
+                        (Sample { thumb, frame_id: obs.frame_id, ..now.clone() }, Some(edge))
+                    }
+                    _ => (now.clone(), Some(edge)),
+                }
+            }
+            None => (now.clone(), None),
+        };
+        let rules = self.change_rules(&baseline.active, &self.last_pointer().into_iter().collect::<Vec<_>>());
+        let timeout = Duration::from_millis(p.timeout_ms.unwrap_or(5000));
+        let quiet = Duration::from_millis(p.quiet_ms.unwrap_or(self.act_settings().quiet_ms));
+        let settle = p.settle.unwrap_or(true);
+        // Already different from what the caller saw: no need to wait for more.
+        let watched = if p.observation_id.is_some() && changed_region(&baseline.thumb, &now.thumb, &rules).is_some() {
+            let from = now.captured_at.max(started);
+            let base = Sample { captured_at: from, ..now.clone() };
+            let mut w = if settle {
+                self.watch(&base, &rules, started, quiet, timeout, Until::Settled, cancel).await?
+            } else {
+                Watched { last: now.clone(), changed: None, settled: true, settled_frame: None, changed_at: None }
+            };
+            w.changed = changed_region(&baseline.thumb, &w.last.thumb, &rules);
+            w.changed_at = Some(started);
+            w
+        } else {
+            self.watch(&baseline, &rules, started, quiet, timeout, Until::Changed { settle }, cancel).await?
+        };
+        let answer = Answer {
+            from: watched.changed_at.unwrap_or(started),
+            image_edge,
+            task: acting.task(),
+            return_image: p.return_image.unwrap_or_default(),
+            rules: &rules,
+        };
+        let mut out = self.answer(&watched, answer).await?;
+        out.insert("changed".into(), watched.changed_at.is_some().into());
+        out.insert("waited_ms".into(), millis(started.elapsed()).into());
+        out.insert(
+            "changed_after_ms".into(),
+            watched.changed_at.map(|at| millis(at.saturating_duration_since(started))).into(),
+        );
+        Ok(Value::Object(out))
+    }
+}
+
+/// `r` clipped to `to` (empty when they do not meet).
+fn clip(r: PixelRect, to: &PixelRect) -> PixelRect {
+    let x0 = r.x.max(to.x);
+    let y0 = r.y.max(to.y);
+    let x1 = (r.x.saturating_add(r.width)).min(to.x.saturating_add(to.width));
+    let y1 = (r.y.saturating_add(r.height)).min(to.y.saturating_add(to.height));
+    PixelRect { x: x0, y: y0, width: x1.saturating_sub(x0), height: y1.saturating_sub(y0) }
+}
+
+/// A rectangle of frame pixels in an observation's image pixels (covering it).
+fn image_rect(r: &PixelRect, m: &ObservationMapping) -> Value {
+    let (iw, ih) = (f64::from(m.image.0), f64::from(m.image.1));
+    let sx = iw / f64::from(m.source.width.max(1));
+    let sy = ih / f64::from(m.source.height.max(1));
+    let x0 = (f64::from(r.x.saturating_sub(m.source.x)) * sx).floor().clamp(0.0, iw);
+    let y0 = (f64::from(r.y.saturating_sub(m.source.y)) * sy).floor().clamp(0.0, ih);
+    let x1 = (f64::from((r.x + r.width).saturating_sub(m.source.x)) * sx).ceil().clamp(0.0, iw);
+    let y1 = (f64::from((r.y + r.height).saturating_sub(m.source.y)) * sy).ceil().clamp(0.0, ih);
+    json!({"x": to_u32(x0), "y": to_u32(y0), "width": to_u32(x1 - x0), "height": to_u32(y1 - y0)})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unit_rects_and_image_rects_map_through_the_picture() {
+        let active = PixelRect { x: 711, y: 0, width: 498, height: 1080 };
+        let clock = ActSettings::default().ignore[0].in_frame(&active);
+        assert_eq!(clock, PixelRect { x: 711, y: 0, width: 224, height: 65 });
+        let m = ObservationMapping { active, source: active, image: (249, 540) };
+        let r = image_rect(&PixelRect { x: 811, y: 100, width: 50, height: 51 }, &m);
+        assert_eq!(r, json!({"x": 50, "y": 50, "width": 25, "height": 26}));
+        assert_eq!(clip(PixelRect { x: 0, y: 0, width: 800, height: 20 }, &active).x, 711);
+        assert_eq!(clip(PixelRect { x: 0, y: 0, width: 10, height: 20 }, &active).width, 0);
+        assert!(ActSettings::default().check().is_ok());
+        let bad =
+            ActSettings { ignore: vec![UnitRect { x: 0.5, y: 0.0, width: 2.0, height: 0.1 }], ..Default::default() };
+        assert!(bad.check().unwrap_err().contains("act.ignore[0]"));
+    }
+}

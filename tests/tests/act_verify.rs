@@ -1,0 +1,283 @@
+//! Act and verify against the virtual iPhone (issue 17): every action watches the screen
+//! until it settles and says what changed. The sim animates like a phone (app open and
+//! close, list scrolls, a spinner before a result), has a control that does nothing, a
+//! blinking caret and a ticking clock, so these checks mean something.
+
+// Test code: a panic is how an assertion fails.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::cast_possible_truncation)]
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tether::device::input::InputTimings;
+use tether::device::sim::{SimConfig, CARET_HALF_PERIOD_MS, LOAD_MS, OPEN_MS, SCROLL_MS};
+use tether_tests::harness::{Caller, SimDaemon};
+
+const FPS: u32 = 60;
+
+/// One frame at the sim's rate, in ms (rounded up).
+fn frame_ms() -> u64 {
+    u64::from(1000u32.div_ceil(FPS))
+}
+
+/// How long before the last report the phone saw the tap end: the release is sent again
+/// `release_repeats` times, `release_gap_ms` apart, and settling is timed from the last.
+fn release_tail_ms() -> u64 {
+    let t = InputTimings::default();
+    u64::from(t.release_repeats) * t.release_gap_ms
+}
+
+/// Scheduling slack on a loaded 2-core CI machine (two CPU hogs beside the suite): the sim's
+/// render thread may publish a frame late by this much.
+const SLACK_MS: u64 = 120;
+
+async fn start() -> SimDaemon {
+    let sim = SimConfig { fps: FPS, glide_ms: 40, ..SimConfig::default() };
+    SimDaemon::start_phone(sim, InputTimings::default()).await.unwrap()
+}
+
+/// An element's rectangle in pixels of an observation image of `image` size.
+fn rect_in_image(state: &Value, id: &str, image: (f64, f64)) -> (f64, f64, f64, f64) {
+    let (sw, sh) = (state["screen_size"][0].as_f64().unwrap(), state["screen_size"][1].as_f64().unwrap());
+    let e = state["elements"].as_array().unwrap().iter().find(|e| e["id"] == id).unwrap_or_else(|| {
+        panic!("{id} is not on screen: {state}");
+    });
+    let r = &e["rect"];
+    let (kx, ky) = (image.0 / sw, image.1 / sh);
+    (
+        r["x"].as_f64().unwrap() * kx,
+        r["y"].as_f64().unwrap() * ky,
+        r["w"].as_f64().unwrap() * kx,
+        r["h"].as_f64().unwrap() * ky,
+    )
+}
+
+fn centre(r: (f64, f64, f64, f64)) -> (f64, f64) {
+    ((r.0 + r.2 / 2.0).floor(), (r.1 + r.3 / 2.0).floor())
+}
+
+fn size_of(result: &Value) -> (f64, f64) {
+    (result["image_size"]["width"].as_f64().unwrap(), result["image_size"]["height"].as_f64().unwrap())
+}
+
+fn region(v: &Value) -> (f64, f64, f64, f64) {
+    let r = &v["changed_region"];
+    assert!(r.is_object(), "no changed_region: {v}");
+    (r["x"].as_f64().unwrap(), r["y"].as_f64().unwrap(), r["width"].as_f64().unwrap(), r["height"].as_f64().unwrap())
+}
+
+struct Phone {
+    c: Caller,
+    ops: u64,
+}
+
+impl Phone {
+    async fn new(d: &SimDaemon) -> Phone {
+        Phone { c: Caller::new(d).await, ops: 0 }
+    }
+
+    async fn state(&mut self) -> Value {
+        self.c.ok("sim_state", json!({})).await
+    }
+
+    /// A screenshot: its observation id and image size.
+    async fn shot(&mut self) -> (String, (f64, f64)) {
+        let r = self.c.ok("screenshot", json!({})).await;
+        let m = &r["metadata"];
+        let size = (m["image_size"]["width"].as_f64().unwrap(), m["image_size"]["height"].as_f64().unwrap());
+        (m["observation_id"].as_str().unwrap().to_string(), size)
+    }
+
+    /// An action's whole reply.
+    async fn act(&mut self, observation: Option<&str>, action: Value, extra: Value) -> Value {
+        self.ops += 1;
+        let mut params = json!({"operation_id": format!("v-{}", self.ops), "action": action});
+        if let Some(o) = observation {
+            params["observation_id"] = json!(o);
+        }
+        for (k, v) in extra.as_object().unwrap() {
+            params[k] = v.clone();
+        }
+        self.c.call("action", params).await
+    }
+
+    /// Taps element `id` read in observation `obs` of `size`; the whole reply.
+    async fn tap(&mut self, obs: &str, size: (f64, f64), id: &str, extra: Value) -> Value {
+        let state = self.state().await;
+        let (x, y) = centre(rect_in_image(&state, id, size));
+        self.act(Some(obs), json!({"type": "tap", "x": x, "y": y}), extra).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tap_on_an_icon_reports_the_app_opening_and_its_observation_acts_next() {
+    let d = start().await;
+    let mut p = Phone::new(&d).await;
+    let (obs, size) = p.shot().await;
+    let r = p.tap(&obs, size, "app5", json!({})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    let v = &r["result"];
+    assert_eq!(
+        (v["verified"].as_bool(), v["changed"].as_bool(), v["settled"].as_bool()),
+        (Some(true), Some(true), Some(true)),
+        "{v}"
+    );
+    // Settled when the animation ended, not before, and within a frame of it.
+    let settled = v["settled_ms"].as_u64().unwrap();
+    assert!(
+        settled + frame_ms() + release_tail_ms() >= OPEN_MS,
+        "settled at {settled} ms, mid-animation (opening takes {OPEN_MS} ms)"
+    );
+    assert!(settled <= OPEN_MS + frame_ms() + SLACK_MS, "settled at {settled} ms; opening takes {OPEN_MS} ms");
+    // The app covers the screen: so does the change.
+    let (x, y, w, h) = region(v);
+    assert_eq!(size_of(v), size, "the answer's observation has the acted-on screenshot's size");
+    assert!(x <= 1.0 && y <= 1.0 && w >= size.0 - 2.0 && h >= size.1 - 2.0, "{v}");
+    assert!(v["settled_frame_id"].as_u64().is_some() && v["after_frame_id"].as_u64() >= v["settled_frame_id"].as_u64());
+    assert_eq!(p.state().await["screen"], "app");
+    // The answer's observation authorizes the next action, with no screenshot between.
+    let next = v["after_observation_id"].as_str().unwrap().to_string();
+    let r = p.tap(&next, size, "toggle0", json!({})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    let toggle = rect_in_image(&p.state().await, "toggle0", size);
+    let (x, y, w, h) = region(&r["result"]);
+    // Around the toggle (its colour flips), allowing one sample cell of rounding.
+    assert!(x + 4.0 >= toggle.0 && y + 4.0 >= toggle.1, "{r} vs {toggle:?}");
+    assert!(x + w <= toggle.0 + toggle.2 + 4.0 && y + h <= toggle.1 + toggle.3 + 4.0, "{r} vs {toggle:?}");
+    let state = p.state().await;
+    let on = state["elements"].as_array().unwrap().iter().find(|e| e["id"] == "toggle0").unwrap()["on"].clone();
+    assert_eq!(on, true);
+    // Back home: the closing animation is watched too.
+    let r = p.act(None, json!({"type": "home"}), json!({})).await;
+    assert_eq!(r["result"]["changed"], true, "{r}");
+    assert!(r["result"]["settled_ms"].as_u64().unwrap() + frame_ms() >= tether::device::sim::CLOSE_MS, "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_control_answers_no_visible_effect_with_a_fresh_observation() {
+    let d = start().await;
+    let mut p = Phone::new(&d).await;
+    let (obs, size) = p.shot().await;
+    assert_eq!(p.tap(&obs, size, "app0", json!({})).await["ok"], true);
+    let (obs, size) = p.shot().await;
+    let r = p.tap(&obs, size, "dead_button", json!({"settle_timeout_ms": 1000})).await;
+    assert_eq!(r["ok"], false, "{r}");
+    let e = &r["error"];
+    assert_eq!(e["code"], "NO_VISIBLE_EFFECT", "{r}");
+    assert_eq!(e["side_effect_possible"], true, "the tap was sent");
+    assert_eq!(e["status"], "outcome_unknown");
+    assert_eq!(e["effect"]["changed"], false);
+    let after = e["effect"]["after_observation_id"].as_str().expect("a fresh observation comes with it");
+    // The phone did register the tap: it just does nothing.
+    let state = p.state().await;
+    assert_eq!(state["touches"].as_array().unwrap().last().unwrap()["target"], "dead_button");
+    // The same operation again is answered from the cache: no second tap.
+    let touches = state["touches"].as_array().unwrap().len();
+    p.ops -= 1;
+    let again = p.tap(&obs, size, "dead_button", json!({"settle_timeout_ms": 1000})).await;
+    assert_eq!(again["error"]["code"], "NO_VISIBLE_EFFECT");
+    assert_eq!(p.state().await["touches"].as_array().unwrap().len(), touches);
+    // `expect: any` takes the same non-event as an answer.
+    let r = p.tap(after, size, "dead_button", json!({"expect": "any", "settle_timeout_ms": 1000})).await;
+    assert_eq!((r["ok"].as_bool(), r["result"]["changed"].as_bool()), (Some(true), Some(false)), "{r}");
+    // And `expect: no_change` refuses a change.
+    let after = r["result"]["after_observation_id"].as_str().unwrap().to_string();
+    let r = p.tap(&after, size, "button0", json!({"expect": "no_change"})).await;
+    assert_eq!(r["error"]["code"], "UNEXPECTED_CHANGE", "{r}");
+    assert!(r["error"]["effect"]["changed_region"].is_object(), "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typing_changes_the_field_and_a_move_the_caret_and_the_clock_do_not_count() {
+    let d = start().await;
+    let mut p = Phone::new(&d).await;
+    let (obs, size) = p.shot().await;
+    let r = p.tap(&obs, size, "app0", json!({})).await;
+    let next = r["result"]["after_observation_id"].as_str().unwrap().to_string();
+    let r = p.tap(&next, size, "text_field", json!({})).await;
+    assert_eq!(r["result"]["changed"], true, "focusing the field shows: {r}");
+    let r = p.act(None, json!({"type": "type_text", "text": "hello"}), json!({"return_image": "region"})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    let v = &r["result"];
+    let field = rect_in_image(&p.state().await, "text_field", size);
+    let (x, y, w, h) = region(v);
+    assert!(x + 4.0 >= field.0 && y + 4.0 >= field.1, "{v} vs field {field:?}");
+    assert!(x + w <= field.0 + field.2 + 4.0 && y + h <= field.1 + field.3 + 4.0, "{v} vs field {field:?}");
+    let image = &v["image"];
+    assert_eq!(image["mime_type"], "image/png");
+    assert!(image["data"].as_str().unwrap().len() > 100 && image["region"] == v["changed_region"], "{image}");
+    // A move, away from anything: the pointer is masked where it was and where it went.
+    let obs = v["after_observation_id"].as_str().unwrap().to_string();
+    let r = p.act(Some(&obs), json!({"type": "move", "x": size.0 * 0.8, "y": size.1 * 0.36}), json!({})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["result"]["changed"], false, "a move alone changes nothing: {r}");
+    assert_eq!(r["result"]["expect"], "any");
+    // The field has focus: its caret blinks. The clock ticks every second. Neither is a
+    // change, however long one waits.
+    let waited = CARET_HALF_PERIOD_MS * 5;
+    let r = p.c.ok("wait_for_change", json!({"timeout_ms": waited})).await;
+    assert_eq!(r["changed"], false, "{r}");
+    assert!(r["waited_ms"].as_u64().unwrap() >= waited, "{r}");
+    assert_eq!(p.state().await["text_focused"], true, "the caret was there to blink");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spinners_and_scrolls_are_waited_out_and_waits_share_the_machinery() {
+    let d = start().await;
+    let mut p = Phone::new(&d).await;
+    let (obs, size) = p.shot().await;
+    let r = p.tap(&obs, size, "app0", json!({})).await;
+    let next = r["result"]["after_observation_id"].as_str().unwrap().to_string();
+    // The load button spins before it shows its result: settled after the spinner.
+    let r = p.tap(&next, size, "button2", json!({})).await;
+    let settled = r["result"]["settled_ms"].as_u64().unwrap();
+    assert!(
+        settled + frame_ms() + release_tail_ms() >= LOAD_MS,
+        "settled at {settled} ms while loading ({LOAD_MS} ms): {r}"
+    );
+    // A scroll glides.
+    let next = r["result"]["after_observation_id"].as_str().unwrap().to_string();
+    let list = rect_in_image(&p.state().await, "list", size);
+    let (x, y) = centre(list);
+    let r = p.act(Some(&next), json!({"type": "scroll", "x": x, "y": y, "direction": "down"}), json!({})).await;
+    assert_eq!(r["result"]["changed"], true, "{r}");
+    let settled = r["result"]["settled_ms"].as_u64().unwrap();
+    assert!(
+        settled + frame_ms() + release_tail_ms() >= SCROLL_MS,
+        "settled at {settled} ms mid-scroll ({SCROLL_MS} ms): {r}"
+    );
+    let (rx, ry, rw, rh) = region(&r["result"]);
+    assert!(
+        ry + 4.0 >= list.1
+            && ry + rh <= list.1 + list.3 + 4.0
+            && rx + 4.0 >= list.0
+            && rx + rw <= list.0 + list.2 + 4.0,
+        "{r} vs list {list:?}"
+    );
+    // Unverified input answers at once; wait_for_settle then waits the animation out.
+    let r = p.act(None, json!({"type": "home"}), json!({"verify": false})).await;
+    assert_eq!(r["result"]["verified"], false, "{r}");
+    let w = p.c.ok("wait_for_settle", json!({"timeout_ms": 3000})).await;
+    assert_eq!(w["settled"], true, "{w}");
+    assert!(w["after_observation_id"].is_string(), "{w}");
+    // wait_for_change against a screenshot taken before an unverified change returns at once.
+    let (before, _) = p.shot().await;
+    let home = rect_in_image(&p.state().await, "app3", size);
+    let (x, y) = centre(home);
+    let r = p.act(Some(&before), json!({"type": "tap", "x": x, "y": y}), json!({"verify": false})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    let w =
+        p.c.ok("wait_for_change", json!({"observation_id": before, "timeout_ms": 5000, "return_image": "full"})).await;
+    assert_eq!(w["changed"], true, "{w}");
+    assert_eq!(w["settled"], true, "{w}");
+    assert_eq!(w["image"]["mime_type"], "image/png");
+    assert_eq!(p.state().await["screen"], "app");
+    // Nothing happening: the wait ends at its timeout with changed false.
+    let started = std::time::Instant::now();
+    let w = p.c.ok("wait_for_change", json!({"timeout_ms": 400})).await;
+    assert_eq!(w["changed"], false, "{w}");
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    // Bad arguments are refused before anything waits.
+    let e = p.c.err("wait_for_settle", json!({"quiet_ms": 1})).await;
+    assert_eq!(e["code"], "INVALID_PARAMS", "{e}");
+}
