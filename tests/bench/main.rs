@@ -74,7 +74,8 @@ async fn action_overhead(kind: &str, n: usize) -> anyhow::Result<(f64, f64)> {
             obs = shot["metadata"]["observation_id"].as_str().context("observation id")?.to_string();
         }
         // Tap the wallpaper between icons so the screen stays put.
-        let params = json!({"operation_id": format!("b{i}"), "observation_id": obs,
+        // Unverified: this measures the input path; the flow section measures verification.
+        let params = json!({"operation_id": format!("b{i}"), "observation_id": obs, "verify": false,
             "action": {"type": kind, "x": 20 + (i % 10), "y": 20}});
         let t = Instant::now();
         let r = c.ok(100 + i as u64, "action", params).await?;
@@ -142,7 +143,8 @@ async fn daemon_memory(width: u32, height: u32) -> anyhow::Result<(u64, u64)> {
         obs = r["metadata"]["observation_id"].as_str().unwrap_or_default().to_string();
     }
     for i in 0..20u64 {
-        let params = json!({"operation_id": format!("m{i}"), "observation_id": obs,
+        // Verified (the watch's memory counts too); the wallpaper does not change: `any`.
+        let params = json!({"operation_id": format!("m{i}"), "observation_id": obs, "expect": "any",
             "action": {"type": "tap", "x": 20, "y": 20}});
         c.ok(1000 + i, "action", params).await?;
     }
@@ -373,31 +375,179 @@ async fn https_status(n: usize) -> anyhow::Result<(f64, f64, f64, f64)> {
     result
 }
 
-const SECTIONS: [&str; 9] = ["screenshots", "actions", "memory", "stalled", "video", "mjpeg", "lease", "https", "diff"];
+const SECTIONS: [&str; 10] =
+    ["screenshots", "actions", "memory", "stalled", "video", "mjpeg", "lease", "https", "diff", "flow"];
 
-/// The act-and-verify measure: a thumbnail of each new frame and its diff with the last.
-fn diff_bench(w: u32, h: u32, runs: usize) -> (f64, f64) {
+/// How a scripted agent learns where things are between steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Looking {
+    /// Act and verify: each action's answer carries the next observation.
+    Verified,
+    /// A screenshot right after each (unverified) action, as most phone tools do.
+    ScreenshotAfter,
+    /// A fixed sleep of this many ms, then a screenshot (the usual workaround).
+    SleepThenScreenshot(u64),
+}
+
+/// One step of the scripted flow: the action (coordinates from an element's centre) and
+/// the check of its effect in `sim_state`.
+struct Step {
+    name: &'static str,
+    target: Option<&'static str>,
+    action: Value,
+    check: fn(&Value) -> bool,
+}
+
+fn element<'a>(state: &'a Value, id: &str) -> Option<&'a Value> {
+    state["elements"].as_array()?.iter().find(|e| e["id"] == id)
+}
+
+fn flow_steps() -> Vec<Step> {
+    let tap = json!({"type": "tap"});
+    vec![
+        Step { name: "open the app", target: Some("app0"), action: tap.clone(), check: |s| s["screen"] == "app" },
+        Step {
+            name: "focus the field",
+            target: Some("text_field"),
+            action: tap.clone(),
+            check: |s| element(s, "text_field").is_some_and(|e| e["focused"] == true),
+        },
+        Step {
+            name: "type",
+            target: None,
+            action: json!({"type": "type_text", "text": "hello"}),
+            check: |s| element(s, "text_field").is_some_and(|e| e["text"] == "hello"),
+        },
+        Step {
+            name: "flip a toggle",
+            target: Some("toggle0"),
+            action: tap.clone(),
+            check: |s| element(s, "toggle0").is_some_and(|e| e["on"] == true),
+        },
+        Step {
+            name: "load",
+            target: Some("button2"),
+            action: tap.clone(),
+            check: |s| element(s, "button2").is_some_and(|e| e["taps"] == 1),
+        },
+        Step {
+            name: "scroll the list",
+            target: Some("list"),
+            action: json!({"type": "scroll", "direction": "down"}),
+            check: |s| element(s, "list").is_some_and(|e| e["scroll_offset"].as_i64() > Some(0)),
+        },
+        Step {
+            name: "tap a row",
+            target: Some("row9"),
+            action: tap.clone(),
+            check: |s| element(s, "row9").is_some_and(|e| e["taps"] == 1),
+        },
+        Step { name: "back home", target: Some("back"), action: tap.clone(), check: |s| s["screen"] == "home" },
+        Step { name: "open another app", target: Some("app1"), action: tap.clone(), check: |s| s["screen"] == "app" },
+        Step {
+            name: "flip another toggle",
+            target: Some("toggle1"),
+            action: tap,
+            check: |s| element(s, "toggle1").is_some_and(|e| e["on"] == true),
+        },
+    ]
+}
+
+/// Runs the 10-step flow once on a fresh sim; returns its wall time (ms) and the steps
+/// whose effect did not happen.
+async fn flow_once(looking: Looking) -> anyhow::Result<(f64, usize)> {
+    let d = SimDaemon::start_phone(SimConfig::default(), InputTimings::default()).await?;
+    let mut c = d.connect().await?;
+    let state = c.ok(1, "sim_state", json!({})).await?;
+    let screen = (state["screen_size"][0].as_f64().context("size")?, state["screen_size"][1].as_f64().context("size")?);
+    let started = Instant::now();
+    let shot = c.ok(2, "screenshot", json!({})).await?;
+    let mut obs = shot["metadata"]["observation_id"].as_str().context("observation")?.to_string();
+    let mut image = (
+        shot["metadata"]["image_size"]["width"].as_f64().context("width")?,
+        shot["metadata"]["image_size"]["height"].as_f64().context("height")?,
+    );
+    let mut misses = 0;
+    let mut id = 10u64;
+    let mut outside = Duration::ZERO;
+    for (i, step) in flow_steps().iter().enumerate() {
+        // Where the target is: the sim's account stands in for the agent's eyes (not timed).
+        let t = Instant::now();
+        let state = c.ok(id, "sim_state", json!({})).await?;
+        id += 1;
+        outside += t.elapsed();
+        let mut action = step.action.clone();
+        if let Some(target) = step.target {
+            let Some(e) = element(&state, target) else {
+                misses += 1;
+                continue;
+            };
+            let r = &e["rect"];
+            let centre = |k: &str, len: &str, extent: f64, img: f64| {
+                ((r[k].as_f64().unwrap_or(0.0) + r[len].as_f64().unwrap_or(0.0) / 2.0) * img / extent).floor()
+            };
+            action["x"] = json!(centre("x", "w", screen.0, image.0));
+            action["y"] = json!(centre("y", "h", screen.1, image.1));
+        }
+        let mut params = json!({"operation_id": format!("f{i}"), "observation_id": obs, "action": action});
+        if looking != Looking::Verified {
+            params["verify"] = json!(false);
+        }
+        let r = c.call(id, "action", params).await?;
+        id += 1;
+        let effect = if r["ok"] == true { r["result"].clone() } else { r["error"]["effect"].clone() };
+        match looking {
+            Looking::Verified => {
+                obs = effect["after_observation_id"].as_str().context("after_observation_id")?.to_string();
+                image = (
+                    effect["image_size"]["width"].as_f64().context("width")?,
+                    effect["image_size"]["height"].as_f64().context("height")?,
+                );
+            }
+            Looking::ScreenshotAfter | Looking::SleepThenScreenshot(_) => {
+                if let Looking::SleepThenScreenshot(ms) = looking {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
+                let shot = c.ok(id, "screenshot", json!({})).await?;
+                id += 1;
+                obs = shot["metadata"]["observation_id"].as_str().context("observation")?.to_string();
+            }
+        }
+        let t = Instant::now();
+        let state = c.ok(id, "sim_state", json!({})).await?;
+        id += 1;
+        outside += t.elapsed();
+        if !(step.check)(&state) {
+            misses += 1;
+            eprintln!("flow {looking:?}: step {} ({}) missed", i + 1, step.name);
+        }
+    }
+    let wall = started.elapsed().saturating_sub(outside);
+    Ok((wall.as_secs_f64() * 1000.0, misses))
+}
+
+/// The act-and-verify measure, as the daemon runs it per new frame while it watches: a
+/// luma sample of the phone's picture (400 samples along its long edge) and its diff with
+/// the previous one, on the sim's NV12 frames with the pointer moving between them.
+fn diff_bench(w: u32, h: u32, runs: usize) -> anyhow::Result<(f64, f64)> {
+    use tether::device::geometry::detect_active_rect;
     use tether::device::video::luma::{changed_region, ChangeRules, LumaThumb};
-    use tether::device::video::Frame;
-    let frames: Vec<Frame> = (0..2u8)
-        .map(|k| {
-            let data = (0..w * h).flat_map(|i| [(i % 251) as u8 ^ (k * 90), (i % 241) as u8, 128]).collect();
-            Frame::rgb(1, u64::from(k), w, h, data)
-        })
-        .collect();
+    let frames = sim_frames(w, h, 2)?;
+    let active = detect_active_rect(&frames[0]);
+    let samples = tether::daemon::ActSettings::default().samples;
     let rules = ChangeRules::default();
-    let mut prev = LumaThumb::of(&frames[0], 320);
+    let mut prev = LumaThumb::of_rect(&frames[0], active, samples);
     let mut times: Vec<f64> = (0..runs)
         .map(|k| {
             let t = Instant::now();
-            let thumb = LumaThumb::of(&frames[(k + 1) % 2], 320);
+            let thumb = LumaThumb::of_rect(&frames[(k + 1) % 2], active, samples);
             std::hint::black_box(changed_region(&prev, &thumb, &rules));
             prev = thumb;
             t.elapsed().as_secs_f64() * 1000.0
         })
         .collect();
     times.sort_by(f64::total_cmp);
-    (percentile(&times, 50.0), percentile(&times, 99.0))
+    Ok((percentile(&times, 50.0), percentile(&times, 99.0)))
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -471,8 +621,32 @@ async fn main() -> anyhow::Result<()> {
     }
     if run("diff") {
         for (w, h, name) in [(1920u32, 1080u32, "1080p"), (3840, 2160, "2160p")] {
-            let (p50, p99) = diff_bench(w, h, 200);
-            println!("| frame change detection, {name} | {p50:.2} ms | {p99:.2} ms | 200 runs: luma thumbnail (≤ 320 px a side) of an RGB frame + diff against the previous |");
+            let (p50, p99) = diff_bench(w, h, 200)?;
+            println!("| frame change detection, {name} | {p50:.2} ms | {p99:.2} ms | 200 runs: luma sample of the phone's picture (400 along its long edge) of a sim NV12 frame + diff against the previous |");
+        }
+    }
+    if run("flow") {
+        let runs = 5;
+        for (looking, name) in [
+            (Looking::Verified, "act and verify (no screenshots)"),
+            (Looking::ScreenshotAfter, "screenshot right after each action"),
+            (Looking::SleepThenScreenshot(1000), "1 s sleep + screenshot after each action"),
+        ] {
+            let mut walls = Vec::with_capacity(runs);
+            let mut misses = 0;
+            for _ in 0..runs {
+                let (wall, missed) = flow_once(looking).await?;
+                walls.push(wall);
+                misses += missed;
+            }
+            let (p50, _) = summary(walls.clone());
+            let worst = walls.iter().copied().fold(0.0, f64::max);
+            println!(
+                "| 10-step sim flow, {name} | {:.2} s | max {:.2} s | {misses} of {} steps missed over {runs} runs (open app, focus, type, toggle, load, scroll, row, back, open, toggle) |",
+                p50 / 1000.0,
+                worst / 1000.0,
+                runs * 10
+            );
         }
     }
     if run("https") {

@@ -322,7 +322,7 @@ class Attacks(SharedDaemon):
         secret = d.cli("token", "add", "console", "--role", "operate").stdout.strip()
         _, headers, _ = d.request("POST", "/login", body={"token": secret})
         cookie = headers["Set-Cookie"].split(";")[0]
-        body = {"operation_id": "csrf", "action": {"type": "home"}}
+        body = {"operation_id": "csrf", "expect": "any", "action": {"type": "home"}}
         status, _, r = d.request("POST", "/api/action", body=body,
                                  headers={"Cookie": cookie, "Origin": "https://evil.example"})
         self.assertEqual((status, r["error"]["code"]), (403, "PERMISSION_DENIED"))
@@ -337,7 +337,7 @@ class Attacks(SharedDaemon):
         d = self.d
         view = d.cli("token", "add", "viewer", "--role", "view").stdout.strip()
         self.assertEqual(d.request("GET", "/api/status", token=view)[0], 200)
-        status, _, r = d.request("POST", "/api/action", body={"operation_id": "v", "action": {"type": "home"}},
+        status, _, r = d.request("POST", "/api/action", body={"operation_id": "v", "expect": "any", "action": {"type": "home"}},
                                  token=view)
         self.assertEqual((status, r["error"]["code"]), (403, "PERMISSION_DENIED"))
         status, _, r = d.request("POST", "/api/rpc", body={"method": "token", "action": "list"}, token=view)

@@ -173,7 +173,7 @@ class Mcp(unittest.TestCase):
         async def body():
             async with self.http_session({"Authorization": f"Bearer {self.viewer}"}) as s:
                 names = [t.name for t in (await s.list_tools()).tools]
-                self.assertEqual(sorted(names), ["screenshot", "status", "wait_for_change"])
+                self.assertEqual(sorted(names), ["screenshot", "status", "wait_for_change", "wait_for_settle"])
                 r = await s.call_tool("tap", {"x": 1, "y": 1})
                 self.assertTrue(r.is_error)
                 self.assertIn("PERMISSION_DENIED", text_of(r))
@@ -238,7 +238,7 @@ class Mcp(unittest.TestCase):
                 async def note(p, total, message):
                     progress.append(message)
 
-                tap = asyncio.ensure_future(agent.call_tool("home", {}, progress_callback=note))
+                tap = asyncio.ensure_future(agent.call_tool("home", {"expect": "any"}, progress_callback=note))
                 deadline = time.time() + 30
                 while not any("paused" in (m or "") for m in progress):
                     self.assertFalse(tap.done(), "the call waited instead of failing")
@@ -291,7 +291,7 @@ class Mcp(unittest.TestCase):
                            capture_output=True, text=True, env=env, timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)
         names = sorted(t["name"] for t in json.loads(r.stdout)["tools"])
-        self.assertEqual(names, ["screenshot", "status", "wait_for_change"])
+        self.assertEqual(names, ["screenshot", "status", "wait_for_change", "wait_for_settle"])
 
     def test_stdio_on_the_appliance_and_the_url_bridge(self):
         env = self.d.env()
@@ -305,7 +305,7 @@ class Mcp(unittest.TestCase):
                     shot = await s.call_tool("screenshot", {})
                     self.assertFalse(shot.is_error, text_of(shot))
                     decode_png(image_of(shot))
-                    r = await s.call_tool("home", {})
+                    r = await s.call_tool("home", {"expect": "any"})
                     self.assertFalse(r.is_error, text_of(r))
                     return names
 
@@ -435,7 +435,7 @@ class SessionLoss(unittest.TestCase):
         self.start()
         b = self.bridge()
         self.assert_ok(b.call_tool(1, "status"))
-        self.assert_ok(b.call_tool(2, "home"))
+        self.assert_ok(b.call_tool(2, "home", {"expect": "any"}))
         port, data = self.d.port, self.d.dir
         self.d.stop()
         wait_for("the old socket to go", lambda: not os.path.exists(self.d.socket))
@@ -443,7 +443,7 @@ class SessionLoss(unittest.TestCase):
         # and its session unknown; the next calls must still just work.
         self.d = HttpsDaemon(listen=f"127.0.0.1:{port}", data_dir=data)
         self.assert_ok(b.call_tool(3, "status"))
-        self.assert_ok(b.call_tool(4, "home"))
+        self.assert_ok(b.call_tool(4, "home", {"expect": "any"}))
         err = b.close()
         self.assertEqual(b.p.returncode, 0, err)
 
@@ -467,7 +467,7 @@ class InsideTaskRun(unittest.TestCase):
         init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "child", "version": "1"}}}
         lines = [init, {"jsonrpc": "2.0", "method": "notifications/initialized"},
-                 {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "home", "arguments": {}}},
+                 {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "home", "arguments": {"expect": "any"}}},
                  {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "screenshot", "arguments": {}}}]
         requests = os.path.join(self.out, "requests.jsonl")
         with open(requests, "w") as f:

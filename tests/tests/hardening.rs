@@ -14,11 +14,11 @@ use tether::device::sim::SimConfig;
 use tether_tests::harness::{Caller, SimDaemon};
 
 fn tap(obs: &str, op: &str) -> Value {
-    json!({"operation_id": op, "observation_id": obs, "action": {"type": "tap", "x": 100, "y": 400}})
+    json!({"verify": false, "operation_id": op, "observation_id": obs, "action": {"type": "tap", "x": 100, "y": 400}})
 }
 
 fn drag(obs: &str, op: &str, ms: u64) -> Value {
-    json!({"operation_id": op, "observation_id": obs,
+    json!({"verify": false, "operation_id": op, "observation_id": obs,
            "action": {"type": "drag", "path": [{"x": 100, "y": 300}, {"x": 100, "y": 600}], "duration_ms": ms}})
 }
 
@@ -166,7 +166,9 @@ async fn every_action_checks_its_observation() {
     assert_eq!(e["code"], "OBSERVATION_EXPIRED", "{e}");
     assert_eq!(e["operation_id"], "k", "errors name their operation: {e}");
     // Refusals are not cached: the same operation id runs once it is valid.
-    let ok = c.ok("action", json!({"operation_id": "k", "action": {"type": "key_press", "key": "a"}})).await;
+    let ok = c
+        .ok("action", json!({"verify": false, "operation_id": "k", "action": {"type": "key_press", "key": "a"}}))
+        .await;
     assert_eq!(ok["status"], "submitted");
     // A calibration change makes earlier observations stale (geometry epoch).
     let before = c.ok("screenshot", json!({})).await["metadata"].clone();
@@ -195,7 +197,7 @@ async fn the_observation_is_checked_again_after_waiting_for_admission() {
     while watcher
         .call(
             "action",
-            json!({"operation_id": "probe", "observation_id": obs, "action": {"type": "key_press", "key": "a"}}),
+            json!({"verify": false, "operation_id": "probe", "observation_id": obs, "action": {"type": "key_press", "key": "a"}}),
         )
         .await["error"]["code"]
         != "STALE_OBSERVATION"
@@ -247,8 +249,9 @@ async fn takeover_interrupts_long_typing_at_the_next_report() {
     let (task, token) = open(&mut human, json!({"events": false})).await;
     let mut agent = Caller::new(&d).await.with_token(&token);
     let text = "a".repeat(2000);
-    let typing =
-        agent.send("action", json!({"operation_id": "type", "action": {"type": "type_text", "text": text}})).await;
+    let typing = agent
+        .send("action", json!({"verify": false, "operation_id": "type", "action": {"type": "type_text", "text": text}}))
+        .await;
     let mut watcher = Caller::new(&d).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     while watcher.ok("status", json!({})).await["input"]["busy"] != true {
@@ -268,7 +271,7 @@ async fn takeover_interrupts_long_typing_at_the_next_report() {
     assert!(r["error"]["message"].as_str().unwrap().contains("taken_over"), "{r}");
     assert_eq!(d.phone.state().input.keys_held, 0, "no key left down");
     // The human drives now.
-    human.ok("action", json!({"operation_id": "h", "action": {"type": "home"}})).await;
+    human.ok("action", json!({"verify": false, "operation_id": "h", "action": {"type": "home"}})).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -360,7 +363,9 @@ async fn repeated_refusals_are_journalled_with_counts() {
     let mut other = Caller::new(&d).await;
     const N: usize = 300;
     for i in 0..N {
-        let id = other.send("action", json!({"operation_id": format!("h{i}"), "action": {"type": "home"}})).await;
+        let id = other
+            .send("action", json!({"verify": false, "operation_id": format!("h{i}"), "action": {"type": "home"}}))
+            .await;
         let r = other.reply(id, Duration::from_secs(10)).await;
         assert_eq!(r["error"]["code"], "TASK_RUNNING");
     }
@@ -471,7 +476,7 @@ async fn a_slow_fast_timing_phone_still_refuses_nothing_it_should_run() {
     let obs = c.shot().await;
     let before = touches(&mut c).await;
     c.ok("action", tap(&obs, "t1")).await;
-    c.ok("action", json!({"operation_id": "k1", "observation_id": obs, "action": {"type": "key_press", "key": "a"}}))
+    c.ok("action", json!({"verify": false, "operation_id": "k1", "observation_id": obs, "action": {"type": "key_press", "key": "a"}}))
         .await;
     c.ok("action", drag(&obs, "d1", 300)).await;
     assert_eq!(touches(&mut c).await, before + 2);

@@ -98,7 +98,9 @@ impl Driver {
 
     async fn act(&mut self, shot: Option<&Shot>, action: Value) -> Value {
         let op = format!("op-{}", self.next_id + 1);
-        let mut params = json!({"operation_id": op, "action": action});
+        // These tests check where input lands (`sim_state`), not what the screen shows
+        // (tests/act_verify.rs): answer once the input is sent.
+        let mut params = json!({"verify": false, "operation_id": op, "action": action});
         if let Some(s) = shot {
             params["observation_id"] = json!(s.id);
         }

@@ -83,7 +83,7 @@ impl Conn {
     }
 
     fn tap(obs: &str, n: u64) -> Value {
-        json!({"operation_id": format!("tap-{obs}-{n}"), "observation_id": obs, "action": {"type": "tap", "x": 100, "y": 400}})
+        json!({"verify": false, "operation_id": format!("tap-{obs}-{n}"), "observation_id": obs, "action": {"type": "tap", "x": 100, "y": 400}})
     }
 }
 
@@ -218,7 +218,7 @@ async fn every_admission_refusal_has_its_code_and_is_recorded() {
     let old = agent.shot().await;
     human.ok("task_control", json!({"task": task, "action": "takeover"})).await;
     human.ok("task_control", json!({"task": task, "action": "handback"})).await;
-    let key = json!({"operation_id": "k1", "action": {"type": "key_press", "key": "a"}});
+    let key = json!({"verify": false, "operation_id": "k1", "action": {"type": "key_press", "key": "a"}});
     assert_eq!(agent.err("action", key).await, "NEEDS_OBSERVATION");
     // A screenshot taken before the takeover never authorizes an action after it, even
     // once the agent has observed again.
@@ -268,7 +268,7 @@ async fn every_admission_refusal_has_its_code_and_is_recorded() {
 
 /// Slow gestures so that one can hold the device while another request queues behind it.
 fn long_drag(obs: &str, n: u64, ms: u64) -> Value {
-    json!({"operation_id": format!("drag-{n}"), "observation_id": obs,
+    json!({"verify": false, "operation_id": format!("drag-{n}"), "observation_id": obs,
            "action": {"type": "drag", "path": [{"x": 100, "y": 300}, {"x": 100, "y": 500}], "duration_ms": ms}})
 }
 
@@ -475,8 +475,7 @@ async fn opening_an_app_outside_the_scope_asks_a_human() {
     let mut human = Conn::new(&d).await;
     let (task, token) = open(&mut human, json!({"apps": ["Settings"]})).await;
     let mut agent = Conn::new(&d).await.with_token(&token);
-    let open_demo =
-        |n: u64| json!({"operation_id": format!("open-{n}"), "action": {"type": "open_app", "name": "Demo"}});
+    let open_demo = |n: u64| json!({"verify": false, "operation_id": format!("open-{n}"), "action": {"type": "open_app", "name": "Demo"}});
     // Rejected: the step fails, the task goes on.
     let first = agent.send("action", open_demo(1)).await;
     let st = wait_state(&mut human, "waiting").await;
@@ -493,7 +492,7 @@ async fn opening_an_app_outside_the_scope_asks_a_human() {
     let r = agent.reply(second, WAIT).await;
     assert_eq!(r["ok"], true, "{r}");
     assert_eq!(d.phone.state().screen, tether::device::sim::Screen::App);
-    agent.ok("action", json!({"operation_id": "home", "action": {"type": "home"}})).await;
+    agent.ok("action", json!({"verify": false, "operation_id": "home", "action": {"type": "home"}})).await;
     let r = agent.call("action", open_demo(3)).await;
     assert_eq!(r["ok"], true, "approved once, not asked again: {r}");
 }

@@ -84,7 +84,8 @@ fn reply_result(reply: &Value) -> Result<Value, ToolError> {
         return Ok(reply.get("result").cloned().unwrap_or(Value::Null));
     }
     let e = &reply["error"];
-    Err(ToolError::new(e["code"].as_str().unwrap_or("INTERNAL"), e["message"].as_str().unwrap_or("")))
+    Err(ToolError::new(e["code"].as_str().unwrap_or("INTERNAL"), e["message"].as_str().unwrap_or(""))
+        .with_effect(e.get("effect")))
 }
 
 impl Backend for SocketBackend {
@@ -127,7 +128,9 @@ impl Drop for Forget<'_> {
 impl Backend for HttpsClient {
     async fn call(&self, method: &str, params: Map<String, Value>) -> Result<Value, ToolError> {
         HttpsClient::call(self, method, Value::Object(params)).await.map_err(|e| match e {
-            HttpsClientError::Remote { code, message, .. } => ToolError::new(code, message),
+            HttpsClientError::Remote { code, message, effect, .. } => {
+                ToolError::new(code, message).with_effect(effect.as_ref())
+            }
             other => ToolError::new("UNAVAILABLE", other.to_string()),
         })
     }

@@ -58,6 +58,8 @@ pub enum HttpsClientError {
         code: String,
         /// The server's explanation.
         message: String,
+        /// What the screen did (`NO_VISIBLE_EFFECT`, `UNEXPECTED_CHANGE`).
+        effect: Option<Value>,
     },
     /// The server sent something unexpected.
     #[error("unexpected answer: {0}")]
@@ -423,6 +425,7 @@ pub fn remote_error(status: StatusCode, value: &Value) -> HttpsClientError {
         status: status.as_u16(),
         code: error["code"].as_str().unwrap_or("UNKNOWN").to_string(),
         message: error["message"].as_str().unwrap_or_default().to_string(),
+        effect: error.get("effect").filter(|e| e.is_object()).cloned(),
     }
 }
 

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::limits;
 use super::observations::FrameRef;
 use super::operations::{Begin, OperationState};
-use super::settle::{Answer, Sample, Until};
+use super::settle::{Answer, Sample, Until, WatchFor};
 use super::{Daemon, DaemonError, InputStep, Observation, Session};
 use crate::device::geometry::{detect_active_rect, ObservationMapping, PixelRect};
 use crate::device::hid::{named_key, KeyStroke, UntypeableText};
@@ -339,10 +339,15 @@ impl Daemon {
         let mut pointer: Vec<(f64, f64)> = run.pointer_before.into_iter().collect();
         pointer.extend(run.pointer_path.iter().copied());
         let rules = self.change_rules(&baseline.active, &pointer);
-        let watched = self
-            .watch(baseline, &rules, run.ended, quiet, Duration::from_millis(timeout_ms), Until::Settled, cancel)
-            .await?;
         let expect = p.expect.unwrap_or_else(|| p.action.default_expect());
+        // Expecting a change, a quiet screen is no answer yet: the change may come late (a
+        // page loading); wait for it up to the timeout, then for it to settle.
+        let until = match expect {
+            Expect::Change => Until::Changed { settle: true },
+            Expect::Any | Expect::NoChange => Until::Settled,
+        };
+        let what = WatchFor { quiet, timeout: Duration::from_millis(timeout_ms), until };
+        let watched = self.watch(baseline, &rules, run.ended, what, cancel).await?;
         let answer = Answer {
             from: run.ended,
             image_edge: run.image_edge,

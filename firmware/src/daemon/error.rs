@@ -280,7 +280,7 @@ impl From<&DaemonError> for ErrorBody {
             body.reports_sent = Some(*reports_sent);
         }
         if let DaemonError::NoVisibleEffect { effect, .. } | DaemonError::UnexpectedChange { effect } = err {
-            body.effect = Some(serde_json::Value::Object(effect.as_ref().clone()));
+            body.effect = Some(Box::new(serde_json::Value::Object(effect.as_ref().clone())));
         }
         body
     }

@@ -815,7 +815,8 @@ mod tests {
             operation_id: op.into(),
             observation_id: None,
             action: crate::protocol::params::ActionSpec::Home {},
-            verify: None,
+            // These tests are about operation ids, not about what the phone shows.
+            verify: Some(false),
             expect: None,
             return_image: None,
             quiet_ms: None,

@@ -139,6 +139,17 @@ pub(super) struct Sample {
     pub thumb: Arc<LumaThumb>,
 }
 
+/// How long to watch, and for what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct WatchFor {
+    /// Settled after this long without a change.
+    pub quiet: Duration,
+    /// Longest watch, from its start.
+    pub timeout: Duration,
+    /// What ends it.
+    pub until: Until,
+}
+
 /// What to wait for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Until {
@@ -269,17 +280,17 @@ impl Daemon {
         *self.inner.pointer_at.lock_plain() = at;
     }
 
-    /// Watches frames after `from` until `until` holds or `timeout` (from `from`) passes.
+    /// Watches frames after `from` until `what.until` holds or `what.timeout` (from
+    /// `from`) passes.
     pub(super) async fn watch(
         &self,
         baseline: &Sample,
         rules: &ChangeRules,
         from: Instant,
-        quiet: Duration,
-        timeout: Duration,
-        until: Until,
+        what: WatchFor,
         cancel: &CancellationToken,
     ) -> Result<Watched, DaemonError> {
+        let WatchFor { quiet, timeout, until } = what;
         let mut reader = self.inner.frames.clone();
         let mut deadline = from + timeout;
         let mut prev = baseline.clone();
@@ -458,7 +469,8 @@ impl Daemon {
         let rules = self.change_rules(&baseline.active, &self.last_pointer().into_iter().collect::<Vec<_>>());
         let quiet = Duration::from_millis(p.quiet_ms.unwrap_or(self.act_settings().quiet_ms));
         let timeout = Duration::from_millis(p.timeout_ms.unwrap_or(self.act_settings().timeout_ms));
-        let watched = self.watch(&baseline, &rules, started, quiet, timeout, Until::Settled, cancel).await?;
+        let what = WatchFor { quiet, timeout, until: Until::Settled };
+        let watched = self.watch(&baseline, &rules, started, what, cancel).await?;
         let answer = Answer {
             from: started,
             image_edge: None,
@@ -506,7 +518,7 @@ impl Daemon {
             let from = now.captured_at.max(started);
             let base = Sample { captured_at: from, ..now.clone() };
             let mut w = if settle {
-                self.watch(&base, &rules, started, quiet, timeout, Until::Settled, cancel).await?
+                self.watch(&base, &rules, started, WatchFor { quiet, timeout, until: Until::Settled }, cancel).await?
             } else {
                 Watched { last: now.clone(), changed: None, settled: true, settled_frame: None, changed_at: None }
             };
@@ -514,7 +526,14 @@ impl Daemon {
             w.changed_at = Some(started);
             w
         } else {
-            self.watch(&baseline, &rules, started, quiet, timeout, Until::Changed { settle }, cancel).await?
+            self.watch(
+                &baseline,
+                &rules,
+                started,
+                WatchFor { quiet, timeout, until: Until::Changed { settle } },
+                cancel,
+            )
+            .await?
         };
         let answer = Answer {
             from: watched.changed_at.unwrap_or(started),

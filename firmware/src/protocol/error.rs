@@ -236,7 +236,7 @@ pub struct ErrorBody {
     /// For `NO_VISIBLE_EFFECT` and `UNEXPECTED_CHANGE`: what the screen did (the fields a
     /// verified action answers with, `after_observation_id` among them).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub effect: Option<serde_json::Value>,
+    pub effect: Option<Box<serde_json::Value>>,
 }
 
 impl ErrorBody {

@@ -825,7 +825,9 @@ mod tests {
                 "task_messages",
                 "video_open",
                 "video_revoke",
-                "task_thumbnail"
+                "task_thumbnail",
+                "wait_for_change",
+                "wait_for_settle"
             ]
         );
         for m in Method::ALL {

@@ -75,6 +75,20 @@ const OPERATION: Param = p(
     "An idempotency key: retrying with the same key and arguments returns the first result \
      instead of acting twice. Omit it for a fresh one.",
 );
+const EXPECT: Param = p(
+    "expect",
+    ParamKind::Choice(&["change", "any", "no_change"]),
+    false,
+    "What the action should do to the screen: change (default for taps, keys and typing; \
+     nothing changing within the timeout is the error NO_VISIBLE_EFFECT), any (default for \
+     drags), or no_change.",
+);
+const RETURN_IMAGE: Param = p(
+    "return_image",
+    ParamKind::Choice(&["none", "region", "full"]),
+    false,
+    "A picture with the answer: none (default), region (what changed) or full (the screen).",
+);
 const DURATION: Param =
     p("duration_ms", ParamKind::Integer, false, "How long the gesture takes, 100..5000 ms (default about 700).");
 
@@ -97,7 +111,7 @@ pub const TOOLS: &[ToolDef] = &[
         read_only: false,
         in_task: false,
         about: "Tap a point on the screen (pixels of the latest screenshot).",
-        params: &[X, Y, OBSERVATION, OPERATION],
+        params: &[X, Y, OBSERVATION, OPERATION, EXPECT, RETURN_IMAGE],
     },
     ToolDef {
         name: "double_tap",
@@ -106,7 +120,7 @@ pub const TOOLS: &[ToolDef] = &[
         read_only: false,
         in_task: false,
         about: "Double-tap a point on the screen (pixels of the latest screenshot).",
-        params: &[X, Y, OBSERVATION, OPERATION],
+        params: &[X, Y, OBSERVATION, OPERATION, EXPECT, RETURN_IMAGE],
     },
     ToolDef {
         name: "long_press",
@@ -115,7 +129,7 @@ pub const TOOLS: &[ToolDef] = &[
         read_only: false,
         in_task: false,
         about: "Press and hold a point for 1.5 s (context menus, rearranging icons).",
-        params: &[X, Y, OBSERVATION, OPERATION],
+        params: &[X, Y, OBSERVATION, OPERATION, EXPECT, RETURN_IMAGE],
     },
     ToolDef {
         name: "swipe",
@@ -132,6 +146,8 @@ pub const TOOLS: &[ToolDef] = &[
             DURATION,
             OBSERVATION,
             OPERATION,
+            EXPECT,
+            RETURN_IMAGE,
         ],
     },
     ToolDef {
@@ -146,6 +162,8 @@ pub const TOOLS: &[ToolDef] = &[
             DURATION,
             OBSERVATION,
             OPERATION,
+            EXPECT,
+            RETURN_IMAGE,
         ],
     },
     ToolDef {
@@ -162,6 +180,8 @@ pub const TOOLS: &[ToolDef] = &[
             p("y", ParamKind::Number, false, "Where to start (default the middle of the screen)."),
             OBSERVATION,
             OPERATION,
+            EXPECT,
+            RETURN_IMAGE,
         ],
     },
     ToolDef {
@@ -172,7 +192,12 @@ pub const TOOLS: &[ToolDef] = &[
         in_task: false,
         about: "Type text into the focused field with the phone's keyboard layout (tap the field first). \
                 Characters the layout cannot type are refused before anything is typed.",
-        params: &[p("text", ParamKind::Text, true, "The text, at most 16 KiB. A newline presses Return."), OPERATION],
+        params: &[
+            p("text", ParamKind::Text, true, "The text, at most 16 KiB. A newline presses Return."),
+            OPERATION,
+            EXPECT,
+            RETURN_IMAGE,
+        ],
     },
     ToolDef {
         name: "press_key",
@@ -181,7 +206,7 @@ pub const TOOLS: &[ToolDef] = &[
         read_only: false,
         in_task: false,
         about: "Press one key: enter, tab, escape, backspace, delete, space, up, down, left, right, f1..f12, or a character.",
-        params: &[p("key", ParamKind::Text, true, "The key's name or a single character."), OPERATION],
+        params: &[p("key", ParamKind::Text, true, "The key's name or a single character."), OPERATION, EXPECT, RETURN_IMAGE],
     },
     ToolDef {
         name: "hotkey",
@@ -190,7 +215,12 @@ pub const TOOLS: &[ToolDef] = &[
         read_only: false,
         in_task: false,
         about: "Press modifier keys with one key, e.g. [\"cmd\", \"h\"] (cmd, ctrl, alt/option, shift).",
-        params: &[p("keys", ParamKind::Keys, true, "2 to 6 key names: modifiers first, then the key."), OPERATION],
+        params: &[
+            p("keys", ParamKind::Keys, true, "2 to 6 key names: modifiers first, then the key."),
+            OPERATION,
+            EXPECT,
+            RETURN_IMAGE,
+        ],
     },
     ToolDef {
         name: "home",
@@ -199,7 +229,7 @@ pub const TOOLS: &[ToolDef] = &[
         read_only: false,
         in_task: false,
         about: "Go to the home screen.",
-        params: &[OPERATION],
+        params: &[OPERATION, EXPECT, RETURN_IMAGE],
     },
     ToolDef {
         name: "app_switcher",
@@ -208,7 +238,7 @@ pub const TOOLS: &[ToolDef] = &[
         read_only: false,
         in_task: false,
         about: "Show the app switcher.",
-        params: &[OPERATION],
+        params: &[OPERATION, EXPECT, RETURN_IMAGE],
     },
     ToolDef {
         name: "open_app",
@@ -217,7 +247,7 @@ pub const TOOLS: &[ToolDef] = &[
         read_only: false,
         in_task: false,
         about: "Open an app by name through Spotlight (as you would type it in Spotlight).",
-        params: &[p("name", ParamKind::Text, true, "The app's name, e.g. Settings."), OPERATION],
+        params: &[p("name", ParamKind::Text, true, "The app's name, e.g. Settings."), OPERATION, EXPECT, RETURN_IMAGE],
     },
     ToolDef {
         name: "back",
@@ -226,17 +256,35 @@ pub const TOOLS: &[ToolDef] = &[
         read_only: false,
         in_task: false,
         about: "Go back (Cmd+[), like the back button at the top left of many apps.",
-        params: &[OPERATION],
+        params: &[OPERATION, EXPECT, RETURN_IMAGE],
     },
     ToolDef {
         name: "wait_for_change",
         verb: Some("wait-for-change"),
-        method: Method::Preview,
+        method: Method::WaitForChange,
         read_only: true,
         in_task: false,
-        about: "Wait until the screen changes (an animation ends, a page loads) or the timeout passes. \
-                Take a screenshot afterwards to see it.",
-        params: &[p("timeout_ms", ParamKind::Integer, false, "How long to wait, 100..30000 ms (default 5000).")],
+        about: "Wait until the screen differs from the latest screenshot or action result (a page \
+                loads, a message arrives), then until it settles, or until the timeout passes. The \
+                answer has a fresh observation for the next action.",
+        params: &[
+            p("timeout_ms", ParamKind::Integer, false, "How long to wait for a change, 0..30000 ms (default 5000)."),
+            RETURN_IMAGE,
+        ],
+    },
+    ToolDef {
+        name: "wait_for_settle",
+        verb: Some("wait-for-settle"),
+        method: Method::WaitForSettle,
+        read_only: true,
+        in_task: false,
+        about: "Wait until the screen stops changing (animations end, a spinner goes away). \
+                Actions already wait for this; use it after something you did not do.",
+        params: &[
+            p("timeout_ms", ParamKind::Integer, false, "Longest wait, 0..30000 ms (default 3000)."),
+            p("quiet_ms", ParamKind::Integer, false, "Settled after this long without a change, 50..5000 ms (default 300)."),
+            RETURN_IMAGE,
+        ],
     },
     ToolDef {
         name: "status",

@@ -255,6 +255,16 @@ impl SimPhone {
         }
     }
 
+    /// Whether something on the screen is moving by itself now (an app opening or closing,
+    /// a list gliding, a spinner).
+    pub fn animating(&self) -> bool {
+        let now = Instant::now();
+        let mut st = self.lock();
+        let ms = millis_since(st.started, now);
+        st.ui.tick(ms);
+        st.ui.scene().animating
+    }
+
     /// The scene and pointer, for rendering (animations advanced to now).
     pub(super) fn render_state(&self) -> (Scene, PhoneSnapshot) {
         let now = Instant::now();
@@ -509,6 +519,12 @@ mod tests {
             phone.consume(HidInterface::Pointer, &ptr(0, x, y));
         };
         tap(190, 350); // app0
+                       // The app opens over 400 ms and takes no touches meanwhile, like iOS.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while phone.animating() {
+            assert!(Instant::now() < deadline, "the app never finished opening");
+            std::thread::sleep(Duration::from_millis(10));
+        }
         tap(590, 930); // text field
         let kb = |m: u8, u: u8| KeyboardReport { modifiers: m, keys: [u, 0, 0, 0, 0, 0] };
         for k in [kb(0, 0x1D), kb(0, 0), kb(0x02, 0x1D), kb(0, 0)] {

@@ -122,6 +122,8 @@ pub struct Touch {
     pub at_ms: u64,
     /// The element under the down point, if any.
     pub target: Option<String>,
+    /// Whether the phone ignored it (it came while an app was opening or closing).
+    pub ignored: bool,
 }
 
 const APP_ICONS: usize = 24;
@@ -433,9 +435,14 @@ impl Ui {
             duration_ms,
             at_ms,
             target: target.as_ref().map(|e| e.id.clone()),
+            ignored: self.transition.is_some(),
         });
         while self.touches.len() > TOUCHES_KEPT {
             self.touches.pop_front();
+        }
+        if self.transition.is_some() {
+            // Like iOS, the screen takes no touches while an app opens or closes.
+            return;
         }
         match kind {
             TouchKind::Tap => self.tap(target),
@@ -466,7 +473,11 @@ impl Ui {
                 self.focused = false;
             }
             ElementKind::Back => self.go_home(),
-            ElementKind::Button if e.id == "dead_button" => self.dead_taps += 1,
+            ElementKind::Button if e.id == "dead_button" => {
+                // It takes the tap and nothing happens, not even a change of focus.
+                self.dead_taps += 1;
+                return;
+            }
             ElementKind::Button => {
                 let i = index("button");
                 if let Some(c) = i.and_then(|i| self.button_taps.get_mut(i)) {
@@ -615,7 +626,11 @@ mod tests {
         ui.touch(p, p, 80, 0);
         assert_eq!(ui.screen(), Screen::App);
         let t = centre(&ui, "toggle1");
-        ui.touch(t, t, 80, 0);
+        ui.touch(t, t, 80, 100);
+        assert!(ui.touches().last().unwrap().ignored, "no touches while the app opens");
+        assert_eq!(ui.elements().into_iter().find(|e| e.id == "toggle1").unwrap().on, Some(false));
+        ui.tick(OPEN_MS);
+        ui.touch(t, t, 80, OPEN_MS);
         let toggle = ui.elements().into_iter().find(|e| e.id == "toggle1").unwrap();
         assert_eq!(toggle.on, Some(true));
         assert_eq!(ui.touches().last().unwrap().target.as_deref(), Some("toggle1"));
@@ -629,9 +644,50 @@ mod tests {
         assert!(ui.elements().iter().any(|e| e.kind == ElementKind::ContextMenu));
         ui.touch(p, p, 80, 0); // dismiss
         ui.touch(p, p, 80, 0); // open
+        ui.tick(OPEN_MS);
         ui.touch((500, 2200), (500, 1400), 700, 0);
         let list = ui.elements().into_iter().find(|e| e.id == "list").unwrap();
         assert_eq!(list.scroll_offset, Some(800));
         assert!(!ui.elements().iter().any(|e| e.id == "row0"), "row0 scrolled out");
+        // The list glides there: drawn part of the way at first, eased out, then at rest.
+        let drawn = |ui: &Ui| ui.scene().elements.iter().find(|e| e.id == "list").unwrap().scroll_offset.unwrap();
+        assert!(ui.scene().animating && drawn(&ui) == 0);
+        ui.tick(OPEN_MS + SCROLL_MS / 2);
+        assert!((400..800).contains(&drawn(&ui)), "eased out: more than half way at half time");
+        ui.tick(OPEN_MS + SCROLL_MS);
+        assert_eq!(drawn(&ui), 800);
+        assert!(!ui.scene().animating);
+    }
+
+    #[test]
+    fn the_load_button_spins_first_the_dead_one_does_nothing_and_the_caret_blinks() {
+        let mut ui = Ui::new(1179, 2556);
+        let p = centre(&ui, "app0");
+        ui.touch(p, p, 80, 0);
+        ui.tick(OPEN_MS);
+        let field = centre(&ui, "text_field");
+        ui.touch(field, field, 80, OPEN_MS);
+        let caret_at = |ui: &mut Ui, t: u64| {
+            ui.tick(t);
+            ui.scene().caret.is_some()
+        };
+        assert!(caret_at(&mut ui, OPEN_MS + 10));
+        assert!(!caret_at(&mut ui, OPEN_MS + CARET_HALF_PERIOD_MS + 10), "blinked off");
+        assert!(caret_at(&mut ui, OPEN_MS + 2 * CARET_HALF_PERIOD_MS + 10), "and on");
+        ui.tick(2000);
+        let before = ui.scene();
+        let dead = centre(&ui, "dead_button");
+        ui.touch(dead, dead, 80, 2000);
+        let others = |s: &Scene| s.elements.iter().filter(|e| e.id != "dead_button").cloned().collect::<Vec<_>>();
+        assert_eq!(others(&ui.scene()), others(&before), "the dead control changes nothing on screen");
+        assert_eq!(ui.touches().last().unwrap().target.as_deref(), Some("dead_button"));
+        assert!(ui.text_focused(), "not even the field's focus");
+        let load = centre(&ui, "button2");
+        ui.touch(load, load, 80, 2000);
+        ui.tick(2000 + LOAD_MS / 2);
+        assert!(ui.scene().spinner.is_some() && ui.scene().loads == 0);
+        ui.tick(2000 + LOAD_MS);
+        assert!(ui.scene().spinner.is_none());
+        assert_eq!(ui.scene().loads, 1);
     }
 }
