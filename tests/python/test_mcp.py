@@ -30,6 +30,7 @@ from test_https import HttpsDaemon, wait_for
 BUTTON = (0, 122, 255)
 APP0 = (60, 90, 200)
 FIELD = (229, 229, 234)
+DEAD = (174, 174, 178)
 
 
 def decode_png(data):
@@ -206,13 +207,55 @@ class Mcp(unittest.TestCase):
                 wait_for("the field to take focus", lambda: self.element("text_field")["focused"])
                 r = await s.call_tool("type_text", {"text": "hello mcp"})
                 self.assertFalse(r.is_error, text_of(r))
-                wait_for("the text to arrive", lambda: self.element("text_field")["text"] == "hello mcp")
+                # (Other tests of this class may have typed into the field before.)
+                wait_for("the text to arrive", lambda: self.element("text_field")["text"].endswith("hello mcp"))
                 # Bad arguments are tool errors with a code, and the server goes on.
                 r = await s.call_tool("tap", {"x": "left", "y": 2})
                 self.assertTrue(r.is_error)
                 self.assertIn("INVALID_PARAMS", text_of(r))
                 r = await s.call_tool("status", {})
                 self.assertFalse(r.is_error, text_of(r))
+        run(body())
+
+    def test_a_flow_needs_no_screenshot_between_steps(self):
+        """Act and verify over MCP: each answer says what changed and carries the next
+        observation (and, asked, the picture), so one screenshot starts a whole flow."""
+        async def body():
+            async with self.http_session({"Authorization": f"Bearer {self.op}"}) as s:
+                r = await s.call_tool("home", {"expect": "any"})
+                self.assertFalse(r.is_error, text_of(r))
+                wait_for("the home screen", lambda: self.sim()["screen"] == "home")
+                r = await s.call_tool("wait_for_settle", {})
+                self.assertIn("settled", text_of(r))
+                shot = await s.call_tool("screenshot", {})
+                x, y = find_colour(image_of(shot), APP0, tolerance=10)
+                # The app opens (an animation); the answer waits it out and shows the result.
+                r = await s.call_tool("tap", {"x": x, "y": y, "return_image": "full"})
+                self.assertFalse(r.is_error, text_of(r))
+                text = text_of(r)
+                self.assertIn("The screen changed in x", text)
+                self.assertIn("settled", text)
+                self.assertIn("New observation", text)
+                self.assertIn("no screenshot needed", text)
+                self.assertEqual(self.sim()["screen"], "app")
+                # The field, found in the picture that came with the answer.
+                fx, fy = find_colour(image_of(r), FIELD, tolerance=6)
+                r = await s.call_tool("tap", {"x": fx, "y": fy})
+                self.assertFalse(r.is_error, text_of(r))
+                self.assertIn("The screen changed", text_of(r))
+                self.assertTrue(self.element("text_field")["focused"], "the tap landed after the animation")
+                r = await s.call_tool("type_text", {"text": "no looking"})
+                self.assertFalse(r.is_error, text_of(r))
+                self.assertIn("The screen changed in x", text_of(r))
+                self.assertTrue(self.element("text_field")["text"].endswith("no looking"), self.element("text_field"))
+                # A control that does nothing: the tool says so, with what to do.
+                r = await s.call_tool("screenshot", {})
+                dx, dy = find_colour(image_of(r), DEAD, tolerance=6)
+                r = await s.call_tool("tap", {"x": dx, "y": dy})
+                self.assertTrue(r.is_error, text_of(r))
+                self.assertIn("NO_VISIBLE_EFFECT", text_of(r))
+                self.assertIn("did not change", text_of(r))
+                self.assertIn("Next: ", text_of(r))
         run(body())
 
     def test_a_task_agent_waits_while_paused_and_confirm_is_answered_over_http(self):
