@@ -634,12 +634,23 @@ mod tests {
             ("[sim_phone]\ncapture_width = 1921", "must be even"),
             ("relative_counts_per_screen = [0.0, 1.0]", "relative_counts"),
             ("active_rect = { x = 4294967295, y = 0, width = 2, height = 2 }", "active_rect"),
+            ("[act]\nquiet_ms = 1", "act.quiet_ms"),
+            ("[act]\nignore = [{ x = 0.5, y = 0.0, width = 1.5, height = 0.1 }]", "act.ignore[0]"),
+            ("[act]\nsamples = 3", "act.samples"),
+            ("[act]\nquiet = 300", "quiet"),
         ] {
             let err = Config::from_toml(Profile::Laptop, toml).unwrap_err();
             assert!(err.contains(field), "{toml}: {err}");
         }
         let c = Config::from_toml(Profile::Laptop, "[limits]\nqueue_timeout_ms = 2000").unwrap();
         assert_eq!(c.limits.queue_timeout_ms, 2000);
+        let act = "[act]\nquiet_ms = 500\nignore = [{ x = 0.0, y = 0.0, width = 1.0, height = 0.1 }]";
+        let c = Config::from_toml(Profile::Laptop, act).unwrap();
+        assert_eq!(
+            (c.act.quiet_ms, c.act.timeout_ms, c.act.ignore.len()),
+            (500, 3000, 1),
+            "unset act fields keep defaults"
+        );
         assert_eq!(c.limits.max_connections, 64, "unset limits keep defaults");
     }
 

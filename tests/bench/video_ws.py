@@ -41,7 +41,7 @@ def run(width, height):
             while not stop.is_set():
                 i += 1
                 x = 10 if x > w - 20 else x + 3
-                mover.call({"id": i, "method": "action", "operation_id": f"m{i}", "observation_id": obs,
+                mover.call({"id": i, "method": "action", "operation_id": f"m{i}", "observation_id": obs, "verify": False,
                             "action": {"type": "move", "x": x, "y": 100}})
                 time.sleep(0.01)
 

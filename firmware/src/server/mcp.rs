@@ -32,9 +32,12 @@ pub const PROGRESS_EVERY: Duration = Duration::from_secs(3);
 /// What the server tells a model about itself.
 const INSTRUCTIONS: &str = "Drive a real iPhone. Call screenshot first: coordinates for tap, swipe and the \
 other pointer tools are pixels of the latest screenshot, which pointer tools use unless you pass its \
-observation_id. After acting, take a new screenshot to see the effect (wait_for_change waits until the \
-screen changes). Inside a task a human may pause you (your call then waits), take over, or stop the task; ask \
-with confirm before anything irreversible.";
+observation_id. Every action waits until the screen settles and says what changed (and where), with a new \
+observation that the next pointer tool uses: no screenshot is needed between steps unless you want to see \
+the screen (return_image: region or full brings the picture with the answer). NO_VISIBLE_EFFECT means the \
+input was sent and nothing changed: look before trying again. wait_for_change and wait_for_settle wait for \
+things you did not do. Inside a task a human may pause you (your call then waits), take over, or stop the \
+task; ask with confirm before anything irreversible.";
 
 /// Makes the backend for a caller from its request (HTTP: the caller the request
 /// authenticated as; stdio: the one socket connection).
