@@ -211,7 +211,8 @@ try {
   await step('a click opens the demo app and toggles a switch', async () => {
     const icon = await onCanvas(page, 'app0');
     await page.mouse.click(icon.x, icon.y);
-    await waitFor('the demo app', async () => (await sim()).screen === 'app');
+    // A person waits for the app to finish opening (it takes no touches meanwhile, as on iOS).
+    await waitFor('the demo app', async () => { const s = await sim(); return s.screen === 'app' && !s.animating; });
     const before = (await element('toggle0')).on;
     const t = await onCanvas(page, 'toggle0');
     await page.mouse.click(t.x, t.y);
@@ -259,7 +260,7 @@ try {
 
   await step('the home button returns home', async () => {
     await page.getByRole('button', { name: 'Home', exact: true }).click();
-    await waitFor('home', async () => (await sim()).screen === 'home');
+    await waitFor('home', async () => { const s = await sim(); return s.screen === 'home' && !s.animating; });
   });
 
   await step('holding the pointer long-presses (a context menu opens)', async () => {
@@ -393,7 +394,7 @@ try {
       { viewport: { width: 390, height: 844 }, hasTouch: true, isMobile: true, deviceScaleFactor: 3 });
     await p.locator('#screen').waitFor();
     await framesDrawn(p, 5);
-    await waitFor('home', async () => (await sim()).screen === 'home');
+    await waitFor('home', async () => { const s = await sim(); return s.screen === 'home' && !s.animating; });
     const icon = await onCanvas(p, 'app0');
     const done = await actionsDone(p);
     await p.touchscreen.tap(icon.x, icon.y);

@@ -11,7 +11,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tether::device::input::InputTimings;
 use tether::device::sim::{SimConfig, CARET_HALF_PERIOD_MS, LOAD_MS, OPEN_MS, SCROLL_MS};
-use tether_tests::harness::{Caller, SimDaemon};
+use tether_tests::harness::{Caller, SimDaemon, REPLY_TIMEOUT};
+use tether_tests::wait_for;
 
 const FPS: u32 = 60;
 
@@ -180,8 +181,31 @@ async fn a_dead_control_answers_no_visible_effect_with_a_fresh_observation() {
     // `expect: any` takes the same non-event as an answer.
     let r = p.tap(after, size, "dead_button", json!({"expect": "any", "settle_timeout_ms": 1000})).await;
     assert_eq!((r["ok"].as_bool(), r["result"]["changed"].as_bool()), (Some(true), Some(false)), "{r}");
-    // And `expect: no_change` refuses a change.
+    // Cancelled while it watches: CANCELLED, and the tap was sent all the same.
     let after = r["result"]["after_observation_id"].as_str().unwrap().to_string();
+    let touches = p.state().await["touches"].as_array().unwrap().len();
+    let state = p.state().await;
+    let (x, y) = centre(rect_in_image(&state, "dead_button", size));
+    let id =
+        p.c.send(
+            "action",
+            json!({"operation_id": "v-cancel", "observation_id": after,
+            "action": {"type": "tap", "x": x, "y": y}, "settle_timeout_ms": 30000}),
+        )
+        .await;
+    wait_for!(REPLY_TIMEOUT, "the tap to reach the phone", {
+        let n = p.state().await["touches"].as_array().unwrap().len();
+        (n > touches).then_some(())
+    });
+    assert_eq!(p.c.ok("cancel", json!({"request_id": id})).await["cancelled"], true);
+    let r = p.c.reply(id, REPLY_TIMEOUT).await;
+    assert_eq!(
+        (r["error"]["code"].as_str(), r["error"]["side_effect_possible"].as_bool()),
+        (Some("CANCELLED"), Some(true)),
+        "{r}"
+    );
+    // And `expect: no_change` refuses a change.
+    let (after, _) = p.shot().await;
     let r = p.tap(&after, size, "button0", json!({"expect": "no_change"})).await;
     assert_eq!(r["error"]["code"], "UNEXPECTED_CHANGE", "{r}");
     assert!(r["error"]["effect"]["changed_region"].is_object(), "{r}");

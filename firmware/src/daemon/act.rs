@@ -11,7 +11,7 @@ use super::limits;
 use super::observations::FrameRef;
 use super::operations::{Begin, OperationState};
 use super::settle::{Answer, Sample, Until, WatchFor};
-use super::{Daemon, DaemonError, InputStep, Observation, Session};
+use super::{Daemon, DaemonError, InputError, InputStep, Observation, Session};
 use crate::device::geometry::{detect_active_rect, ObservationMapping, PixelRect};
 use crate::device::hid::{named_key, KeyStroke, UntypeableText};
 use crate::device::input::{self, plan, Gesture, HidPoint};
@@ -298,7 +298,13 @@ impl Daemon {
                 out.insert("generation".into(), newest.map(|f| f.generation).into());
                 out.insert("after_frame_id".into(), newest.map(|f| f.sequence).into());
                 let verified = match (&run.baseline, verify) {
-                    (Some(baseline), true) => self.verify_effect(p, acting, baseline, &run, cancel).await,
+                    (Some(baseline), true) => match self.verify_effect(p, acting, baseline, &run, cancel).await {
+                        // Cancelled while watching: the input was sent all the same.
+                        Err(DaemonError::Cancelled) => {
+                            Err(DaemonError::Input(InputError::Cancelled { reports_sent: reports }))
+                        }
+                        other => other,
+                    },
                     (None, true) => {
                         let mut why = serde_json::Map::new();
                         why.insert("verified".into(), false.into());

@@ -134,6 +134,8 @@ impl Daemon {
             self.active_rect(&frame)
         };
         let orientation = Orientation::of(&active);
+        // The status-bar clock and the like change by themselves: not the pointer.
+        let ignore: Vec<PixelRect> = self.act_settings().ignore.iter().map(|r| r.in_frame(&active)).collect();
         if p.reset.unwrap_or(false) {
             self.lock_calibrations().set(orientation, None);
             self.geometry_changed("the calibration was reset");
@@ -160,7 +162,7 @@ impl Daemon {
             samples[k] = Some(PointerSample::take(&frame, active));
             drop(frame);
             if k >= 2 {
-                located[k - 1] = Some(locate_at(&samples, k - 1)?);
+                located[k - 1] = Some(locate_at(&samples, k - 1, &ignore)?);
                 if k - 2 >= 2 {
                     samples[k - 2] = None;
                 }
@@ -170,7 +172,7 @@ impl Daemon {
         // The cycle closes: the last point against its predecessor and point 0, point 0
         // against the last point and point 1.
         for k in [count - 1, 0] {
-            located[k] = Some(locate_at(&samples, k)?);
+            located[k] = Some(locate_at(&samples, k, &ignore)?);
         }
         let mut points = Vec::with_capacity(count);
         for (&(hx, hy), at) in targets.iter().zip(located) {
@@ -243,11 +245,12 @@ impl Residual {
 /// `n`x`n` HID points spanning the middle of the screen, in a serpentine order so that
 /// consecutive points are neighbours (never far apart, never the same).
 /// Finds the pointer in sample `k` against its neighbours on the cycle of grid points.
-fn locate_at(samples: &[Option<PointerSample>], k: usize) -> Result<(f64, f64), DaemonError> {
+/// `ignore`: frame regions whose changes are not the pointer (`[act] ignore`: the clock).
+fn locate_at(samples: &[Option<PointerSample>], k: usize, ignore: &[PixelRect]) -> Result<(f64, f64), DaemonError> {
     let count = samples.len();
     let get = |i: usize| samples.get(i).and_then(Option::as_ref);
     let found = match (get((k + count - 1) % count), get(k), get((k + 1) % count)) {
-        (Some(prev), Some(current), Some(next)) => locate_pointer(prev, current, next),
+        (Some(prev), Some(current), Some(next)) => locate_pointer(prev, current, next, ignore),
         _ => None,
     };
     found.ok_or_else(|| {

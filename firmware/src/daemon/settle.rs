@@ -50,7 +50,7 @@ pub struct UnitRect {
 
 impl UnitRect {
     /// The rectangle in frame pixels of `active`, clipped to it.
-    fn in_frame(&self, active: &PixelRect) -> PixelRect {
+    pub fn in_frame(&self, active: &PixelRect) -> PixelRect {
         let (aw, ah) = (f64::from(active.width), f64::from(active.height));
         let px = |v: f64, extent: f64| to_u32((v.clamp(0.0, 1.0) * extent).round());
         let (x0, y0) = (px(self.x, aw), px(self.y, ah));

@@ -212,7 +212,12 @@ impl Centroid {
 /// changes widens the pointer towards even columns (half a capture pixel, more than one
 /// phone pixel at 1080p). Colour decides only where the pointer sits on something as bright
 /// as itself and brightness alone sees less than half of it.
-pub fn locate_pointer(previous: &PointerSample, current: &PointerSample, next: &PointerSample) -> Option<(f64, f64)> {
+pub fn locate_pointer(
+    previous: &PointerSample,
+    current: &PointerSample,
+    next: &PointerSample,
+    ignore: &[PixelRect],
+) -> Option<(f64, f64)> {
     let same_shape = |s: &PointerSample| {
         (s.origin, s.factor, s.width, s.height) == (current.origin, current.factor, current.width, current.height)
     };
@@ -223,11 +228,21 @@ pub fn locate_pointer(previous: &PointerSample, current: &PointerSample, next: &
     let colour_differs =
         |a: [u8; 4], b: [u8; 4]| a[1..].iter().zip(&b[1..]).any(|(x, y)| x.abs_diff(*y) > CHANGED_COLOUR);
     let (mut by_luma, mut by_colour) = (Centroid::default(), Centroid::default());
+    // Regions whose changes are not the pointer (the status-bar clock), in frame pixels.
+    let ignored = |x: u32, y: u32| {
+        let (fx, fy) = (current.origin.0 + x * current.factor, current.origin.1 + y * current.factor);
+        ignore
+            .iter()
+            .any(|r| fx >= r.x && fx < r.x.saturating_add(r.width) && fy >= r.y && fy < r.y.saturating_add(r.height))
+    };
     for y in 0..current.height {
         for x in 0..current.width {
             let (Some(c), Some(p), Some(q)) = (current.pixel(x, y), previous.pixel(x, y), next.pixel(x, y)) else {
                 continue;
             };
+            if ignored(x, y) {
+                continue;
+            }
             if luma_differs(c, p) && luma_differs(c, q) {
                 by_luma.add(x, y);
             }
@@ -300,11 +315,36 @@ mod tests {
         let area = PixelRect { x: 0, y: 0, width: 100, height: 80 };
         let [a, b, c] = [&a, &b, &c].map(|f| PointerSample::take(f, area));
         assert_eq!(b.factor, 1, "a small area is kept at full resolution");
-        let (x, y) = locate_pointer(&a, &b, &c).unwrap();
+        let (x, y) = locate_pointer(&a, &b, &c, &[]).unwrap();
         assert!((x - 50.5).abs() < 0.01 && (y - 40.5).abs() < 0.01, "{x} {y}");
-        assert!(locate_pointer(&b, &b, &b).is_none());
+        assert!(locate_pointer(&b, &b, &b, &[]).is_none());
+        // A change elsewhere (a clock ticking twice) pulls the centre off, unless ignored.
+        let clock = |f: &Frame, v: u8| {
+            let mut f = f.clone();
+            let mut data = f.data.to_vec();
+            for y in 0..6 {
+                for x in 0..20 {
+                    for ch in 0..3 {
+                        data[((y * 100 + x) * 3 + ch) as usize] = v;
+                    }
+                }
+            }
+            f.data = data.into();
+            f
+        };
+        let (ta, tb, tc) = (
+            clock(&frame_with_disc(10, 10), 250),
+            clock(&frame_with_disc(50, 40), 120),
+            clock(&frame_with_disc(90, 70), 250),
+        );
+        let [ta, tb, tc] = [&ta, &tb, &tc].map(|f| PointerSample::take(f, area));
+        let (x, _) = locate_pointer(&ta, &tb, &tc, &[]).unwrap();
+        assert!((x - 50.5).abs() > 2.0, "the clock pulls the centre: {x}");
+        let strip = PixelRect { x: 0, y: 0, width: 30, height: 8 };
+        let (x, y) = locate_pointer(&ta, &tb, &tc, &[strip]).unwrap();
+        assert!((x - 50.5).abs() < 0.01 && (y - 40.5).abs() < 0.01, "{x} {y}");
         let elsewhere = PointerSample::take(&frame_with_disc(90, 70), PixelRect { x: 10, y: 0, width: 90, height: 80 });
-        assert!(locate_pointer(&a, &b, &elsewhere).is_none(), "samples of different areas never compare");
+        assert!(locate_pointer(&a, &b, &elsewhere, &[]).is_none(), "samples of different areas never compare");
     }
 
     #[test]
@@ -317,7 +357,7 @@ mod tests {
         assert_eq!(b.factor, 2);
         assert!(b.len() as u64 <= SAMPLE_MAX_PIXELS * 4, "{} bytes", b.len());
         assert_eq!(b.len(), (997 / 2) * (2160 / 2) * 4);
-        let (x, y) = locate_pointer(&a, &b, &c).unwrap();
+        let (x, y) = locate_pointer(&a, &b, &c, &[]).unwrap();
         assert!((x - 2000.5).abs() <= 1.0 && (y - 1100.5).abs() <= 1.0, "{x} {y}");
     }
 
@@ -349,7 +389,7 @@ mod tests {
         for cx in [31, 32] {
             let frames = [(10, 10), (cx, 21), (50, 38)].map(|(x, y)| nv12_with_disc(64, 48, (x, y, 5), blue, grey));
             let [a, b, c] = [&frames[0], &frames[1], &frames[2]].map(|f| PointerSample::take(f, area));
-            let (x, y) = locate_pointer(&a, &b, &c).unwrap();
+            let (x, y) = locate_pointer(&a, &b, &c, &[]).unwrap();
             let want = f64::from(cx) + 0.5;
             assert!((x - want).abs() < 0.05 && (y - 21.5).abs() < 0.05, "centre {cx}: found ({x}, {y})");
         }
@@ -372,7 +412,7 @@ mod tests {
         };
         let area = PixelRect { x: 0, y: 0, width: 100, height: 80 };
         let [a, b, c] = [rgb(10, 10), rgb(50, 40), rgb(90, 70)].map(|f| PointerSample::take(&f, area));
-        let (x, y) = locate_pointer(&a, &b, &c).unwrap();
+        let (x, y) = locate_pointer(&a, &b, &c, &[]).unwrap();
         assert!((x - 50.5).abs() < 0.01 && (y - 40.5).abs() < 0.01, "{x} {y}");
     }
 
@@ -381,6 +421,6 @@ mod tests {
         let f = frame_with_disc(10, 10);
         let s = PointerSample::take(&f, PixelRect { x: 200, y: 200, width: u32::MAX, height: u32::MAX });
         assert!(s.is_empty());
-        assert!(locate_pointer(&s, &s, &s).is_none());
+        assert!(locate_pointer(&s, &s, &s, &[]).is_none());
     }
 }

@@ -124,6 +124,9 @@ pub struct SimState {
     pub volume: u8,
     /// The phone's keyboard layout.
     pub layout: Layout,
+    /// Whether something moves by itself (an app opening or closing: touches are ignored
+    /// meanwhile, a list gliding, a spinner).
+    pub animating: bool,
 }
 
 #[derive(Debug)]
@@ -242,8 +245,12 @@ impl SimPhone {
 
     /// The full state for `sim_state`.
     pub fn state(&self) -> SimState {
-        let st = self.lock();
+        let now = Instant::now();
+        let mut st = self.lock();
+        let ms = millis_since(st.started, now);
+        st.ui.tick(ms);
         SimState {
+            animating: st.ui.scene().animating,
             screen: st.ui.screen(),
             screen_size: (self.config.phone_width, self.config.phone_height),
             elements: st.ui.elements(),
