@@ -294,6 +294,7 @@ impl Daemon {
         let mut reader = self.inner.frames.clone();
         let mut deadline = from + timeout;
         let mut prev = baseline.clone();
+        let mut motion = Motion::new(baseline.thumb.clone());
         let mut last_change: Option<(u64, Instant)> = None;
         let mut first_after: Option<(u64, Instant)> = None;
         let mut changed_at: Option<Instant> = None;
@@ -314,7 +315,7 @@ impl Daemon {
                 if s.captured_at >= from && first_after.is_none() {
                     first_after = Some((s.frame_id, s.captured_at));
                 }
-                if changed_region(&prev.thumb, &s.thumb, rules).is_some() {
+                if motion.moved(&s.thumb, rules) {
                     last_change = Some((s.frame_id, s.captured_at));
                 }
                 if changed_at.is_none()
@@ -553,6 +554,29 @@ impl Daemon {
     }
 }
 
+/// Whether the screen is still moving: each sample is compared with the one that began the
+/// current still stretch (the anchor), not just with the one before it, so a slow fade whose
+/// every step is below the threshold still counts once it adds up.
+#[derive(Debug, Clone)]
+struct Motion {
+    anchor: Arc<LumaThumb>,
+}
+
+impl Motion {
+    fn new(anchor: Arc<LumaThumb>) -> Motion {
+        Motion { anchor }
+    }
+
+    /// Whether `sample` differs from the anchor; if so it becomes the anchor.
+    fn moved(&mut self, sample: &Arc<LumaThumb>, rules: &ChangeRules) -> bool {
+        let moved = changed_region(&self.anchor, sample, rules).is_some();
+        if moved {
+            self.anchor = sample.clone();
+        }
+        moved
+    }
+}
+
 /// `r` clipped to `to` (empty when they do not meet).
 fn clip(r: PixelRect, to: &PixelRect) -> PixelRect {
     let x0 = r.x.max(to.x);
@@ -577,6 +601,23 @@ fn image_rect(r: &PixelRect, m: &ObservationMapping) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn flat(v: u8) -> Arc<LumaThumb> {
+        let data: Vec<u8> = (0..64 * 64).flat_map(|_| [v, v, v]).collect();
+        Arc::new(LumaThumb::of(&Frame::rgb(1, 1, 64, 64, data), 64))
+    }
+
+    #[test]
+    fn a_slow_fade_is_motion_once_it_adds_up_and_stillness_is_not() {
+        let rules = ChangeRules::default();
+        let mut motion = Motion::new(flat(100));
+        // +5 luma a frame: under the threshold (12) from one frame to the next...
+        assert!(changed_region(&flat(105), &flat(110), &rules).is_none());
+        let moved: Vec<bool> = [105, 110, 115, 120, 125, 130].iter().map(|&v| motion.moved(&flat(v), &rules)).collect();
+        // ...but against where the still stretch began it moves every few frames.
+        assert_eq!(moved, [false, false, true, false, false, true]);
+        assert!(!motion.moved(&flat(130), &rules) && !motion.moved(&flat(131), &rules), "still");
+    }
 
     #[test]
     fn unit_rects_and_image_rects_map_through_the_picture() {
