@@ -148,6 +148,22 @@ async fn a_tap_on_an_icon_reports_the_app_opening_and_its_observation_acts_next(
     let state = p.state().await;
     let on = state["elements"].as_array().unwrap().iter().find(|e| e["id"] == "toggle0").unwrap()["on"].clone();
     assert_eq!(on, true);
+    // A batch is verified once, over all its steps: both toggles flip, one region covers them.
+    let next = r["result"]["after_observation_id"].as_str().unwrap().to_string();
+    let state = p.state().await;
+    let (t1, t2) = (rect_in_image(&state, "toggle1", size), rect_in_image(&state, "toggle2", size));
+    let (a, b) = (centre(t1), centre(t2));
+    let batch =
+        p.c.ok(
+            "batch",
+            json!({"operation_id": "v-batch", "observation_id": next, "actions": [
+                {"type": "tap", "x": a.0, "y": a.1}, {"type": "tap", "x": b.0, "y": b.1}]}),
+        )
+        .await;
+    assert_eq!((batch["completed"].as_u64(), batch["changed"].as_bool()), (Some(2), Some(true)), "{batch}");
+    let (x, y, w, h) = region(&batch);
+    assert!(y <= t1.1 + 4.0 && y + h + 4.0 >= t2.1 + t2.3 && x <= t1.0 + 4.0 && x + w + 4.0 >= t1.0 + t1.2, "{batch}");
+    assert!(batch["after_observation_id"].is_string());
     // Back home: the closing animation is watched too.
     let r = p.act(None, json!({"type": "home"}), json!({})).await;
     assert_eq!(r["result"]["changed"], true, "{r}");

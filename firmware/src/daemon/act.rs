@@ -19,7 +19,7 @@ use crate::device::video::image::observe;
 use crate::device::video::luma::LumaThumb;
 use crate::device::video::Frame;
 use crate::protocol::params::{
-    ActionParams, ActionSpec, Direction, Expect, PreviewParams, ScreenshotParams, DEFAULT_MAX_EDGE,
+    ActionParams, ActionSpec, Direction, Expect, PreviewParams, ReturnImage, ScreenshotParams, DEFAULT_MAX_EDGE,
     DEFAULT_PREVIEW_EDGE,
 };
 use crate::protocol::task_params::BatchParams;
@@ -297,22 +297,13 @@ impl Daemon {
                 out.insert("reports".into(), reports.into());
                 out.insert("generation".into(), newest.map(|f| f.generation).into());
                 out.insert("after_frame_id".into(), newest.map(|f| f.sequence).into());
-                let verified = match (&run.baseline, verify) {
-                    (Some(baseline), true) => match self.verify_effect(p, acting, baseline, &run, cancel).await {
-                        // Cancelled while watching: the input was sent all the same.
-                        Err(DaemonError::Cancelled) => {
-                            Err(DaemonError::Input(InputError::Cancelled { reports_sent: reports }))
-                        }
-                        other => other,
-                    },
-                    (None, true) => {
-                        let mut why = serde_json::Map::new();
-                        why.insert("verified".into(), false.into());
-                        why.insert("why".into(), "no picture to compare with (no capture or no signal)".into());
-                        Ok(why)
-                    }
-                    (_, false) => Ok(serde_json::Map::from_iter([("verified".to_string(), Value::from(false))])),
+                let spec = VerifySpec {
+                    expect: p.expect.unwrap_or_else(|| p.action.default_expect()),
+                    quiet_ms: p.quiet_ms,
+                    timeout_ms: p.settle_timeout_ms,
+                    return_image: p.return_image.unwrap_or_default(),
                 };
+                let verified = self.verified(verify.then_some(&spec), acting, &run, reports, cancel).await;
                 verified.map(|fields| {
                     out.extend(fields);
                     out.insert("duration_ms".into(), millis(started.elapsed()).into());
@@ -328,12 +319,37 @@ impl Daemon {
         result
     }
 
+    /// The verification fields of a finished run (`spec` `None`: not asked for).
+    async fn verified(
+        &self,
+        spec: Option<&VerifySpec>,
+        acting: Acting,
+        run: &ActionRun,
+        reports: usize,
+        cancel: &CancellationToken,
+    ) -> Result<serde_json::Map<String, Value>, DaemonError> {
+        let mut out = serde_json::Map::new();
+        out.insert("verified".into(), false.into());
+        let Some(spec) = spec else {
+            return Ok(out);
+        };
+        let Some(baseline) = &run.baseline else {
+            out.insert("why".into(), "no picture to compare with (no capture or no signal)".into());
+            return Ok(out);
+        };
+        match self.verify_effect(spec, acting, baseline, run, cancel).await {
+            // Cancelled while watching: the input was sent all the same.
+            Err(DaemonError::Cancelled) => Err(DaemonError::Input(InputError::Cancelled { reports_sent: reports })),
+            other => other,
+        }
+    }
+
     /// Watches the screen after the input of `run` until it settles and answers what
     /// changed, or `NO_VISIBLE_EFFECT`/`UNEXPECTED_CHANGE` when that is not what `p`
     /// expected.
     async fn verify_effect(
         &self,
-        p: &ActionParams,
+        p: &VerifySpec,
         acting: Acting,
         baseline: &Sample,
         run: &ActionRun,
@@ -341,11 +357,11 @@ impl Daemon {
     ) -> Result<serde_json::Map<String, Value>, DaemonError> {
         let settings = self.act_settings();
         let quiet = Duration::from_millis(p.quiet_ms.unwrap_or(settings.quiet_ms));
-        let timeout_ms = p.settle_timeout_ms.unwrap_or(settings.timeout_ms);
+        let timeout_ms = p.timeout_ms.unwrap_or(settings.timeout_ms);
         let mut pointer: Vec<(f64, f64)> = run.pointer_before.into_iter().collect();
         pointer.extend(run.pointer_path.iter().copied());
         let rules = self.change_rules(&baseline.active, &pointer);
-        let expect = p.expect.unwrap_or_else(|| p.action.default_expect());
+        let expect = p.expect;
         // Expecting a change, a quiet screen is no answer yet: the change may come late (a
         // page loading); wait for it up to the timeout, then for it to settle.
         let until = match expect {
@@ -358,7 +374,7 @@ impl Daemon {
             from: run.ended,
             image_edge: run.image_edge,
             task: acting.task(),
-            return_image: p.return_image.unwrap_or_default(),
+            return_image: p.return_image,
             rules: &rules,
         };
         let mut fields = self.answer(&watched, answer).await?;
@@ -393,12 +409,16 @@ impl Daemon {
             return known.map_err(|e| with_operation(e, &p.operation_id));
         }
         let started = Instant::now();
+        let verify = p.verify.unwrap_or(true);
         let mut done = 0usize;
         let mut reports = 0usize;
         let mut failure = None;
+        // The whole batch is verified once, from before its first input to after its last.
+        let mut whole: Option<ActionRun> = None;
         for (i, action) in p.actions.iter().enumerate() {
             let step_started = Instant::now();
-            let run = self.run_action(session, acting, p.observation_id.as_deref(), action, false, cancel).await;
+            let run =
+                self.run_action(session, acting, p.observation_id.as_deref(), action, verify && i == 0, cancel).await;
             let (outcome, task) = (run.outcome, run.task);
             let sub_args = json!({"observation_id": p.observation_id, "action": action, "index": i});
             let sub = match &outcome {
@@ -411,6 +431,17 @@ impl Daemon {
                 Ok(n) => {
                     done += 1;
                     reports += n;
+                    let w = whole.get_or_insert_with(|| ActionRun {
+                        outcome: Ok(0),
+                        task,
+                        baseline: run.baseline,
+                        ended: run.ended,
+                        pointer_before: run.pointer_before,
+                        pointer_path: Vec::new(),
+                        image_edge: run.image_edge,
+                    });
+                    w.pointer_path.extend(run.pointer_path);
+                    w.ended = run.ended;
                 }
                 Err(e) => {
                     failure = Some(e);
@@ -418,15 +449,32 @@ impl Daemon {
                 }
             }
         }
-        let result = match failure {
-            None => Ok(json!({
-                "status": "submitted",
-                "operation_id": p.operation_id,
-                "completed": done,
-                "reports": reports,
-                "duration_ms": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            })),
-            Some(e) => {
+        let result = match (failure, whole) {
+            (None, Some(whole)) => {
+                let spec = VerifySpec {
+                    expect: p.expect.unwrap_or(Expect::Any),
+                    quiet_ms: p.quiet_ms,
+                    timeout_ms: p.settle_timeout_ms,
+                    return_image: p.return_image.unwrap_or_default(),
+                };
+                let verified = self.verified(verify.then_some(&spec), acting, &whole, reports, cancel).await;
+                match verified {
+                    Ok(fields) => {
+                        let mut out = serde_json::Map::new();
+                        out.insert("status".into(), "submitted".into());
+                        out.insert("operation_id".into(), p.operation_id.clone().into());
+                        out.insert("completed".into(), done.into());
+                        out.insert("reports".into(), reports.into());
+                        out.extend(fields);
+                        out.insert("duration_ms".into(), millis(started.elapsed()).into());
+                        Ok(Value::Object(out))
+                    }
+                    Err(e) => Err(DaemonError::ActionFailed(action_error(&e, &p.operation_id))),
+                }
+            }
+            // Validation keeps batches non-empty: no failure means a finished first action.
+            (None, None) => Ok(json!({"status": "submitted", "operation_id": p.operation_id, "completed": 0})),
+            (Some(e), _) => {
                 let mut body = action_error(&e, &p.operation_id);
                 if done > 0 {
                     body.side_effect_possible = true;
@@ -658,6 +706,14 @@ struct Planned {
     steps: Vec<InputStep>,
     pointer: Vec<(f64, f64)>,
     image_edge: Option<u32>,
+}
+
+/// How to verify an action or a batch: what the caller asked, defaults filled in.
+struct VerifySpec {
+    expect: Expect,
+    quiet_ms: Option<u64>,
+    timeout_ms: Option<u64>,
+    return_image: ReturnImage,
 }
 
 /// One action's run, with what verifying it needs.

@@ -565,6 +565,7 @@ fn validate_batch(p: &BatchParams) -> Result<(), String> {
     if p.actions.is_empty() || p.actions.len() > MAX_BATCH_ACTIONS {
         return Err(format!("batch: actions takes 1-{MAX_BATCH_ACTIONS} actions"));
     }
+    check_waits("batch", p.settle_timeout_ms, p.quiet_ms)?;
     for (i, action) in p.actions.iter().enumerate() {
         let one = ActionParams {
             operation_id: p.operation_id.clone(),

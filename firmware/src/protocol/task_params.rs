@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::params::ActionSpec;
+use super::params::{ActionSpec, Expect, ReturnImage};
 
 /// Longest task title, note, question or summary, in bytes.
 pub const MAX_TASK_TEXT: usize = 4096;
@@ -181,6 +181,22 @@ pub struct BatchParams {
     pub observation_id: Option<String>,
     /// The sub-steps, 1–32.
     pub actions: Vec<ActionSpec>,
+    /// Watch the screen after the last sub-step until it settles and say what the batch
+    /// changed (default true), as `action` does.
+    #[serde(default)]
+    pub verify: Option<bool>,
+    /// What the batch should do to the screen (default `any`).
+    #[serde(default)]
+    pub expect: Option<Expect>,
+    /// A picture in the answer (default none).
+    #[serde(default)]
+    pub return_image: Option<ReturnImage>,
+    /// Settled after this long without a change, 50..=5000 ms (default 300).
+    #[serde(default)]
+    pub quiet_ms: Option<u64>,
+    /// Longest wait for it to settle, 0..=30000 ms (default 3000).
+    #[serde(default)]
+    pub settle_timeout_ms: Option<u64>,
 }
 
 fn text_ok(what: &str, s: &str, allow_empty: bool) -> Result<(), String> {
