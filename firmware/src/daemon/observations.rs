@@ -160,11 +160,6 @@ impl ObservationStore {
         }
     }
 
-    /// The sampled picture of observation `id`, if kept.
-    pub fn luma(&self, id: &str) -> Option<std::sync::Arc<crate::device::video::luma::LumaThumb>> {
-        self.items.iter().find(|o| o.id == id).and_then(|o| o.luma.clone())
-    }
-
     /// The thumbnail of observation `id`, whatever its state (a step records what it
     /// acted on even when that turned out stale).
     pub fn thumbnail(&self, id: &str) -> Option<Thumbnail> {

@@ -498,9 +498,8 @@ impl Daemon {
             Some(id) => {
                 let generation = self.inner.frames.state().generation;
                 let obs = self.lock_observations().get(id, generation, self.geometry_epoch(), Instant::now())?;
-                let luma = self.lock_observations().luma(id);
                 let edge = obs.mapping.image.0.max(obs.mapping.image.1);
-                match luma {
+                match obs.luma {
                     // What the caller saw, compared with what comes now.
                     Some(thumb) if obs.mapping.active == now.active => {
                         (Sample { thumb, frame_id: obs.frame_id, ..now.clone() }, Some(edge))

@@ -231,9 +231,7 @@ pub fn locate_pointer(
     // Regions whose changes are not the pointer (the status-bar clock), in frame pixels.
     let ignored = |x: u32, y: u32| {
         let (fx, fy) = (current.origin.0 + x * current.factor, current.origin.1 + y * current.factor);
-        ignore
-            .iter()
-            .any(|r| fx >= r.x && fx < r.x.saturating_add(r.width) && fy >= r.y && fy < r.y.saturating_add(r.height))
+        ignore.iter().any(|r| r.contains_point(fx, fy))
     };
     for y in 0..current.height {
         for x in 0..current.width {

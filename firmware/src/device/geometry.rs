@@ -33,6 +33,11 @@ impl PixelRect {
             && u64::from(inner.y) + u64::from(inner.height) <= u64::from(self.y) + u64::from(self.height)
     }
 
+    /// Whether pixel (`x`, `y`) lies inside (edges computed without overflow).
+    pub fn contains_point(&self, x: u32, y: u32) -> bool {
+        x >= self.x && x < self.x.saturating_add(self.width) && y >= self.y && y < self.y.saturating_add(self.height)
+    }
+
     /// `inner`, given relative to this rectangle's top-left, in this rectangle's coordinate
     /// space — `None` unless it is non-empty and lies entirely inside.
     pub fn sub_rect(&self, inner: &PixelRect) -> Option<PixelRect> {

@@ -246,9 +246,7 @@ impl SimPhone {
     /// The full state for `sim_state`.
     pub fn state(&self) -> SimState {
         let now = Instant::now();
-        let mut st = self.lock();
-        let ms = millis_since(st.started, now);
-        st.ui.tick(ms);
+        let st = self.lock_at(now);
         SimState {
             animating: st.ui.scene().animating,
             screen: st.ui.screen(),
@@ -256,7 +254,7 @@ impl SimPhone {
             elements: st.ui.elements(),
             touches: st.ui.touches().cloned().collect(),
             text_focused: st.ui.text_focused(),
-            input: self.snapshot_of(&st, Instant::now()),
+            input: self.snapshot_of(&st, now),
             volume: st.volume,
             layout: self.config.layout,
         }
@@ -265,20 +263,22 @@ impl SimPhone {
     /// Whether something on the screen is moving by itself now (an app opening or closing,
     /// a list gliding, a spinner).
     pub fn animating(&self) -> bool {
-        let now = Instant::now();
-        let mut st = self.lock();
-        let ms = millis_since(st.started, now);
-        st.ui.tick(ms);
-        st.ui.scene().animating
+        self.lock_at(Instant::now()).ui.scene().animating
     }
 
     /// The scene and pointer, for rendering (animations advanced to now).
     pub(super) fn render_state(&self) -> (Scene, PhoneSnapshot) {
         let now = Instant::now();
+        let st = self.lock_at(now);
+        (st.ui.scene(), self.snapshot_of(&st, now))
+    }
+
+    /// The state with its animations advanced to `now`.
+    fn lock_at(&self, now: Instant) -> MutexGuard<'_, PhoneState> {
         let mut st = self.lock();
         let ms = millis_since(st.started, now);
         st.ui.tick(ms);
-        (st.ui.scene(), self.snapshot_of(&st, now))
+        st
     }
 
     fn pointer_at(&self, st: &PhoneState, now: Instant) -> (f64, f64) {

@@ -82,12 +82,7 @@ pub fn changed_region(a: &LumaThumb, b: &LumaThumb, rules: &ChangeRules) -> Opti
     if (a.width, a.height, a.step, a.source, a.origin) != (b.width, b.height, b.step, b.source, b.origin) {
         return Some(PixelRect { x: ox, y: oy, width: sw.max(1), height: sh.max(1) });
     }
-    let ignored = |x: u32, y: u32| {
-        rules
-            .ignore
-            .iter()
-            .any(|r| x >= r.x && x < r.x.saturating_add(r.width) && y >= r.y && y < r.y.saturating_add(r.height))
-    };
+    let ignored = |x: u32, y: u32| rules.ignore.iter().any(|r| r.contains_point(x, y));
     let (mut x0, mut y0, mut x1, mut y1, mut n) = (u32::MAX, u32::MAX, 0u32, 0u32, 0u32);
     for ty in 0..b.height {
         for tx in 0..b.width {
