@@ -239,6 +239,11 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
             let _ = h.await;
         }
         daemon.shutdown();
+        // Input being played when the signal came is cancelled; its release must be
+        // written before the runtime ends.
+        if !daemon.input_released(std::time::Duration::from_secs(2)).await {
+            tracing::warn!("input was still being played at exit");
+        }
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)

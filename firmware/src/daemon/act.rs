@@ -10,7 +10,9 @@ use tokio_util::sync::CancellationToken;
 use super::limits;
 use super::observations::FrameRef;
 use super::operations::{Begin, OperationState};
+use super::play::{Abandoned, AbandonedStep};
 use super::settle::{Answer, Sample, Until, WatchFor};
+use super::task_methods::by;
 use super::{Daemon, DaemonError, InputError, InputStep, Observation, Session};
 use crate::device::geometry::{detect_active_rect, ObservationMapping, PixelRect};
 use crate::device::hid::{named_key, KeyStroke, UntypeableText};
@@ -258,7 +260,7 @@ impl Daemon {
     /// Caches an operation's outcome. Only outcomes: a success, or a failure after input
     /// may have reached the phone. A refusal or a failure before anything was sent is
     /// forgotten, so the same id may run once the caller is allowed or the phone is ready.
-    fn finish_operation(&self, key: &str, result: &Result<Value, DaemonError>) {
+    pub(super) fn finish_operation(&self, key: &str, result: &Result<Value, DaemonError>) {
         let outcome = match result {
             Ok(v) => Some(Ok(v.clone())),
             Err(e) => {
@@ -286,7 +288,10 @@ impl Daemon {
         }
         let started = Instant::now();
         let verify = p.verify.unwrap_or(true);
-        let run = self.run_action(session, acting, p.observation_id.as_deref(), &p.action, verify, cancel).await;
+        let journal =
+            JournalAs { tool: "action", args: args.clone(), operation: (key.clone(), p.operation_id.clone()), started };
+        let run =
+            self.run_action(session, acting, p.observation_id.as_deref(), &p.action, verify, journal, cancel).await;
         let task = run.task;
         let result = match run.outcome {
             Ok(reports) => {
@@ -417,10 +422,17 @@ impl Daemon {
         let mut whole: Option<ActionRun> = None;
         for (i, action) in p.actions.iter().enumerate() {
             let step_started = Instant::now();
-            let run =
-                self.run_action(session, acting, p.observation_id.as_deref(), action, verify && i == 0, cancel).await;
-            let (outcome, task) = (run.outcome, run.task);
             let sub_args = json!({"observation_id": p.observation_id, "action": action, "index": i});
+            let journal = JournalAs {
+                tool: "batch",
+                args: sub_args.clone(),
+                operation: (key.clone(), p.operation_id.clone()),
+                started: step_started,
+            };
+            let first = verify && i == 0;
+            let run =
+                self.run_action(session, acting, p.observation_id.as_deref(), action, first, journal, cancel).await;
+            let (outcome, task) = (run.outcome, run.task);
             let sub = match &outcome {
                 Ok(n) => Ok(json!({"status": "submitted", "reports": n})),
                 Err(e) => Err(DaemonError::ActionFailed(ErrorBody::from(e))),
@@ -498,6 +510,7 @@ impl Daemon {
         observation_id: Option<&str>,
         action: &ActionSpec,
         sample: bool,
+        journal: JournalAs,
         cancel: &CancellationToken,
     ) -> ActionRun {
         let mut run = ActionRun {
@@ -536,7 +549,18 @@ impl Daemon {
             run.baseline = self.sample_now(cancel).await.ok().flatten();
         }
         run.pointer_before = self.last_pointer();
-        let result = turn.run(&planned.steps).await;
+        // If this request ends before its input does, the daemon journals it instead.
+        let abandoned = Abandoned {
+            step: run.task.map(|task| AbandonedStep {
+                task,
+                tool: journal.tool,
+                args: journal.args,
+                caller: by(session, acting),
+                started: journal.started,
+            }),
+            operation: Some(journal.operation),
+        };
+        let result = turn.run(&planned.steps, abandoned).await;
         // Settling is timed from the last report, not from the waits planned after it.
         let trailing: Duration = planned
             .steps
@@ -708,6 +732,16 @@ struct Planned {
     image_edge: Option<u32>,
 }
 
+/// How an action's step is journalled and cached, for the daemon to do it when the request
+/// is gone before its input ended.
+struct JournalAs {
+    tool: &'static str,
+    args: Value,
+    /// (cache key, operation id).
+    operation: (String, String),
+    started: Instant,
+}
+
 /// How to verify an action or a batch: what the caller asked, defaults filled in.
 struct VerifySpec {
     expect: Expect,
@@ -739,7 +773,7 @@ fn millis(d: Duration) -> u64 {
 }
 
 /// The wire form of an action's failure: its status and its operation id.
-fn action_error(e: &DaemonError, operation_id: &str) -> ErrorBody {
+pub(super) fn action_error(e: &DaemonError, operation_id: &str) -> ErrorBody {
     let mut body = ErrorBody::from(e);
     body.status = Some(if body.side_effect_possible { "outcome_unknown" } else { "failed_before_submit" });
     body.operation_id = Some(operation_id.to_string());

@@ -156,7 +156,7 @@ impl Daemon {
         let settle = Duration::from_millis(self.inner.timings.settle_ms.max(50).saturating_mul(2));
         for (k, &(x, y)) in targets.iter().enumerate() {
             let step = InputStep::Report(HidReport::Pointer(PointerReport::new(0, x, y, 0)));
-            turn.run(&[step, InputStep::Wait(settle)]).await?;
+            turn.run(&[step, InputStep::Wait(settle)], super::play::Abandoned::default()).await?;
             let seen = self.inner.frames.latest().map(|f| f.sequence);
             let frame = self.frame_after(seen, Duration::from_secs(2), cancel).await?;
             samples[k] = Some(PointerSample::take(&frame, active));

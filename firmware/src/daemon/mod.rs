@@ -14,6 +14,7 @@ mod input;
 mod limits;
 mod observations;
 mod operations;
+mod play;
 mod session;
 mod settle;
 mod status;
@@ -142,7 +143,8 @@ struct Inner {
     started: Instant,
     hid_backend: &'static str,
     video_backend: &'static str,
-    lane: Mutex<InputLane>,
+    /// Taken by an admitted turn; its play (a task of the daemon's) holds it while it runs.
+    lane: Arc<Mutex<InputLane>>,
     input_busy: AtomicBool,
     frames: FrameReader,
     sessions: AtomicUsize,
@@ -236,7 +238,7 @@ impl Daemon {
                 started: Instant::now(),
                 hid_backend,
                 video_backend,
-                lane: Mutex::new(InputLane::new(devices.hid)),
+                lane: Arc::new(Mutex::new(InputLane::new(devices.hid))),
                 input_busy: AtomicBool::new(false),
                 frames,
                 sessions: AtomicUsize::new(0),
@@ -380,6 +382,13 @@ impl Daemon {
     pub fn shutdown(&self) {
         self.inner.shutdown.cancel();
         self.inner.video.shutdown();
+    }
+
+    /// Waits (at most `limit`) until no input is being played: after [`Daemon::shutdown`],
+    /// every play has then released what it held. A process should await this before it
+    /// exits, or the runtime's end would drop a play before its release is written.
+    pub async fn input_released(&self, limit: std::time::Duration) -> bool {
+        tokio::time::timeout(limit, self.inner.lane.lock()).await.is_ok()
     }
 
     fn lock_observations(&self) -> std::sync::MutexGuard<'_, ObservationStore> {
@@ -705,9 +714,9 @@ mod tests {
         let _ = run1.await;
         assert_eq!(run2.await.unwrap().unwrap(), 1);
         let kinds: Vec<bool> = rec.reports().iter().map(|r| r.report.holds_input()).collect();
-        // press (held) ... released by whoever ran next, press, release.
-        assert_eq!(kinds.first(), Some(&true));
-        assert_eq!(kinds.last(), Some(&false));
+        // The daemon's play released the first press when its requester went away, before
+        // the second sequence was let in: press, release, press, release.
+        assert_eq!(kinds, [true, false, true, false]);
         assert!(!d.status().await.input.busy);
     }
 

@@ -220,6 +220,21 @@ impl Daemon {
         thumbnail: Option<Vec<u8>>,
     ) {
         let Some(task) = task else { return };
+        self.append_step(task, tool, args, result, took, by(session, acting), thumbnail).await;
+    }
+
+    /// Appends one step to `task`'s journal (`caller` as [`by`] describes it).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn append_step(
+        &self,
+        task: i64,
+        tool: &str,
+        args: &Value,
+        result: &Result<Value, DaemonError>,
+        took: Duration,
+        caller: Value,
+        thumbnail: Option<Vec<u8>>,
+    ) {
         let result = match result {
             Ok(v) => json!({"ok": true, "result": v}),
             Err(e) => json!({"ok": false, "error": ErrorBody::from(e)}),
@@ -229,7 +244,7 @@ impl Daemon {
             args: args.clone(),
             result,
             duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
-            caller: by(session, acting),
+            caller,
             thumbnail,
         };
         if let Err(e) = self.inner.store.append_step(task, step).await {

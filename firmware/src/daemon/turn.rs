@@ -8,10 +8,11 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use tokio::sync::MutexGuard;
+use tokio::sync::OwnedMutexGuard;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::play::{self, Abandoned};
 use super::tasks::{Admission, Asker, Still};
 use super::{Daemon, DaemonError, InputError, InputLane, InputStep, Session};
 use crate::protocol::{Acting, Method};
@@ -20,7 +21,8 @@ use crate::protocol::{Acting, Method};
 #[derive(Debug)]
 pub(super) struct DeviceTurn<'a> {
     daemon: &'a Daemon,
-    lane: MutexGuard<'a, InputLane>,
+    /// The lane, until [`DeviceTurn::run`] hands it to the play that owns it from then on.
+    lane: Option<OwnedMutexGuard<InputLane>>,
     admission: Admission,
     /// Fires on the caller's cancellation or the admission's gate, whichever comes first.
     run_cancel: CancellationToken,
@@ -41,23 +43,33 @@ impl DeviceTurn<'_> {
 
     /// Runs `steps`; returns the reports written. Interrupted input answers
     /// [`DaemonError::Interrupted`] with how far it got; the lane has released what it held.
-    pub(super) async fn run(&mut self, steps: &[InputStep]) -> Result<usize, DaemonError> {
+    ///
+    /// The steps are played by a task of the daemon's, not by this future: if the request
+    /// ends early (its client gone, its future dropped), the play is cancelled, held input
+    /// is released and `abandoned` says what the daemon journals in the requester's place.
+    /// A turn plays once; a second call answers `WORKER` (no caller does that).
+    pub(super) async fn run(&mut self, steps: &[InputStep], abandoned: Abandoned) -> Result<usize, DaemonError> {
         let total = steps.iter().filter(|s| matches!(s, InputStep::Report(_))).count();
-        self.daemon.inner.input_busy.store(true, Ordering::Relaxed);
-        let result = self.lane.run(steps, &self.run_cancel).await;
-        self.daemon.inner.input_busy.store(false, Ordering::Relaxed);
+        let lane = self.lane.take().ok_or(DaemonError::Worker("input lane"))?;
+        let result = play::spawn(self.daemon.clone(), lane, steps.to_vec(), self.run_cancel.clone(), abandoned)
+            .await
+            .map_err(|_| DaemonError::Worker("input play"))?;
         match result {
             Ok(n) => Ok(n),
             Err(InputError::Cancelled { reports_sent }) if !self.caller_cancel.is_cancelled() => {
                 // Free input has no gate, and the caller's token is a child of the daemon's
                 // shutdown: only a task's gate gets here.
-                let why = match self.admission.task() {
-                    Some(id) => self.daemon.inner.tasks.interruption(id),
-                    None => "the input was stopped".into(),
-                };
-                Err(DaemonError::Interrupted { reports_sent, reports_total: total, why })
+                Err(DaemonError::Interrupted { reports_sent, reports_total: total, why: self.interruption() })
             }
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Why this turn's task stopped its input.
+    fn interruption(&self) -> String {
+        match self.admission.task() {
+            Some(id) => self.daemon.inner.tasks.interruption(id),
+            None => "the input was stopped".into(),
         }
     }
 }
@@ -104,7 +116,7 @@ impl Daemon {
             let queued = Instant::now();
             let limit = self.inner.queue_timeout;
             let lane = tokio::select! {
-                lane = self.inner.lane.lock() => lane,
+                lane = self.inner.lane.clone().lock_owned() => lane,
                 () = cancel.cancelled() => {
                     self.inner.tasks.unreserve(&admission);
                     return Err(InputError::Cancelled { reports_sent: 0 }.into());
@@ -158,7 +170,7 @@ impl Daemon {
             });
             return Ok(DeviceTurn {
                 daemon: self,
-                lane,
+                lane: Some(lane),
                 admission,
                 run_cancel,
                 caller_cancel: cancel.clone(),
@@ -174,7 +186,7 @@ impl Daemon {
         let acting = Acting::Human { role: session.caller.role };
         Method::Action.access().check(Method::Action, acting, None, |_| true)?;
         let mut turn = self.acquire_device(session, acting, None, &session.cancel).await?;
-        turn.run(steps).await
+        turn.run(steps, Abandoned::default()).await
     }
 
     /// Counts a refusal by a global limit (shown in `status.limits`).

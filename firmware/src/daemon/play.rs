@@ -1,0 +1,107 @@
+//! Gestures played by the daemon, not by the request that asked for them.
+//!
+//! A request hands its admitted turn's lane and steps to a task of the daemon's and waits
+//! for the answer on a oneshot. Whatever ends the request early (its client gone, its
+//! future dropped by hyper or rmcp, a closed socket, shutdown) closes that oneshot: the play
+//! sees it, stops at once, the lane releases held buttons and keys, and the daemon journals
+//! the step and caches the operation's outcome in the requester's place.
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use serde_json::{json, Value};
+use tokio::sync::{oneshot, OwnedMutexGuard};
+use tokio_util::sync::CancellationToken;
+
+use super::{Daemon, DaemonError, InputError, InputLane, InputStep};
+
+/// What the daemon records if the requester is gone before its input ended.
+#[derive(Debug, Default)]
+pub(super) struct Abandoned {
+    /// The journal step the input belongs to (input during a task).
+    pub(super) step: Option<AbandonedStep>,
+    /// The operation whose outcome is cached: (cache key, operation id).
+    pub(super) operation: Option<(String, String)>,
+}
+
+/// A task step as the requester would have journalled it.
+#[derive(Debug)]
+pub(super) struct AbandonedStep {
+    /// The task.
+    pub(super) task: i64,
+    /// The step's tool (`action`, `batch`, `calibrate`).
+    pub(super) tool: &'static str,
+    /// Its arguments as journalled.
+    pub(super) args: Value,
+    /// Who asked (the journal's `caller`).
+    pub(super) caller: Value,
+    /// When the request started.
+    pub(super) started: Instant,
+}
+
+/// Plays `steps` on `lane` in a task of the daemon's; the answer comes on the receiver.
+/// Dropping the receiver cancels the play (held input is released) and makes the daemon
+/// record `abandoned`.
+pub(super) fn spawn(
+    daemon: Daemon,
+    mut lane: OwnedMutexGuard<InputLane>,
+    steps: Vec<InputStep>,
+    cancel: CancellationToken,
+    abandoned: Abandoned,
+) -> oneshot::Receiver<Result<usize, InputError>> {
+    let (mut tx, rx) = oneshot::channel();
+    tokio::spawn(async move {
+        daemon.inner.input_busy.store(true, Ordering::Relaxed);
+        let result = {
+            let requester_gone = async {
+                tx.closed().await;
+                cancel.cancel();
+                std::future::pending::<Infallible>().await
+            };
+            tokio::select! {
+                result = lane.run(&steps, &cancel) => result,
+                never = requester_gone => match never {},
+            }
+        };
+        daemon.inner.input_busy.store(false, Ordering::Relaxed);
+        // The next input may go as soon as this one has released what it held.
+        drop(lane);
+        if let Err(result) = tx.send(result) {
+            let total = steps.iter().filter(|s| matches!(s, InputStep::Report(_))).count();
+            daemon.record_abandoned(abandoned, result, total).await;
+        }
+    });
+    rx
+}
+
+impl Daemon {
+    /// Journals and caches a play whose requester went away before it ended.
+    async fn record_abandoned(&self, abandoned: Abandoned, result: Result<usize, InputError>, total: usize) {
+        let result = match result {
+            Ok(reports) => Ok(json!({"status": "submitted", "reports": reports, "requester": "gone"})),
+            Err(InputError::HostNotConnected) => Err(DaemonError::Input(InputError::HostNotConnected)),
+            Err(InputError::Cancelled { reports_sent } | InputError::Hid { reports_sent, .. }) => {
+                Err(DaemonError::Interrupted {
+                    reports_sent,
+                    reports_total: total,
+                    why: "the request ended before its input did (client gone, cancelled or shutdown)".into(),
+                })
+            }
+        };
+        tracing::info!(ok = result.is_ok(), "input ended after its requester went away; held input released");
+        let result = match (&abandoned.operation, result) {
+            (Some((_, operation_id)), Err(e)) => {
+                Err(DaemonError::ActionFailed(super::act::action_error(&e, operation_id)))
+            }
+            (_, result) => result,
+        };
+        if let Some(step) = abandoned.step {
+            let took = step.started.elapsed();
+            self.append_step(step.task, step.tool, &step.args, &result, took, step.caller, None).await;
+        }
+        if let Some((key, _)) = abandoned.operation {
+            self.finish_operation(&key, &result);
+        }
+    }
+}
