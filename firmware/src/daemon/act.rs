@@ -288,10 +288,14 @@ impl Daemon {
         }
         let started = Instant::now();
         let verify = p.verify.unwrap_or(true);
-        let journal =
-            JournalAs { tool: "action", args: args.clone(), operation: (key.clone(), p.operation_id.clone()), started };
-        let run =
-            self.run_action(session, acting, p.observation_id.as_deref(), &p.action, verify, journal, cancel).await;
+        let journal = JournalAs {
+            sample: verify,
+            tool: "action",
+            args: args.clone(),
+            operation: (key.clone(), p.operation_id.clone()),
+            started,
+        };
+        let run = self.run_action(session, acting, p.observation_id.as_deref(), &p.action, journal, cancel).await;
         let task = run.task;
         let result = match run.outcome {
             Ok(reports) => {
@@ -424,14 +428,13 @@ impl Daemon {
             let step_started = Instant::now();
             let sub_args = json!({"observation_id": p.observation_id, "action": action, "index": i});
             let journal = JournalAs {
+                sample: verify && i == 0,
                 tool: "batch",
                 args: sub_args.clone(),
                 operation: (key.clone(), p.operation_id.clone()),
                 started: step_started,
             };
-            let first = verify && i == 0;
-            let run =
-                self.run_action(session, acting, p.observation_id.as_deref(), action, first, journal, cancel).await;
+            let run = self.run_action(session, acting, p.observation_id.as_deref(), action, journal, cancel).await;
             let (outcome, task) = (run.outcome, run.task);
             let sub = match &outcome {
                 Ok(n) => Ok(json!({"status": "submitted", "reports": n})),
@@ -501,7 +504,7 @@ impl Daemon {
     }
 
     /// Plans and runs one action: the reports sent, and the task it counted for whenever
-    /// it was admitted (also when it then failed). With `sample`, the screen is sampled
+    /// it was admitted (also when it then failed). With `journal.sample`, the screen is sampled
     /// just before the input (with the device held), the baseline of verification.
     async fn run_action(
         &self,
@@ -509,7 +512,6 @@ impl Daemon {
         acting: Acting,
         observation_id: Option<&str>,
         action: &ActionSpec,
-        sample: bool,
         journal: JournalAs,
         cancel: &CancellationToken,
     ) -> ActionRun {
@@ -544,7 +546,7 @@ impl Daemon {
             }
         };
         run.task = turn.task();
-        if sample {
+        if journal.sample {
             // Not being able to look never stops the input: the answer says it was not verified.
             run.baseline = self.sample_now(cancel).await.ok().flatten();
         }
@@ -732,9 +734,11 @@ struct Planned {
     image_edge: Option<u32>,
 }
 
-/// How an action's step is journalled and cached, for the daemon to do it when the request
-/// is gone before its input ended.
+/// How an action runs: whether it samples the screen first (the baseline of verification),
+/// and how its step is journalled and cached, for the daemon to do it when the request is
+/// gone before its input ended.
 struct JournalAs {
+    sample: bool,
     tool: &'static str,
     args: Value,
     /// (cache key, operation id).

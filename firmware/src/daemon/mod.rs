@@ -144,6 +144,8 @@ struct Inner {
     hid_backend: &'static str,
     video_backend: &'static str,
     /// Taken by an admitted turn; its play (a task of the daemon's) holds it while it runs.
+    /// A lock, not yet the owner's own field (issue 29): tokio's fair Mutex is the FIFO of
+    /// admitted inputs, and `acquire_device` re-decides admission once it has it.
     lane: Arc<Mutex<InputLane>>,
     input_busy: AtomicBool,
     frames: FrameReader,
