@@ -40,7 +40,8 @@ pub(super) struct AbandonedStep {
     pub(super) started: Instant,
 }
 
-/// Plays `steps` on `lane` in a task of the daemon's; the answer comes on the receiver.
+/// Plays `steps` on `lane` in a task of the daemon's; the answer and the lane come back on
+/// the receiver.
 /// Dropping the receiver cancels the play (held input is released) and makes the daemon
 /// record `abandoned`.
 pub(super) fn spawn(
@@ -49,7 +50,7 @@ pub(super) fn spawn(
     steps: Vec<InputStep>,
     cancel: CancellationToken,
     abandoned: Abandoned,
-) -> oneshot::Receiver<Result<usize, InputError>> {
+) -> oneshot::Receiver<(Result<usize, InputError>, OwnedMutexGuard<InputLane>)> {
     let (mut tx, rx) = oneshot::channel();
     tokio::spawn(async move {
         daemon.inner.input_busy.store(true, Ordering::Relaxed);
@@ -65,9 +66,10 @@ pub(super) fn spawn(
             }
         };
         daemon.inner.input_busy.store(false, Ordering::Relaxed);
-        // The next input may go as soon as this one has released what it held.
-        drop(lane);
-        if let Err(result) = tx.send(result) {
+        // The lane goes back to the turn (it may play again: calibration's points); with
+        // the requester gone it is dropped here, after the release.
+        if let Err((result, lane)) = tx.send((result, lane)) {
+            drop(lane);
             let total = steps.iter().filter(|s| matches!(s, InputStep::Report(_))).count();
             daemon.record_abandoned(abandoned, result, total).await;
         }

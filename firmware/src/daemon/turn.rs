@@ -47,13 +47,14 @@ impl DeviceTurn<'_> {
     /// The steps are played by a task of the daemon's, not by this future: if the request
     /// ends early (its client gone, its future dropped), the play is cancelled, held input
     /// is released and `abandoned` says what the daemon journals in the requester's place.
-    /// A turn plays once; a second call answers `WORKER` (no caller does that).
+    /// The lane comes back to the turn after each play (calibration plays several).
     pub(super) async fn run(&mut self, steps: &[InputStep], abandoned: Abandoned) -> Result<usize, DaemonError> {
         let total = steps.iter().filter(|s| matches!(s, InputStep::Report(_))).count();
         let lane = self.lane.take().ok_or(DaemonError::Worker("input lane"))?;
-        let result = play::spawn(self.daemon.clone(), lane, steps.to_vec(), self.run_cancel.clone(), abandoned)
+        let (result, lane) = play::spawn(self.daemon.clone(), lane, steps.to_vec(), self.run_cancel.clone(), abandoned)
             .await
             .map_err(|_| DaemonError::Worker("input play"))?;
+        self.lane = Some(lane);
         match result {
             Ok(n) => Ok(n),
             Err(InputError::Cancelled { reports_sent }) if !self.caller_cancel.is_cancelled() => {
