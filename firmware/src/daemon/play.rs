@@ -40,6 +40,11 @@ pub(super) struct AbandonedStep {
     pub(super) started: Instant,
 }
 
+/// How many reports `steps` write.
+pub(super) fn reports_in(steps: &[InputStep]) -> usize {
+    steps.iter().filter(|s| matches!(s, InputStep::Report(_))).count()
+}
+
 /// Plays `steps` on `lane` in a task of the daemon's; the answer and the lane come back on
 /// the receiver.
 /// Dropping the receiver cancels the play (held input is released) and makes the daemon
@@ -70,7 +75,7 @@ pub(super) fn spawn(
         // the requester gone it is dropped here, after the release.
         if let Err((result, lane)) = tx.send((result, lane)) {
             drop(lane);
-            let total = steps.iter().filter(|s| matches!(s, InputStep::Report(_))).count();
+            let total = reports_in(&steps);
             daemon.record_abandoned(abandoned, result, total).await;
         }
     });

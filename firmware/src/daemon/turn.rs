@@ -21,7 +21,7 @@ use crate::protocol::{Acting, Method};
 #[derive(Debug)]
 pub(super) struct DeviceTurn<'a> {
     daemon: &'a Daemon,
-    /// The lane, until [`DeviceTurn::run`] hands it to the play that owns it from then on.
+    /// The lane; lent to the daemon's play while [`DeviceTurn::run`] plays, then back here.
     lane: Option<OwnedMutexGuard<InputLane>>,
     admission: Admission,
     /// Fires on the caller's cancellation or the admission's gate, whichever comes first.
@@ -49,7 +49,7 @@ impl DeviceTurn<'_> {
     /// is released and `abandoned` says what the daemon journals in the requester's place.
     /// The lane comes back to the turn after each play (calibration plays several).
     pub(super) async fn run(&mut self, steps: &[InputStep], abandoned: Abandoned) -> Result<usize, DaemonError> {
-        let total = steps.iter().filter(|s| matches!(s, InputStep::Report(_))).count();
+        let total = play::reports_in(steps);
         let lane = self.lane.take().ok_or(DaemonError::Worker("input lane"))?;
         let (result, lane) = play::spawn(self.daemon.clone(), lane, steps.to_vec(), self.run_cancel.clone(), abandoned)
             .await
