@@ -111,6 +111,38 @@ class KillNineTest(unittest.TestCase):
             again.stop()
 
 
+class SecondDaemonTest(unittest.TestCase):
+    """A second daemon on a data directory in use exits non-zero naming the first, before it
+    touches anything: the first's running task stays running and its journal unchanged."""
+
+    def test_a_second_daemon_on_the_same_data_dir_refuses_to_start(self):
+        d = Daemon()
+        lease = Client(d.socket)
+        try:
+            opened = ok(lease, 1, "task_open", title="the first daemon's task")
+            task = opened["id"]
+            ok(lease, 2, "task_note", task_token=opened["token"], text="before the second daemon")
+            before = events(lease, task)
+            other_socket = os.path.join(tempfile.mkdtemp(prefix="tether-py-"), "second.sock")
+            second = subprocess.run(
+                [TETHER, "serve", "--sim", "--socket", other_socket, "--data-dir", d.dir,
+                 "--listen", "127.0.0.1:0"],
+                capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(second.returncode, 0, second.stderr)
+            self.assertIn(f"pid {d.proc.pid}", second.stderr)
+            self.assertIn(d.socket, second.stderr, "names the running daemon's socket")
+            self.assertIn("--data-dir", second.stderr, "says what to do")
+            self.assertFalse(os.path.exists(other_socket), "the second never bound a socket")
+            self.assertIsNone(d.proc.poll(), "the first daemon still runs")
+            listed = ok(lease, 3, "task_list")["tasks"]
+            self.assertEqual([t["state"] for t in listed if t["id"] == task], ["running"])
+            self.assertEqual(events(lease, task), before, "the journal is untouched")
+            ok(lease, 4, "task_note", task_token=opened["token"], text="after")
+        finally:
+            lease.close()
+            d.stop()
+
+
 @unittest.skipUnless(os.geteuid() == 0, "running clients under the agent uid needs root")
 class AgentUidTest(unittest.TestCase):
     """An agent under its own uid cannot approve its own question or resume a paused task, with

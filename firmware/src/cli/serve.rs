@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use nix::unistd::{Group, Uid, User};
 use tether::config::{default_config_file, CodecChoice, Config, HidBackend, Profile, VideoBackend, DEFAULT_AGENT_USER};
 use tether::daemon::HttpsInfo;
-use tether::daemon::{Daemon, DaemonOptions, Devices};
+use tether::daemon::{Daemon, DaemonOptions, DataDirLock, Devices};
 use tether::device::hid::HidSink;
 use tether::device::sim::{SimConfig, SimPhone};
 use tether::device::video::encode::EncoderKind;
@@ -147,6 +147,9 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
         tracing::warn!("could not fix the allocator's mmap threshold; large buffers may stay resident");
     }
     let config = resolve_config(&opts)?;
+    // Before anything in the data directory is read or written (certificates, the task
+    // store's crash recovery): a second daemon here would mark the first's tasks interrupted.
+    let _data_lock = DataDirLock::acquire(&config.data_dir, &config.socket)?;
     let agent_uid = agent_uid(&config)?;
     let service_uid = Uid::effective().as_raw();
     if agent_uid == Some(service_uid) || agent_uid == Some(0) {

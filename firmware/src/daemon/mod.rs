@@ -8,6 +8,7 @@
 mod act;
 mod calibrate;
 mod caller;
+mod data_lock;
 mod error;
 mod host_methods;
 mod input;
@@ -39,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 pub use crate::device::hid::HostState;
 pub use calibrate::{calibration_file, Calibrations, Orientation};
 pub use caller::{Caller, Identity, PeerCredentials, Principal, Role};
+pub use data_lock::{DataDirLock, DataLockError, LOCK_FILE};
 pub use error::DaemonError;
 pub use input::{InputError, InputLane, InputStep};
 pub use limits::{DaemonLimits, LimitsStatus, OutputBudget};
