@@ -77,7 +77,7 @@ impl DataDirLock {
             f.write_all(record.as_bytes())?;
             f.sync_data()
         };
-        write(&mut *held).map_err(io)?;
+        write(&mut held).map_err(io)?;
         Ok(DataDirLock { _held: held, path })
     }
 
