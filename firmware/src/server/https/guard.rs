@@ -7,8 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use hyper::header::{HeaderMap, AUTHORIZATION, COOKIE, HOST, ORIGIN};
-use hyper::Method;
+use hyper::header::{HeaderMap, AUTHORIZATION, COOKIE, HOST};
 
 use crate::daemon::{Caller, Daemon};
 use crate::protocol::{ErrorBody, ErrorCode};
@@ -230,31 +229,6 @@ pub fn authenticate(
     }
 }
 
-/// The checks for cookie-authenticated requests: never from another site, and writes
-/// only from the console's own origin (`scheme://host`, the request's own Host).
-pub fn check_cookie_request(method: &Method, headers: &HeaderMap, host: &str, scheme: &str) -> Result<(), ErrorBody> {
-    let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
-    if site == Some("cross-site") {
-        return Err(ErrorBody::new(ErrorCode::PermissionDenied, "a session cookie is not accepted from another site"));
-    }
-    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
-        return Ok(());
-    }
-    let origin = headers.get(ORIGIN).and_then(|v| v.to_str().ok());
-    let own = format!("{scheme}://{host}");
-    match origin {
-        Some(o) if o.eq_ignore_ascii_case(&own) => Ok(()),
-        Some(_) => Err(ErrorBody::new(
-            ErrorCode::PermissionDenied,
-            "a write with a session cookie must come from the console's own origin",
-        )),
-        None => Err(ErrorBody::new(
-            ErrorCode::PermissionDenied,
-            "a write with a session cookie needs an Origin header (programs: use a Bearer token)",
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,19 +259,6 @@ mod tests {
             assert!(!l.failed());
         }
         assert!(l.failed(), "the 21st within the window");
-    }
-
-    #[test]
-    fn cookie_writes_need_the_own_origin() {
-        let mut h = HeaderMap::new();
-        assert!(check_cookie_request(&Method::GET, &h, "box.local", "https").is_ok());
-        assert!(check_cookie_request(&Method::POST, &h, "box.local", "https").is_err(), "no Origin");
-        h.insert(ORIGIN, "https://evil.example".parse().unwrap());
-        assert!(check_cookie_request(&Method::POST, &h, "box.local", "https").is_err());
-        h.insert(ORIGIN, "https://box.local".parse().unwrap());
-        assert!(check_cookie_request(&Method::POST, &h, "box.local", "https").is_ok());
-        h.insert("sec-fetch-site", "cross-site".parse().unwrap());
-        assert!(check_cookie_request(&Method::GET, &h, "box.local", "https").is_err());
     }
 
     #[test]

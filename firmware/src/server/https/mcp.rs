@@ -23,7 +23,7 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::RoleServer;
 use tokio_util::sync::CancellationToken;
 
-use super::body::{self, ResponseBody};
+use super::body::ResponseBody;
 use super::guard::Authenticated;
 use super::StreamGuard;
 use crate::daemon::Daemon;
@@ -102,12 +102,8 @@ pub async fn handle(
     service: &McpService,
     auth: Authenticated,
     mut req: Request<Incoming>,
-    own_origin: &str,
     stream: StreamGuard,
 ) -> Response<ResponseBody> {
-    if let Err(e) = super::ws::check_origin(&req, &auth, own_origin) {
-        return body::error(e);
-    }
     req.extensions_mut().insert(auth);
     let delete = req.method() == hyper::Method::DELETE;
     let mut response = service.0.handle(req).await;

@@ -16,6 +16,7 @@ mod body;
 mod console;
 mod guard;
 mod mcp;
+mod origin;
 mod routes;
 mod video;
 mod ws;

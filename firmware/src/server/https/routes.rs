@@ -33,6 +33,7 @@ use tokio::sync::mpsc;
 
 use super::body::{self, ResponseBody};
 use super::guard::{self, Auth, Authenticated, FailureLimiter, HostAllowlist};
+use super::origin::{Entry, OwnOrigin};
 use crate::daemon::{Daemon, Session, SessionMessage, SESSION_LIFETIME};
 use crate::protocol::{parse_request, ErrorBody, ErrorCode, Event, Request as WireRequest};
 use crate::server::inprocess::wire_request;
@@ -108,18 +109,31 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
     let scheme = if peer.tls { "https" } else { "http" };
     let path = req.uri().path().to_string();
     let method = req.method().clone();
+    let own = OwnOrigin::new(scheme, &raw_host);
     match (&method, path.as_str()) {
         (&Method::GET, "/ca.crt") => return text(StatusCode::OK, "application/x-pem-file", shared.ca_pem.clone()),
         (&Method::GET, "/ca.mobileconfig") => {
             return text(StatusCode::OK, "application/x-apple-aspen-config", shared.mobileconfig.clone())
         }
-        (&Method::POST, "/login") => return login(&shared, &peer, &raw_host, scheme, req).await,
-        (&Method::POST, "/api/pair") => return pair(&shared, &peer, &raw_host, scheme, req).await,
+        (&Method::POST, "/login" | "/api/pair") => {
+            // Unauthenticated forms: from a browser, only our own pages (login CSRF).
+            if let Err(e) = own.check(req.headers(), Entry::Form, false) {
+                return body::error(e);
+            }
+            return if path == "/login" {
+                login(&shared, &peer, scheme, req).await
+            } else {
+                pair(&shared, &peer, scheme, req).await
+            };
+        }
         (&Method::POST, "/logout") => return logout(&shared),
         (&Method::GET, "/api/session") => return session_info(&shared, &peer, &req),
         // The ticket in its first message authenticates it.
         (&Method::GET, crate::daemon::VIDEO_PATH) => {
-            return super::video::upgrade(&shared, req, &format!("{scheme}://{raw_host}"))
+            if let Err(e) = own.check(req.headers(), Entry::Stream, false) {
+                return body::error(e);
+            }
+            return super::video::upgrade(&shared, req);
         }
         _ => {}
     }
@@ -133,21 +147,24 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
         Ok(a) => a,
         Err(e) => return body::error(e),
     };
-    if auth.how == Auth::Cookie {
-        if let Err(e) = guard::check_cookie_request(&method, req.headers(), &raw_host, scheme) {
-            if !shared.noisy.failed() {
-                tracing::warn!(peer = %peer.addr, path = %path, "refused a cookie request: {}", e.message);
-            }
-            return body::error(e);
+    let entry = match (&method, path.as_str()) {
+        (_, MCP_PATH) | (&Method::GET, "/api/ws") => Entry::Stream,
+        (&Method::GET | &Method::HEAD | &Method::OPTIONS, _) => Entry::Read,
+        _ => Entry::Write,
+    };
+    if let Err(e) = own.check(req.headers(), entry, auth.how == Auth::Cookie) {
+        if !shared.noisy.failed() {
+            tracing::warn!(peer = %peer.addr, path = %path, "refused by the Origin policy: {}", e.message);
         }
+        return body::error(e);
     }
     peer.conn.proven();
     if method == Method::GET && path == "/api/ws" {
-        return super::ws::upgrade(&shared, auth, req, &format!("{scheme}://{raw_host}"));
+        return super::ws::upgrade(&shared, auth, req);
     }
     if path == MCP_PATH {
         let stream = peer.conn.stream_guard();
-        return super::mcp::handle(&shared.mcp, auth, req, &format!("{scheme}://{raw_host}"), stream).await;
+        return super::mcp::handle(&shared.mcp, auth, req, stream).await;
     }
     route(&shared, &peer, auth, req).await.unwrap_or_else(body::error)
 }
@@ -601,17 +618,6 @@ fn redirect_to_https(shared: &Shared, host: &str, req: &Request<Incoming>) -> An
     r
 }
 
-/// Unauthenticated POSTs (login, pairing) from a browser must come from our own origin
-/// (login CSRF); programs send no Origin.
-fn check_public_post(req: &Request<Incoming>, raw_host: &str, scheme: &str) -> Result<(), ErrorBody> {
-    match req.headers().get(hyper::header::ORIGIN).and_then(|v| v.to_str().ok()) {
-        Some(o) if !o.eq_ignore_ascii_case(&format!("{scheme}://{raw_host}")) => {
-            Err(ErrorBody::new(ErrorCode::PermissionDenied, "this form only works from the appliance's own pages"))
-        }
-        _ => Ok(()),
-    }
-}
-
 fn session_cookie(shared: &Shared, value: &str, scheme: &str) -> Option<HeaderValue> {
     let secure = if scheme == "https" { "; Secure" } else { "" };
     HeaderValue::from_str(&format!(
@@ -623,10 +629,7 @@ fn session_cookie(shared: &Shared, value: &str, scheme: &str) -> Option<HeaderVa
 }
 
 /// `POST /login` with `{"token": …}` (or a form field `token`): a session cookie.
-async fn login(shared: &Shared, peer: &Peer, raw_host: &str, scheme: &str, req: Request<Incoming>) -> Answer {
-    if let Err(e) = check_public_post(&req, raw_host, scheme) {
-        return body::error(e);
-    }
+async fn login(shared: &Shared, peer: &Peer, scheme: &str, req: Request<Incoming>) -> Answer {
     let form = req
         .headers()
         .get(CONTENT_TYPE)
@@ -667,10 +670,7 @@ async fn login(shared: &Shared, peer: &Peer, raw_host: &str, scheme: &str, req: 
 
 /// `POST /api/pair` with `{"code": …}`: redeems a pairing code into a named token (shown
 /// once, in this answer) and a session cookie.
-async fn pair(shared: &Shared, peer: &Peer, raw_host: &str, scheme: &str, req: Request<Incoming>) -> Answer {
-    if let Err(e) = check_public_post(&req, raw_host, scheme) {
-        return body::error(e);
-    }
+async fn pair(shared: &Shared, peer: &Peer, scheme: &str, req: Request<Incoming>) -> Answer {
     let bytes = match read_body(MAX_PUBLIC_BODY.min(shared.max_body), req).await {
         Ok(b) => b,
         Err(e) => return body::error(e),

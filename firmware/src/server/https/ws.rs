@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use hyper::body::Incoming;
-use hyper::header::ORIGIN;
 use hyper::Request;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -16,7 +15,7 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
 
 use super::body::{self, ResponseBody};
-use super::guard::{Auth, Authenticated};
+use super::guard::Authenticated;
 use super::routes::Shared;
 use crate::daemon::Daemon;
 use crate::protocol::{
@@ -30,33 +29,8 @@ use crate::server::websocket::{self, close, PING_INTERVAL, PONG_TIMEOUT};
 /// `REQUEST_TOO_LARGE` and the socket stays open, past this the socket is closed (1009).
 const MAX_WS_MESSAGE: usize = 1 << 20;
 
-/// Checks the browser's Origin: a cookie must come with the console's own, and any Origin
-/// sent must be it (a page elsewhere cannot drive the phone through a visitor's browser).
-pub fn check_origin(req: &Request<Incoming>, auth: &Authenticated, own: &str) -> Result<(), ErrorBody> {
-    let origin = req.headers().get(ORIGIN).and_then(|v| v.to_str().ok());
-    match origin {
-        Some(o) if o.eq_ignore_ascii_case(own) => Ok(()),
-        Some(_) => {
-            Err(ErrorBody::new(ErrorCode::PermissionDenied, "this WebSocket takes only the console's own Origin"))
-        }
-        None if auth.how == Auth::Cookie => Err(ErrorBody::new(
-            ErrorCode::PermissionDenied,
-            "a WebSocket with a session cookie needs the console's Origin (programs: use a Bearer token)",
-        )),
-        None => Ok(()),
-    }
-}
-
 /// Upgrades an authenticated request to the tether/1 WebSocket.
-pub fn upgrade(
-    shared: &Shared,
-    auth: Authenticated,
-    mut req: Request<Incoming>,
-    own_origin: &str,
-) -> hyper::Response<ResponseBody> {
-    if let Err(e) = check_origin(&req, &auth, own_origin) {
-        return body::error(e);
-    }
+pub fn upgrade(shared: &Shared, auth: Authenticated, mut req: Request<Incoming>) -> hyper::Response<ResponseBody> {
     let (response, on_upgrade) = match websocket::accept(&mut req) {
         Ok(r) => r,
         Err(e) => return body::error(e),

@@ -1,0 +1,110 @@
+//! The one Origin policy of the HTTPS server: REST, forms, WebSockets, live video and MCP.
+//!
+//! By the time it runs the request's Host is one of the appliance's own names
+//! ([`super::guard::HostAllowlist`]), so the console's own origin is `scheme://Host`. A
+//! browser names the page that made a request in `Origin` (always on writes, WebSockets and
+//! cross-origin fetches); programs send none. The rules, for every entry alike:
+//!
+//! - an `Origin` that is not our own is refused: a page elsewhere cannot drive the phone
+//!   through a visitor's browser, whatever credential the browser would attach;
+//! - a session cookie from another site (`Sec-Fetch-Site: cross-site`) is refused;
+//! - a session cookie on a write or a stream (WebSocket, MCP) must come with our Origin: the
+//!   cookie is the one credential a browser sends by itself.
+
+use hyper::header::{HeaderMap, ORIGIN};
+
+use crate::protocol::{ErrorBody, ErrorCode};
+
+/// What a request does, as far as the Origin policy cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    /// A read (`GET`, `HEAD`, `OPTIONS` under `/api/`).
+    Read,
+    /// A write under `/api/` (`POST`, `PUT`, `DELETE`).
+    Write,
+    /// A long-lived channel: `/api/ws`, `/api/video`, any `/mcp` request.
+    Stream,
+    /// An unauthenticated form (`/login`, `/api/pair`).
+    Form,
+}
+
+/// The console's own origin for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnOrigin(String);
+
+impl OwnOrigin {
+    /// `scheme://host` as the request named its (already allowed) Host, port included.
+    pub fn new(scheme: &str, host: &str) -> OwnOrigin {
+        OwnOrigin(format!("{scheme}://{host}"))
+    }
+
+    /// Checks one request's headers under the policy; `cookie` says whether its
+    /// credential is the session cookie.
+    pub fn check(&self, headers: &HeaderMap, entry: Entry, cookie: bool) -> Result<(), ErrorBody> {
+        let refuse = |m: &str| Err(ErrorBody::new(ErrorCode::PermissionDenied, m));
+        if cookie && headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) == Some("cross-site") {
+            return refuse("a session cookie is not accepted from another site");
+        }
+        match headers.get(ORIGIN).map(|v| v.to_str().unwrap_or("")) {
+            Some(o) if o.eq_ignore_ascii_case(&self.0) => Ok(()),
+            Some(_) => refuse(match entry {
+                Entry::Form => "this form only works from the appliance's own pages",
+                Entry::Stream => "this stream takes only the console's own Origin",
+                Entry::Read | Entry::Write => "requests from another site's pages are refused (Origin is not ours)",
+            }),
+            None if cookie && matches!(entry, Entry::Write | Entry::Stream) => {
+                refuse("a session cookie needs the console's own Origin header (programs: use a Bearer token)")
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    const ALL: [Entry; 4] = [Entry::Read, Entry::Write, Entry::Stream, Entry::Form];
+
+    #[test]
+    fn a_foreign_origin_is_refused_everywhere_with_any_credential() {
+        let own = OwnOrigin::new("https", "box.local:8443");
+        let evil = headers(&[("origin", "https://evil.example")]);
+        let port = headers(&[("origin", "https://box.local:9999")]);
+        for entry in ALL {
+            for cookie in [false, true] {
+                assert!(own.check(&evil, entry, cookie).is_err(), "{entry:?} cookie={cookie}");
+                assert!(own.check(&port, entry, cookie).is_err(), "another port: {entry:?}");
+                assert!(own.check(&headers(&[("origin", "HTTPS://BOX.LOCAL:8443")]), entry, cookie).is_ok());
+            }
+        }
+    }
+
+    #[test]
+    fn a_cookie_needs_our_origin_to_write_or_stream_but_not_to_read() {
+        let own = OwnOrigin::new("https", "box.local");
+        let none = HeaderMap::new();
+        assert!(own.check(&none, Entry::Read, true).is_ok());
+        assert!(own.check(&none, Entry::Write, true).is_err());
+        assert!(own.check(&none, Entry::Stream, true).is_err());
+        for entry in ALL {
+            assert!(own.check(&none, entry, false).is_ok(), "programs send no Origin: {entry:?}");
+        }
+    }
+
+    #[test]
+    fn a_cross_site_cookie_is_refused_even_on_reads() {
+        let own = OwnOrigin::new("https", "box.local");
+        let h = headers(&[("sec-fetch-site", "cross-site")]);
+        assert!(own.check(&h, Entry::Read, true).is_err());
+        assert!(own.check(&h, Entry::Read, false).is_ok(), "a Bearer token is not sent by the browser itself");
+    }
+}
