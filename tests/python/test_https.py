@@ -280,51 +280,6 @@ class RealClients(SharedDaemon):
         self.assertEqual((status, r["error"]["code"]), (404, "NO_SUCH_TASK"))
 
 
-class HeldInput(SharedDaemon):
-    """A request that ends early never leaves a finger on the phone (issue 29)."""
-
-    def sim(self):
-        c = Client(self.d.socket)
-        try:
-            return c.call({"id": 1, "method": "sim_state"})["result"]
-        finally:
-            c.close()
-
-    def test_a_client_gone_mid_drag_is_released_and_journalled(self):
-        d = self.d
-        op = d.cli("token", "add", "gone-op", "--role", "operate").stdout.strip()
-        lease, _, first = open_lease(d, op, "client gone mid-drag")
-        self.addCleanup(lease.close)
-        task, token = first["id"], first["token"]
-        shot = d.request("GET", "/api/screenshot?format=json", headers={"Tether-Task-Token": token})[2]
-        obs = shot["metadata"]["observation_id"]
-        # The longest drag (5 s): played out, it would release only after the test stops looking.
-        drag = {"operation_id": "gone-1", "observation_id": obs, "verify": False,
-                "action": {"type": "drag", "path": [{"x": 50, "y": 300}, {"x": 50, "y": 600}],
-                           "duration_ms": 5000}}
-        holder = d.conn()
-        holder.request("POST", "/api/action", body=json.dumps(drag),
-                       headers={"Tether-Task-Token": token, "Content-Type": "application/json"})
-        wait_for("the touch to be held", lambda: self.sim()["input"]["buttons"] != 0)
-        # The client goes away mid-gesture: its TCP connection closes, hyper drops the handler.
-        holder.sock.shutdown(socket.SHUT_RDWR)
-        holder.close()
-        gone = time.time()
-        wait_for("the touch to be released", lambda: self.sim()["input"]["buttons"] == 0, timeout=2)
-        print(f"\n  HTTPS client gone mid-drag: held input released after {(time.time() - gone) * 1000:.0f} ms")
-
-        def interrupted_step():
-            _, _, events = d.request("GET", f"/api/tasks/{task}/events", token=op)
-            steps = [e for e in events["events"] if e.get("kind") == "step"]
-            return next((e for e in steps if not e["data"]["result"]["ok"]), None)
-        step = wait_for("the step to be journalled", interrupted_step, timeout=5)
-        error = step["data"]["result"]["error"]
-        self.assertEqual(error["code"], "INTERRUPTED", step)
-        self.assertGreater(error["reports_sent"], 0, step)
-        self.assertEqual(step["data"]["tool"], "action")
-        self.assertEqual(self.sim()["input"]["buttons"], 0)
-
-
 class Attacks(SharedDaemon):
     """Each refused with the right status and journalled, and the server keeps serving."""
 

@@ -72,11 +72,13 @@ pub(super) fn spawn(
         };
         daemon.inner.input_busy.store(false, Ordering::Relaxed);
         // The lane goes back to the turn (it may play again: calibration's points); with
-        // the requester gone it is dropped here, after the release.
+        // the requester gone it is dropped here, after the release and the journal: a
+        // shutdown waits for the lane ([`Daemon::input_released`]), so what the daemon
+        // records in the requester's place is written before the process exits.
         if let Err((result, lane)) = tx.send((result, lane)) {
-            drop(lane);
             let total = reports_in(&steps);
             daemon.record_abandoned(abandoned, result, total).await;
+            drop(lane);
         }
     });
     rx

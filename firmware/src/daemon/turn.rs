@@ -57,10 +57,22 @@ impl DeviceTurn<'_> {
         self.lane = Some(lane);
         match result {
             Ok(n) => Ok(n),
-            Err(InputError::Cancelled { reports_sent }) if !self.caller_cancel.is_cancelled() => {
-                // Free input has no gate, and the caller's token is a child of the daemon's
-                // shutdown: only a task's gate gets here.
-                Err(DaemonError::Interrupted { reports_sent, reports_total: total, why: self.interruption() })
+            // Input cut short once it reached the phone answers INTERRUPTED whoever cut it
+            // (a task control, the task's end, `cancel`, a closed connection, shutdown), as
+            // a play whose requester is gone is journalled: one code for one outcome, on
+            // every transport. CANCELLED stays for a request stopped before its first
+            // report or after its last (calibration's settle wait).
+            Err(InputError::Cancelled { reports_sent })
+                if (reports_sent > 0 && reports_sent < total) || !self.caller_cancel.is_cancelled() =>
+            {
+                let why = if self.caller_cancel.is_cancelled() {
+                    "the request was cancelled (cancel, its connection closed, or shutdown)".to_string()
+                } else {
+                    // Free input has no gate, and the caller's token is a child of the
+                    // daemon's shutdown: only a task's gate gets here.
+                    self.interruption()
+                };
+                Err(DaemonError::Interrupted { reports_sent, reports_total: total, why })
             }
             Err(e) => Err(e.into()),
         }

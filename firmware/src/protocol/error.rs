@@ -38,7 +38,8 @@ pub enum ErrorCode {
     HostNotConnected,
     /// Another input sequence holds the device and the caller asked not to wait.
     Busy,
-    /// The operation was cancelled (by `cancel`, a disconnect or a pause).
+    /// The request was cancelled (by `cancel` or a disconnect) before any of its input
+    /// reached the phone, or while it watched the screen after its input.
     Cancelled,
     /// The operation did not complete in time.
     Timeout,
@@ -84,8 +85,9 @@ pub enum ErrorCode {
     /// Another request with this id is still in flight on this connection; ids must be
     /// unique among in-flight requests so replies and `cancel` are unambiguous.
     DuplicateId,
-    /// Running input was stopped by a task control (pause, takeover, stop) or the task's
-    /// end; `reports_sent` says how far it got. Look at the screen before going on.
+    /// Running input was stopped before it ended: by a task control (pause, takeover,
+    /// stop), the task's end, `cancel`, its requester gone, or shutdown. The daemon released
+    /// what it held; `reports_sent` says how far it got. Look at the screen before going on.
     Interrupted,
     // --- network callers (HTTPS, WebSocket, MCP) ---
     /// No credentials, or wrong ones: send `Authorization: Bearer TOKEN`, a session cookie

@@ -20,6 +20,8 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Map;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::sync::LockPlain;
 use crate::tools::{catalog, Backend, NoScreenshot, Runner, ToolDef, ToolError, ToolOutput};
 
@@ -52,6 +54,9 @@ struct CallerTools<B> {
     runner: Runner<B>,
     /// The tools this caller may call.
     allowed: Vec<&'static ToolDef>,
+    /// Cancelled when the caller's MCP session is ended ([`McpServer::end`]): its calls in
+    /// flight end with it. rmcp itself lets them run on for up to 5 s after a `DELETE`.
+    ended: CancellationToken,
 }
 
 /// Callers' tool state, by identity (the caller and its MCP session id, if any). It lives
@@ -117,6 +122,19 @@ impl<B: Backend> McpServer<B> {
         McpServer::new(Arc::new(move |_| Ok(backend.clone())), Arc::new(|_| Some("stdio".to_string())))
     }
 
+    /// Ends the MCP session whose caller `identity_of` named `identity`: its tool state is
+    /// forgotten and its calls in flight are cancelled now (what they started on the phone
+    /// the daemon ends and journals). `false`: no such session.
+    pub fn end(&self, identity: &str) -> bool {
+        match self.callers.map.lock_plain().remove(identity) {
+            Some((tools, _)) => {
+                tools.ended.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The caller's tools, set up by its first request.
     async fn tools(&self, ctx: &RequestContext<RoleServer>) -> Result<Arc<CallerTools<B>>, ErrorData> {
         let who =
@@ -139,7 +157,11 @@ impl<B: Backend> McpServer<B> {
             .map(|a| a.iter().filter_map(|m| m.as_str().map(str::to_string)).collect())
             .unwrap_or_default();
         let allowed = Runner::<B>::allowed(&methods);
-        let tools = Arc::new(CallerTools { runner: Runner::new(backend, NoScreenshot::Refuse), allowed });
+        let tools = Arc::new(CallerTools {
+            runner: Runner::new(backend, NoScreenshot::Refuse),
+            allowed,
+            ended: CancellationToken::new(),
+        });
         let mut map = self.callers.map.lock_plain();
         if map.len() >= MAX_CALLERS {
             if let Some(oldest) = map.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| k.clone()) {
@@ -231,8 +253,12 @@ impl<B: Backend> ServerHandler for McpServer<B> {
         let outcome = loop {
             tokio::select! {
                 r = &mut run => break r,
+                // Dropping `run` ends the daemon request; the daemon releases what it held.
                 () = ctx.ct.cancelled() => {
-                    break Err(ToolError::new("CANCELLED", "the client cancelled the call; held input was released"))
+                    break Err(ToolError::new("CANCELLED", "the client cancelled the call; the daemon released any input it had started"))
+                }
+                () = caller.ended.cancelled() => {
+                    break Err(ToolError::new("CANCELLED", "the MCP session was ended; the daemon released any input it had started"))
                 }
                 _ = tick.tick() => {
                     let Some(token) = progress.clone() else { continue };

@@ -36,9 +36,12 @@ pub const MAX_MCP_BODY: usize = 1 << 20;
 /// initializes again).
 pub const SESSION_IDLE: Duration = Duration::from_secs(600);
 
-/// The mounted service.
+/// The mounted service, and the server behind it (to end a session's calls on `DELETE`).
 #[derive(Clone)]
-pub struct McpService(StreamableHttpService<McpServer<InProcess>, LocalSessionManager>);
+pub struct McpService {
+    http: StreamableHttpService<McpServer<InProcess>, LocalSessionManager>,
+    server: McpServer<InProcess>,
+}
 
 impl std::fmt::Debug for McpService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -75,16 +78,8 @@ pub fn service(daemon: Daemon, session_idle: Duration, shutdown: &CancellationTo
     // The caller, and its MCP session when it has one: "the latest screenshot" is the
     // session's (stateless clients, with no session id, have one per caller).
     let identity_of: IdentityOf = Arc::new(|ctx| {
-        let who = identity(authenticated(ctx)?);
-        let session = ctx
-            .extensions
-            .get::<hyper::http::request::Parts>()
-            .and_then(|p| p.headers.get("mcp-session-id"))
-            .and_then(|v| v.to_str().ok());
-        Some(match session {
-            Some(id) => format!("{who}#{id}"),
-            None => who,
-        })
+        let parts = ctx.extensions.get::<hyper::http::request::Parts>()?;
+        Some(session_key(parts.extensions.get::<Authenticated>()?, &parts.headers))
     });
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(session_idle);
@@ -94,7 +89,23 @@ pub fn service(daemon: Daemon, session_idle: Duration, shutdown: &CancellationTo
         .with_cancellation_token(shutdown.child_token());
     // One server for all sessions: rmcp clones it per session (or per request).
     let server = McpServer::new(make, identity_of);
-    McpService(StreamableHttpService::new(move || Ok(server.clone()), Arc::new(sessions), config))
+    let for_sessions = server.clone();
+    McpService {
+        http: StreamableHttpService::new(move || Ok(for_sessions.clone()), Arc::new(sessions), config),
+        server,
+    }
+}
+
+/// The key of a caller's tool state: the caller, and its MCP session when it has one
+/// ("the latest screenshot" is the session's; stateless clients have one per caller).
+/// Another credential naming the same session id gets another key: only the session's
+/// own caller reaches (or ends) it.
+fn session_key(auth: &Authenticated, headers: &hyper::HeaderMap) -> String {
+    let who = identity(auth);
+    match headers.get("mcp-session-id").and_then(|v| v.to_str().ok()) {
+        Some(id) => format!("{who}#{id}"),
+        None => who,
+    }
 }
 
 /// Answers one `/mcp` request of an authenticated caller.
@@ -104,9 +115,13 @@ pub async fn handle(
     mut req: Request<Incoming>,
     stream: StreamGuard,
 ) -> Response<ResponseBody> {
-    req.extensions_mut().insert(auth);
     let delete = req.method() == hyper::Method::DELETE;
-    let mut response = service.0.handle(req).await;
+    if delete && req.headers().contains_key("mcp-session-id") {
+        // The session's calls in flight end now, not when rmcp's drain gives up on them.
+        service.server.end(&session_key(&auth, req.headers()));
+    }
+    req.extensions_mut().insert(auth);
+    let mut response = service.http.handle(req).await;
     if delete && response.status() == hyper::StatusCode::ACCEPTED {
         // The session is gone (rmcp says 202); clients expect a success with no body
         // (the Python SDK logs "termination failed" on 202).
