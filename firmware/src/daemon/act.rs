@@ -237,11 +237,18 @@ impl Daemon {
 
     /// The cache key of an operation id: scoped to the caller's identity, role and the
     /// task it acts for, so nobody receives another caller's cached result.
+    ///
+    /// A task's agent is its task token, whatever carries it: over HTTPS each request is a
+    /// session of its own (`session:N`), so keying an agent by principal would forget
+    /// its operation ids between requests, and a retried action would run twice.
     fn operation_key(&self, session: &Session, acting: Acting, operation_id: &str) -> String {
-        let task = acting.task();
-        let who = session.principal().label();
-        let task = task.map_or_else(|| "-".to_string(), |t| t.to_string());
-        format!("{who}/{:?}/task:{task}/{operation_id}", session.caller.role)
+        match acting {
+            Acting::Agent { task } => format!("agent/task:{task}/{operation_id}"),
+            Acting::Human { .. } => {
+                let who = session.principal().label();
+                format!("{who}/{:?}/task:-/{operation_id}", session.caller.role)
+            }
+        }
     }
 
     /// Registers an operation; `Some` is the answer when it is already known (cached
