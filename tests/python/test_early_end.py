@@ -271,6 +271,39 @@ class EarlyEnd(unittest.TestCase):
         reader.join(timeout=10)
 
 
+class FullConnectionTable(unittest.TestCase):
+    """A full connection table evicts connections that have not authenticated, never the
+    one a gesture is playing for: eviction is not a way for a gesture to end early."""
+
+    def test_a_flood_evicts_unproven_connections_and_the_drag_plays_out(self):
+        d = HttpsDaemon(config_text="[https]\nmax_connections = 4\n")
+        self.addCleanup(d.stop)
+        helper = EarlyEnd("test_https_client_gone_mid_drag")
+        lease, task, token = open_task(d.socket, "full table")
+        self.addCleanup(lease.close)
+        args = drag(helper.observation(token, d), "flood-1")
+        args["action"]["duration_ms"] = 1500
+        holder = d.conn()
+        self.addCleanup(holder.close)
+        holder.request("POST", "/api/action", body=json.dumps(args),
+                       headers={"Tether-Task-Token": token, "Content-Type": "application/json"})
+        helper.wait_held(d)
+        # Twice the table's size of connections that never say a word.
+        flood = []
+        for _ in range(8):
+            s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+            self.addCleanup(s.close)
+            flood.append(s)
+        # The oldest of them were dropped to make room (EOF)...
+        self.assertEqual(flood[0].recv(1), b"", "the oldest unproven connection is evicted")
+        # ...while the gesture's connection stays and gets its answer.
+        r = holder.getresponse()
+        body = json.loads(r.read())
+        self.assertEqual(r.status, 200, body)
+        self.assertNotIn("error", body)
+        self.assertEqual(helper.buttons(d), 0)
+
+
 class Shutdown(unittest.TestCase):
     """SIGTERM mid-drag: the daemon releases before it exits and the journal says so."""
 
