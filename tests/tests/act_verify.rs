@@ -209,9 +209,13 @@ async fn a_dead_control_answers_no_visible_effect_with_a_fresh_observation() {
             "action": {"type": "tap", "x": x, "y": y}, "settle_timeout_ms": 30000}),
         )
         .await;
-    wait_for!(REPLY_TIMEOUT, "the tap to reach the phone", {
+    // The touch is counted when the finger lifts, a report or two before the tap's play
+    // ends; a cancel then would cut the play short (INTERRUPTED). Wait for the play to be
+    // over as well, so the cancel lands while the action watches the screen.
+    wait_for!(REPLY_TIMEOUT, "the tap to be played and the action to watch", {
         let n = p.state().await["touches"].as_array().unwrap().len();
-        (n > touches).then_some(())
+        let busy = p.c.ok("status", json!({})).await["input"]["busy"] == true;
+        (n > touches && !busy).then_some(())
     });
     assert_eq!(p.c.ok("cancel", json!({"request_id": id})).await["cancelled"], true);
     let r = p.c.reply(id, REPLY_TIMEOUT).await;
