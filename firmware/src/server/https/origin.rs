@@ -45,6 +45,8 @@ impl OwnOrigin {
         if cookie && headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) == Some("cross-site") {
             return refuse("a session cookie is not accepted from another site");
         }
+        // An Origin that is not text is still an Origin, and not ours: "" refuses it
+        // (`.ok()` would read it as no Origin at all, which programs may send).
         match headers.get(ORIGIN).map(|v| v.to_str().unwrap_or("")) {
             Some(o) if o.eq_ignore_ascii_case(&self.0) => Ok(()),
             Some(_) => refuse(match entry {
