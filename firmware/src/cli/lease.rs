@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use tether::client::https::{remote_error, HttpsClient, LineReader};
 use tether::client::ControlClient;
 
-use super::task::remote;
+use super::remote::client_error;
 
 /// An open task's lease.
 pub enum Lease {
@@ -39,8 +39,10 @@ impl Lease {
     pub async fn open_socket(path: PathBuf, title: &str, scope: &Value) -> anyhow::Result<(Lease, i64, String)> {
         let mut lease = ControlClient::connect(&path).await?;
         // The lease connection does not read events while the command runs: opt out of them.
-        let opened =
-            lease.call("task_open", json!({"title": title, "scope": scope, "events": false})).await.map_err(remote)?;
+        let opened = lease
+            .call("task_open", json!({"title": title, "scope": scope, "events": false}))
+            .await
+            .map_err(client_error)?;
         let id = opened["id"].as_i64().context("task_open returned no id")?;
         let token = opened["token"].as_str().context("task_open returned no token")?.to_string();
         let follower = ControlClient::connect(&path).await?;
@@ -109,7 +111,7 @@ impl Lease {
     /// Calls `method` as the task's opener.
     pub async fn call(&mut self, method: &str, params: Value) -> anyhow::Result<Value> {
         match self {
-            Lease::Socket { lease, .. } => lease.call(method, params).await.map_err(remote),
+            Lease::Socket { lease, .. } => lease.call(method, params).await.map_err(client_error),
             Lease::Remote { client, .. } => Ok(client.call(method, params).await?),
         }
     }

@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tether::client::https::{Credentials, HttpsClient, Target};
-use tether::client::ControlClient;
+use tether::client::{ClientError, ControlClient};
 use tether::server::tls::Fingerprint;
 
 /// One appliance `tether login` stored.
@@ -182,5 +182,13 @@ impl Endpoint {
                 Err(e) => Err(e.into()),
             },
         }
+    }
+}
+
+/// The daemon's error as `CODE: message`, other failures as they are.
+pub(super) fn client_error(e: ClientError) -> anyhow::Error {
+    match e {
+        ClientError::Remote { code, message } => anyhow::anyhow!("{code}: {message}"),
+        other => anyhow::Error::new(other),
     }
 }

@@ -9,10 +9,10 @@ use anyhow::{bail, Context};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::{Pid, User};
 use serde_json::{json, Value};
-use tether::client::{ClientError, ControlClient};
+use tether::client::ControlClient;
 
 use super::lease::Lease;
-use super::remote::Endpoint;
+use super::remote::{client_error, Endpoint};
 use tether::config::DEFAULT_AGENT_USER;
 
 /// Environment variables a task's command gets.
@@ -52,14 +52,6 @@ pub fn with_env_token(mut params: Value) -> Value {
         map.insert("task_token".into(), json!(token));
     }
     params
-}
-
-/// The daemon's error as `CODE: message`, other failures as they are.
-pub(super) fn remote(e: ClientError) -> anyhow::Error {
-    match e {
-        ClientError::Remote { code, message } => anyhow::anyhow!("{code}: {message}"),
-        other => anyhow::Error::new(other),
-    }
 }
 
 /// `tether task run [--title T] -- CMD...`.
@@ -377,7 +369,7 @@ pub fn run_events(
             (Endpoint::Socket(path), _) => {
                 let mut c = ControlClient::connect(path).await?;
                 let params = with_env_token(json!({"task": task, "follow": follow, "after_seq": after}));
-                c.call_streaming("task_events", params, |e| print(e)).await.map_err(remote)?
+                c.call_streaming("task_events", params, |e| print(e)).await.map_err(client_error)?
             }
             (Endpoint::Remote(client), true) => {
                 let path = format!("/api/tasks/{task}/events?follow=1&after={}", after.unwrap_or(0));

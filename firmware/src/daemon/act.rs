@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::limits;
-use super::observations::FrameRef;
+use super::observations::{FrameRef, MAX_PREVIEW_BYTES, MAX_SCREENSHOT_BYTES, THUMBNAIL_EDGE};
 use super::operations::{Begin, OperationState};
 use super::play::{Abandoned, AbandonedStep};
 use super::settle::{Answer, Sample, Until, WatchFor};
@@ -28,12 +28,6 @@ use crate::protocol::task_params::BatchParams;
 use crate::protocol::{Acting, ErrorBody};
 use crate::sync::LockPlain;
 
-/// Largest PNG returned by `screenshot`.
-pub const MAX_SCREENSHOT_BYTES: usize = 1 << 20;
-/// Largest PNG returned by `preview`.
-pub const MAX_PREVIEW_BYTES: usize = 256 << 10;
-/// Longest edge of a step's thumbnail (the console's task log).
-pub const THUMBNAIL_EDGE: u32 = 160;
 /// A screenshot's answer on the wire: base64 of the PNG plus metadata.
 const SCREENSHOT_ANSWER_BYTES: usize = MAX_SCREENSHOT_BYTES / 3 * 4 + 4096;
 /// A preview's answer on the wire.
@@ -328,7 +322,7 @@ impl Daemon {
             }
             Err(e) => Err(e),
         };
-        let result = result.map_err(|e| DaemonError::ActionFailed(action_error(&e, &p.operation_id)));
+        let result = result.map_err(|e| DaemonError::ActionFailed(e.action_body(&p.operation_id)));
         let thumbnail = self.step_thumbnail(task, p.observation_id.as_deref());
         self.record_step(session, acting, task, "action", &args, &result, started.elapsed(), thumbnail).await;
         self.finish_operation(&key, &result);
@@ -491,13 +485,13 @@ impl Daemon {
                         out.insert("duration_ms".into(), millis(started.elapsed()).into());
                         Ok(Value::Object(out))
                     }
-                    Err(e) => Err(DaemonError::ActionFailed(action_error(&e, &p.operation_id))),
+                    Err(e) => Err(DaemonError::ActionFailed(e.action_body(&p.operation_id))),
                 }
             }
             // Validation keeps batches non-empty: no failure means a finished first action.
             (None, None) => Ok(json!({"status": "submitted", "operation_id": p.operation_id, "completed": 0})),
             (Some(e), _) => {
-                let mut body = action_error(&e, &p.operation_id);
+                let mut body = e.action_body(&p.operation_id);
                 if done > 0 {
                     body.side_effect_possible = true;
                     body.status = Some("outcome_unknown");
@@ -783,15 +777,7 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The wire form of an action's failure: its status and its operation id.
-pub(super) fn action_error(e: &DaemonError, operation_id: &str) -> ErrorBody {
-    let mut body = ErrorBody::from(e);
-    body.status = Some(if body.side_effect_possible { "outcome_unknown" } else { "failed_before_submit" });
-    body.operation_id = Some(operation_id.to_string());
-    body
-}
-
 /// `e` as an action failure carrying `operation_id` (conflicts and cached failures).
 fn with_operation(e: DaemonError, operation_id: &str) -> DaemonError {
-    DaemonError::ActionFailed(action_error(&e, operation_id))
+    DaemonError::ActionFailed(e.action_body(operation_id))
 }

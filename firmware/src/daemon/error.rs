@@ -188,6 +188,15 @@ pub enum DaemonError {
 }
 
 impl DaemonError {
+    /// The wire form of this error as an action's failure: its status (did input reach
+    /// the phone?) and its operation id, as the action answers and caches it.
+    pub(super) fn action_body(&self, operation_id: &str) -> ErrorBody {
+        let mut body = ErrorBody::from(self);
+        body.status = Some(if body.side_effect_possible { "outcome_unknown" } else { "failed_before_submit" });
+        body.operation_id = Some(operation_id.to_string());
+        body
+    }
+
     /// The stable wire code, and whether input may have reached the phone.
     pub fn code(&self) -> (ErrorCode, bool) {
         match self {

@@ -10,6 +10,12 @@ use crate::protocol::Acting;
 pub const OBSERVATION_TTL: Duration = Duration::from_secs(30);
 /// Observations kept; older ones are forgotten.
 pub const OBSERVATIONS_KEPT: usize = 32;
+/// Largest PNG returned by `screenshot`.
+pub(super) const MAX_SCREENSHOT_BYTES: usize = 1 << 20;
+/// Largest PNG returned by `preview`.
+pub(super) const MAX_PREVIEW_BYTES: usize = 256 << 10;
+/// Longest edge of a step's thumbnail (the console's task log).
+pub(super) const THUMBNAIL_EDGE: u32 = 160;
 
 /// One screenshot's identity and geometry.
 #[derive(Debug, Clone)]

@@ -100,9 +100,7 @@ impl Daemon {
         };
         tracing::info!(ok = result.is_ok(), "input ended after its requester went away; held input released");
         let result = match (&abandoned.operation, result) {
-            (Some((_, operation_id)), Err(e)) => {
-                Err(DaemonError::ActionFailed(super::act::action_error(&e, operation_id)))
-            }
+            (Some((_, operation_id)), Err(e)) => Err(DaemonError::ActionFailed(e.action_body(operation_id))),
             (_, result) => result,
         };
         if let Some(step) = abandoned.step {

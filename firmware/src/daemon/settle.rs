@@ -20,8 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::act::{MAX_SCREENSHOT_BYTES, THUMBNAIL_EDGE};
-use super::observations::FrameRef;
+use super::observations::{FrameRef, MAX_SCREENSHOT_BYTES, THUMBNAIL_EDGE};
 use super::{Acting, Daemon, DaemonError};
 use crate::device::geometry::{ObservationMapping, PixelRect};
 use crate::device::video::image::{fit, observe};

@@ -24,8 +24,8 @@ use rmcp::RoleServer;
 use tokio_util::sync::CancellationToken;
 
 use super::body::ResponseBody;
+use super::conn::StreamGuard;
 use super::guard::Authenticated;
-use super::StreamGuard;
 use crate::daemon::Daemon;
 use crate::server::inprocess::InProcess;
 use crate::server::mcp::{IdentityOf, MakeBackend, McpServer};

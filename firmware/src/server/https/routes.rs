@@ -19,9 +19,7 @@
 //! | `POST /api/pair`, `POST /login`, `POST /logout`, `GET /api/session` | sessions |
 //! | `GET /`, `/pair`, `/live`, `/tasks`, `/access`, `/device`, the console's files | the web console ([`super::console`]), no auth |
 
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
@@ -29,56 +27,14 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, LOCATION, SET_COOKIE};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Map, Value};
-use tokio::sync::mpsc;
 
 use super::body::{self, ResponseBody};
-use super::guard::{self, Auth, Authenticated, FailureLimiter, HostAllowlist};
+use super::guard::{self, Auth, Authenticated};
 use super::origin::{Entry, OwnOrigin};
-use crate::daemon::{Daemon, Session, SessionMessage, SESSION_LIFETIME};
-use crate::protocol::{parse_request, ErrorBody, ErrorCode, Event, Request as WireRequest};
-use crate::server::inprocess::wire_request;
-
-/// What every request of one server shares.
-#[derive(Debug)]
-pub struct Shared {
-    /// The daemon.
-    pub daemon: Daemon,
-    /// Allowed `Host` values.
-    pub hosts: HostAllowlist,
-    /// The port clients reach (for redirects, cookie names, origins).
-    pub port: u16,
-    /// The CA certificate, PEM.
-    pub ca_pem: String,
-    /// The iOS profile holding the CA.
-    pub mobileconfig: String,
-    /// The CA fingerprint, lowercase hex.
-    pub fingerprint: String,
-    /// Wrong credentials, all clients together.
-    pub limiter: FailureLimiter,
-    /// Other refusals worth logging (foreign Host, cross-site cookies), at most 20 a minute.
-    pub noisy: FailureLimiter,
-    /// Largest request body.
-    pub max_body: usize,
-    /// How often a streamed answer says it is alive.
-    pub keepalive: Duration,
-    /// The server's shutdown (WebSockets close with 1001).
-    pub shutdown: tokio_util::sync::CancellationToken,
-    /// Video sockets waiting for their ticket.
-    pub video_pending: super::video::Pending,
-    /// `/mcp`.
-    pub mcp: super::mcp::McpService,
-}
-
-/// The connection a request came on.
-#[derive(Debug, Clone)]
-pub struct Peer {
-    /// Its address.
-    pub addr: SocketAddr,
-    /// Whether it speaks TLS.
-    pub tls: bool,
-    /// What the connection is doing (streams, authentication).
-    pub conn: Arc<super::ConnState>,
-}
+pub use super::shared::{Peer, Shared};
+use crate::daemon::SESSION_LIFETIME;
+use crate::protocol::{parse_request, ErrorBody, ErrorCode, Request as WireRequest};
+use crate::server::dispatch;
 
 /// The largest body of an unauthenticated request (`/login`, `/api/pair`).
 const MAX_PUBLIC_BODY: usize = 4096;
@@ -133,7 +89,7 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
             if let Err(e) = own.check(req.headers(), Entry::Stream, false) {
                 return body::error(e);
             }
-            return super::video::upgrade(&shared, req);
+            return super::video::upgrade(&shared.daemon, &shared.shutdown, &shared.video_pending, req);
         }
         _ => {}
     }
@@ -160,7 +116,7 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
     }
     peer.conn.proven();
     if method == Method::GET && path == "/api/ws" {
-        return super::ws::upgrade(&shared, auth, req);
+        return super::ws::upgrade(&shared.daemon, &shared.shutdown, auth, req);
     }
     if path == MCP_PATH {
         let stream = peer.conn.stream_guard();
@@ -218,7 +174,7 @@ async fn route(shared: &Shared, peer: &Peer, auth: Authenticated, req: Request<I
                 .parse()
                 .map_err(|_| ErrorBody::new(ErrorCode::InvalidParams, format!("step {seq:?} is not a number")))?;
             params.insert("seq".into(), seq.into());
-            let request = wire_request("task_thumbnail", params, auth.task_token.as_deref())?;
+            let request = dispatch::request("task_thumbnail", params, auth.task_token.as_deref())?;
             let value = call(shared, &auth, &request).await?;
             png_answer(&value)
         }
@@ -326,7 +282,7 @@ async fn read_body(max: usize, req: Request<Incoming>) -> Result<Bytes, ErrorBod
 
 /// Runs one request on a session of its own.
 async fn call(shared: &Shared, auth: &Authenticated, request: &WireRequest) -> Result<Value, ErrorBody> {
-    crate::server::inprocess::call(&shared.daemon, &auth.caller, request).await
+    dispatch::call(&shared.daemon, &auth.caller, request).await
 }
 
 async fn answer(
@@ -335,7 +291,7 @@ async fn answer(
     method: &str,
     params: Map<String, Value>,
 ) -> Result<Answer, ErrorBody> {
-    let request = wire_request(method, params, auth.task_token.as_deref())?;
+    let request = dispatch::request(method, params, auth.task_token.as_deref())?;
     let value = call(shared, auth, &request).await?;
     Ok(body::json(StatusCode::OK, &value))
 }
@@ -387,7 +343,7 @@ async fn screenshot(shared: &Shared, auth: &Authenticated, query: &Query) -> Res
             return Err(ErrorBody::new(ErrorCode::InvalidParams, format!("format is png or json, not {other:?}")))
         }
     };
-    let request = wire_request("screenshot", params, auth.task_token.as_deref())?;
+    let request = dispatch::request("screenshot", params, auth.task_token.as_deref())?;
     let value = call(shared, auth, &request).await?;
     if as_json {
         return Ok(body::json(StatusCode::OK, &value));
@@ -418,50 +374,19 @@ fn png_answer(value: &Value) -> Result<Answer, ErrorBody> {
     Ok(r)
 }
 
-/// Whether a task event says the task has ended.
-fn ends_task(event: &Event) -> bool {
-    event.body.get("kind").and_then(Value::as_str) == Some("state")
-        && event
-            .body
-            .get("data")
-            .and_then(|d| d.get("state"))
-            .and_then(Value::as_str)
-            .is_some_and(|s| crate::daemon::store::TERMINAL_STATES.contains(&s))
-}
-
-fn line(value: &impl serde::Serialize) -> Bytes {
-    let mut bytes = serde_json::to_vec(value).unwrap_or_default();
-    bytes.push(b'\n');
-    Bytes::from(bytes)
-}
-
-/// `POST /api/tasks`: opens a task on a session that lives as long as the answer. The
-/// answer streams `{id, token, …}`, then the task's events, a keep-alive line every
-/// [`Shared::keepalive`], and ends after the task's final state. When the client goes
-/// (the stream is closed), the session is dropped and the task abandoned.
+/// `POST /api/tasks`: the lease. The answer streams `{id, token, …}`, then the task's
+/// events, a keep-alive line every [`Shared::keepalive`], and ends after the task's final
+/// state; when the client goes (the stream is closed) the task is abandoned.
 async fn open_task(
     shared: &Shared,
     peer: &Peer,
     auth: Authenticated,
-    mut params: Map<String, Value>,
+    params: Map<String, Value>,
 ) -> Result<Answer, ErrorBody> {
-    params.insert("events".into(), true.into());
-    let request = wire_request("task_open", params, auth.task_token.as_deref())?;
-    let daemon = &shared.daemon;
-    let session = daemon.try_open_session(auth.caller.clone()).map_err(|e| ErrorBody::from(&e))?;
-    let Some(events) = session.take_events() else {
-        return Err(ErrorBody::new(ErrorCode::Internal, "the session's events were taken"));
-    };
-    let opened = {
-        let slot = session.begin_request(request.id).map_err(|e| ErrorBody::from(&e))?;
-        daemon.handle_request(&session, &request, &slot).await.map_err(|e| ErrorBody::from(&e))?
-    };
-    let task = opened.get("id").and_then(Value::as_i64);
-    let (tx, rx) = mpsc::channel(16);
-    let _ = tx.try_send(line(&opened));
-    tokio::spawn(pump(session, events, tx, shared.keepalive, None));
-    let mut r = body::lines(rx, peer.conn.stream_guard());
-    if let Some(v) = task.and_then(|t| HeaderValue::from_str(&t.to_string()).ok()) {
+    let request = dispatch::request("task_open", params, auth.task_token.as_deref())?;
+    let streamed = dispatch::stream(&shared.daemon, &auth.caller, request, shared.keepalive).await?;
+    let mut r = body::lines(streamed.lines, peer.conn.stream_guard());
+    if let Some(v) = streamed.task.and_then(|t| HeaderValue::from_str(&t.to_string()).ok()) {
         r.headers_mut().insert("tether-task-id", v);
     }
     Ok(r)
@@ -475,128 +400,9 @@ async fn follow(
     auth: Authenticated,
     params: Map<String, Value>,
 ) -> Result<Answer, ErrorBody> {
-    let request = wire_request("task_events", params, auth.task_token.as_deref())?;
-    let daemon = shared.daemon.clone();
-    let session = daemon.try_open_session(auth.caller.clone()).map_err(|e| ErrorBody::from(&e))?;
-    let Some(events) = session.take_events() else {
-        return Err(ErrorBody::new(ErrorCode::Internal, "the session's events were taken"));
-    };
-    let session = Arc::new(session);
-    let slot = session.begin_request(request.id).map_err(|e| ErrorBody::from(&e))?;
-    let (s, d) = (session.clone(), daemon.clone());
-    let mut running = tokio::spawn(async move {
-        let result = d.handle_request(&s, &request, &slot).await;
-        drop(slot);
-        result
-    });
-    // A refusal (no such task, a seq it never reached) is answered as an error with its
-    // status, not as a stream: wait for the stream to start or the request to end.
-    let mut events = events;
-    // The daemon sends `Streaming` before any event; one that came first is kept anyway.
-    let mut early = None;
-    let finished = loop {
-        tokio::select! {
-            r = &mut running => break Some(r),
-            m = events.recv() => match m {
-                Some(SessionMessage::Streaming) | None => break None,
-                Some(SessionMessage::Flush(ack)) => { let _ = ack.send(()); }
-                Some(SessionMessage::Event(e)) => { early = Some(e); break None; }
-            },
-        }
-    };
-    if let Some(Ok(Err(e))) = finished {
-        return Err(ErrorBody::from(&e));
-    }
-    let (tx, rx) = mpsc::channel(16);
-    let ending = match finished {
-        Some(Ok(Ok(v))) => Ending::Done(Some(v)),
-        Some(Err(_)) => {
-            Ending::Done(Some(json!({"error": ErrorBody::new(ErrorCode::Internal, "the event stream failed")})))
-        }
-        _ => Ending::Waiting(running),
-    };
-    if let Some(event) = early {
-        let _ = tx.try_send(line(&event));
-    }
-    tokio::spawn(pump(session, events, tx, shared.keepalive, Some(ending)));
-    Ok(body::lines(rx, peer.conn.stream_guard()))
-}
-
-/// How a followed stream ends: with its request's answer.
-enum Ending {
-    Waiting(tokio::task::JoinHandle<Result<Value, crate::daemon::DaemonError>>),
-    Done(Option<Value>),
-}
-
-/// Forwards a session's events as lines until the task ends (or, with `ending`, until
-/// the request finishes: its answer is the last line) or the client goes away. Holds the
-/// session (and with it a task's lease) until then.
-async fn pump<S>(
-    session: S,
-    mut events: mpsc::Receiver<SessionMessage>,
-    tx: mpsc::Sender<Bytes>,
-    keepalive: Duration,
-    mut ending: Option<Ending>,
-) where
-    S: std::borrow::Borrow<Session> + Send + 'static,
-{
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
-    loop {
-        if let Some(Ending::Done(last)) = &mut ending {
-            // Every event before the answer was forwarded (the daemon flushes first).
-            while let Ok(message) = events.try_recv() {
-                if let SessionMessage::Event(event) = message {
-                    let _ = tx.send(line(&event)).await;
-                }
-            }
-            if let Some(value) = last.take() {
-                let _ = tx.send(line(&value)).await;
-            }
-            break;
-        }
-        let follows = ending.is_some();
-        let done = async {
-            match &mut ending {
-                Some(Ending::Waiting(handle)) => Some(handle.await),
-                _ => std::future::pending().await,
-            }
-        };
-        let answer = tokio::select! {
-            biased;
-            () = tx.closed() => break,
-            message = events.recv() => match message {
-                Some(SessionMessage::Event(event)) => {
-                    let last = !follows && ends_task(&event);
-                    if tx.send(line(&event)).await.is_err() || last {
-                        break;
-                    }
-                    None
-                }
-                Some(SessionMessage::Flush(ack)) => {
-                    let _ = ack.send(());
-                    None
-                }
-                Some(SessionMessage::Streaming) => None,
-                None => break,
-            },
-            Some(result) = done => Some(match result {
-                Ok(Ok(value)) => value,
-                Ok(Err(e)) => json!({"error": ErrorBody::from(&e)}),
-                Err(_) => json!({"error": ErrorBody::new(ErrorCode::Internal, "the event stream failed")}),
-            }),
-            _ = ticker.tick() => {
-                if tx.send(line(&json!({"event": "keepalive"}))).await.is_err() {
-                    break;
-                }
-                None
-            }
-        };
-        if let Some(last) = answer {
-            ending = Some(Ending::Done(Some(last)));
-        }
-    }
-    session.borrow().close();
-    drop(session);
+    let request = dispatch::request("task_events", params, auth.task_token.as_deref())?;
+    let streamed = dispatch::stream(&shared.daemon, &auth.caller, request, shared.keepalive).await?;
+    Ok(body::lines(streamed.lines, peer.conn.stream_guard()))
 }
 
 fn text(status: StatusCode, content_type: &'static str, body: String) -> Answer {

@@ -23,7 +23,6 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
 
 use super::body::{self, ResponseBody};
-use super::routes::Shared;
 use crate::daemon::{Daemon, DaemonError, VideoEnd, VideoViewer};
 use crate::protocol::{ErrorBody, ErrorCode};
 use crate::server::outbound::Progress;
@@ -41,16 +40,16 @@ pub const ACK_TIMEOUT: Duration = Duration::from_secs(10);
 const SEND_STALL: Duration = Duration::from_secs(10);
 
 /// Counts the sockets waiting for their ticket.
-#[derive(Debug, Default)]
-pub struct Pending(AtomicUsize);
+#[derive(Debug, Default, Clone)]
+pub struct Pending(Arc<AtomicUsize>);
 
 /// One waiting socket; dropping it makes room.
 #[derive(Debug)]
-struct PendingSlot(Arc<Shared>);
+struct PendingSlot(Pending);
 
 impl Drop for PendingSlot {
     fn drop(&mut self) {
-        self.0.video_pending.0.fetch_sub(1, Ordering::AcqRel);
+        self.0 .0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -78,15 +77,20 @@ enum ViewerMessage {
 
 /// Answers `GET /api/video`: exact path, no query (tickets never go in URLs), the
 /// room among the waiting sockets; then upgrades (the Origin policy has passed it).
-pub fn upgrade(shared: &Arc<Shared>, mut req: Request<Incoming>) -> hyper::Response<ResponseBody> {
+pub fn upgrade(
+    daemon: &Daemon,
+    shutdown: &CancellationToken,
+    pending: &Pending,
+    mut req: Request<Incoming>,
+) -> hyper::Response<ResponseBody> {
     if req.uri().query().is_some() {
         return body::refuse(
             ErrorCode::InvalidRequest,
             "no query on /api/video: the ticket goes in the first message, {\"ticket\": ...}, never in the URL",
         );
     }
-    let taken = shared.video_pending.0.fetch_add(1, Ordering::AcqRel);
-    let slot = PendingSlot(shared.clone());
+    let taken = pending.0.fetch_add(1, Ordering::AcqRel);
+    let slot = PendingSlot(pending.clone());
     if taken >= MAX_PENDING {
         return body::refuse(ErrorCode::Busy, "16 video sockets are waiting for their tickets; retry shortly");
     }
@@ -94,7 +98,7 @@ pub fn upgrade(shared: &Arc<Shared>, mut req: Request<Incoming>) -> hyper::Respo
         Ok(r) => r,
         Err(e) => return body::error(e),
     };
-    let (daemon, shutdown) = (shared.daemon.clone(), shared.shutdown.clone());
+    let (daemon, shutdown) = (daemon.clone(), shutdown.clone());
     tokio::spawn(async move {
         match on_upgrade.await {
             Ok(upgraded) => serve(daemon, upgraded, slot, shutdown).await,

@@ -16,7 +16,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::body::{self, ResponseBody};
 use super::guard::Authenticated;
-use super::routes::Shared;
 use crate::daemon::Daemon;
 use crate::protocol::{
     ErrorBody, ErrorCode, RequestError, MAX_OUTPUT_BYTES, MAX_OUTPUT_MESSAGES, MAX_REQUEST_BYTES, STALL_TIMEOUT,
@@ -30,12 +29,17 @@ use crate::server::websocket::{self, close, PING_INTERVAL, PONG_TIMEOUT};
 const MAX_WS_MESSAGE: usize = 1 << 20;
 
 /// Upgrades an authenticated request to the tether/1 WebSocket.
-pub fn upgrade(shared: &Shared, auth: Authenticated, mut req: Request<Incoming>) -> hyper::Response<ResponseBody> {
+pub fn upgrade(
+    daemon: &Daemon,
+    shutdown: &CancellationToken,
+    auth: Authenticated,
+    mut req: Request<Incoming>,
+) -> hyper::Response<ResponseBody> {
     let (response, on_upgrade) = match websocket::accept(&mut req) {
         Ok(r) => r,
         Err(e) => return body::error(e),
     };
-    let (daemon, shutdown) = (shared.daemon.clone(), shared.shutdown.clone());
+    let (daemon, shutdown) = (daemon.clone(), shutdown.clone());
     tokio::spawn(async move {
         match on_upgrade.await {
             Ok(upgraded) => serve(daemon, auth, upgraded, shutdown).await,

@@ -1,7 +1,7 @@
-//! The transport-neutral request loop of one connection: parse each message, bound the
-//! requests in flight, run each on its own task, answer on the connection's bounded
-//! queue, forward the task events the session follows, and cancel what is left when the
-//! connection goes. The Unix socket feeds it lines; `/api/ws` feeds it text messages.
+//! The request loop of one connection: parse each message, bound the requests in flight,
+//! run each on its own task, answer on the connection's bounded queue, forward the task
+//! events the session follows, and cancel what is left when the connection goes. The Unix
+//! socket feeds it lines; `/api/ws` feeds it text messages.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,9 +10,9 @@ use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
-use super::outbound::Outbound;
 use crate::daemon::{Caller, Daemon, Session, SessionMessage};
 use crate::protocol::{parse_request, ErrorBody, Outgoing, RequestError, Response};
+use crate::server::outbound::Outbound;
 
 /// Requests one connection may have in flight; reading pauses beyond this, which pushes
 /// back on a client that sends faster than it reads.
