@@ -26,7 +26,6 @@ use crate::protocol::params::{
 };
 use crate::protocol::task_params::BatchParams;
 use crate::protocol::{Acting, ErrorBody};
-use crate::sync::LockPlain;
 
 /// A screenshot's answer on the wire: base64 of the PNG plus metadata.
 const SCREENSHOT_ANSWER_BYTES: usize = MAX_SCREENSHOT_BYTES / 3 * 4 + 4096;
@@ -74,12 +73,12 @@ impl Daemon {
 
     /// The geometry epoch: observations taken under another one are stale.
     pub(super) fn geometry_epoch(&self) -> u64 {
-        self.inner.geometry_epoch.load(std::sync::atomic::Ordering::Acquire)
+        self.inner.phone.geometry_epoch()
     }
 
     /// The mapping from pictures to the phone changed: every observation is stale.
     pub(super) fn geometry_changed(&self, why: &'static str) {
-        let epoch = self.inner.geometry_epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
+        let epoch = self.inner.phone.next_geometry_epoch();
         tracing::info!(epoch, why, "geometry changed: observations are stale");
     }
 
@@ -92,13 +91,15 @@ impl Daemon {
             }
             tracing::warn!(?fixed, frame = ?(frame.width, frame.height), "configured active_rect is outside the frame; detecting");
         }
-        let mut cache = self.inner.active.lock_plain();
-        match *cache {
+        let cached = self.inner.phone.state().active;
+        match cached {
             Some((generation, rect)) if generation == frame.generation => rect,
             _ => {
+                // Detected outside the state's lock (it reads the whole frame); two callers
+                // at a new generation both detect, with the same answer.
                 let rect = detect_active_rect(frame);
                 tracing::info!(generation = frame.generation, ?rect, "active rectangle detected");
-                *cache = Some((frame.generation, rect));
+                self.inner.phone.state().active = Some((frame.generation, rect));
                 rect
             }
         }
@@ -164,7 +165,8 @@ impl Daemon {
         let epoch = self.geometry_epoch();
         let at = FrameRef { generation: frame.generation, frame_id: frame.sequence, geometry_epoch: epoch };
         let obs = {
-            let mut observations = self.lock_observations();
+            let mut state = self.inner.phone.state();
+            let observations = &mut state.observations;
             let obs = observations.insert(at, mapping, task, Instant::now());
             if let Some(t) = thumbnail {
                 observations.set_thumbnail(&obs.id, t);
@@ -248,7 +250,7 @@ impl Daemon {
     /// Registers an operation; `Some` is the answer when it is already known (cached
     /// result, still in progress, or the id reused with other arguments).
     fn begin_operation(&self, key: &str, operation_id: &str, args: &Value) -> Option<Result<Value, DaemonError>> {
-        match self.lock_operations().begin(key, args, Instant::now()) {
+        match self.inner.phone.state().operations.begin(key, args, Instant::now()) {
             Begin::Conflict => Some(Err(DaemonError::OperationConflict { operation_id: operation_id.to_string() })),
             Begin::Known(OperationState::InProgress) => {
                 Some(Ok(json!({"status": "in_progress", "operation_id": operation_id})))
@@ -270,8 +272,8 @@ impl Daemon {
             }
         };
         match outcome {
-            Some(cached) => self.lock_operations().finish(key, cached),
-            None => self.lock_operations().forget(key),
+            Some(cached) => self.inner.phone.state().operations.finish(key, cached),
+            None => self.inner.phone.state().operations.forget(key),
         }
     }
 
@@ -399,7 +401,8 @@ impl Daemon {
     /// The thumbnail a task's step records: the screenshot its coordinates were read in.
     fn step_thumbnail(&self, task: Option<i64>, observation: Option<&str>) -> Option<Vec<u8>> {
         task?;
-        let png = self.lock_observations().thumbnail(observation?)?;
+        let observation = observation?;
+        let png = self.inner.phone.state().observations.thumbnail(observation)?;
         Some(png.as_ref().clone())
     }
 
@@ -579,12 +582,14 @@ impl Daemon {
         run.ended = now.checked_sub(trailing).unwrap_or(now);
         if let (true, Some(task)) = (turn.is_human_in_task(), run.task) {
             // A human drove during the task: what its agent saw before is no longer true.
-            self.lock_observations().invalidate_task(task, "a human used the phone during the task");
+            self.inner.phone.state().observations.invalidate_task(task, "a human used the phone during the task");
         }
         drop(turn);
-        if let (Err(_), Some(relative)) = (&result, &self.inner.relative) {
+        if result.is_err() {
             // The pointer may have stopped anywhere: find it again by homing next time.
-            relative.lock_plain().forget();
+            if let Some(relative) = self.inner.phone.state().relative.as_mut() {
+                relative.forget();
+            }
         }
         match (&result, planned.pointer.last()) {
             (Ok(_), Some(&last)) => self.set_last_pointer(Some(last)),
@@ -600,7 +605,7 @@ impl Daemon {
     pub(super) fn check_observation(&self, id: &str, acting: Acting) -> Result<Observation, DaemonError> {
         let generation = self.inner.frames.state().generation;
         let epoch = self.geometry_epoch();
-        let observation = self.lock_observations().get(id, generation, epoch, Instant::now())?;
+        let observation = self.inner.phone.state().observations.get(id, generation, epoch, Instant::now())?;
         observation.authorizes(acting)?;
         Ok(observation)
     }
@@ -701,8 +706,8 @@ impl Daemon {
                 return Ok(steps);
             }
         };
-        if let Some(relative) = &self.inner.relative {
-            return Ok(relative.lock_plain().plan(&gesture, t));
+        if let Some(relative) = self.inner.phone.state().relative.as_mut() {
+            return Ok(relative.plan(&gesture, t));
         }
         if matches!(action, ActionSpec::AppSwitcher {}) {
             return Ok(input::app_switcher(t));

@@ -14,7 +14,6 @@ use crate::device::geometry::PixelRect;
 use crate::device::hid::{HidReport, PointerReport, POINTER_MAX};
 use crate::protocol::params::CalibrateParams;
 use crate::protocol::Acting;
-use crate::sync::LockPlain;
 
 /// Which way the phone's picture is oriented; each has its own calibration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -88,24 +87,23 @@ const GRID_SPAN: f64 = 0.76;
 impl Daemon {
     /// HID units for a normalized picture position, through the calibration if any.
     pub(super) fn calibrated_hid(&self, n: (f64, f64), active: &PixelRect) -> (u16, u16) {
-        let map = self.lock_calibrations().get(Orientation::of(active)).unwrap_or_else(Affine::identity);
+        let map = self.calibrations().get(Orientation::of(active)).unwrap_or_else(Affine::identity);
         map.to_hid(n)
     }
 
     /// Which orientations are calibrated.
     pub(super) fn calibration_status(&self) -> super::status::CalibrationStatus {
-        let c = *self.lock_calibrations();
+        let c = self.calibrations();
         super::status::CalibrationStatus { portrait: c.portrait.is_some(), landscape: c.landscape.is_some() }
     }
 
-    fn lock_calibrations(&self) -> std::sync::MutexGuard<'_, Calibrations> {
-        // Plain data; a panic elsewhere cannot leave it inconsistent.
-        self.inner.calibrations.lock_plain()
+    fn calibrations(&self) -> Calibrations {
+        self.inner.phone.state().calibrations
     }
 
     async fn persist_calibrations(&self) {
         let Some(dir) = &self.inner.data_dir else { return };
-        let snapshot = *self.lock_calibrations();
+        let snapshot = self.calibrations();
         let path = calibration_file(dir);
         let tmp = path.with_extension("json.tmp");
         let write = async {
@@ -137,7 +135,7 @@ impl Daemon {
         // The status-bar clock and the like change by themselves: not the pointer.
         let ignore: Vec<PixelRect> = self.act_settings().ignore.iter().map(|r| r.in_frame(&active)).collect();
         if p.reset.unwrap_or(false) {
-            self.lock_calibrations().set(orientation, None);
+            self.inner.phone.state().calibrations.set(orientation, None);
             self.geometry_changed("the calibration was reset");
             drop(turn);
             self.persist_calibrations().await;
@@ -188,7 +186,7 @@ impl Daemon {
             DaemonError::Calibration("the measured points are degenerate; nothing was changed".into())
         })?;
         let residual = Residual::of(&affine, &points, &active, self.inner.sim.as_ref().map(|s| s.config()));
-        self.lock_calibrations().set(orientation, Some(affine));
+        self.inner.phone.state().calibrations.set(orientation, Some(affine));
         self.geometry_changed("the calibration changed");
         self.persist_calibrations().await;
         tracing::info!(?orientation, max_px = residual.picture_max, "calibrated");

@@ -15,6 +15,7 @@ mod input;
 mod limits;
 mod observations;
 mod operations;
+mod phone;
 mod play;
 mod session;
 mod settle;
@@ -27,7 +28,7 @@ pub mod tokens;
 mod turn;
 pub mod video;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -64,10 +65,9 @@ use crate::device::input::{InputTimings, RelativePlanner};
 use crate::device::sim::SimPhone;
 use crate::device::video::codec::EncoderSettings;
 use crate::device::video::encode::{start_encoder, EncoderKind};
-use crate::device::video::viewers::{ViewerHub, ViewerId};
+use crate::device::video::viewers::ViewerHub;
 use crate::device::video::{FrameHub, FrameReader, FrameSource, SourceGuard, VideoError};
 use crate::protocol::{Acting, Call, HelloParams, Limits, Method, Request, RequestId, TokenRule, PROTOCOL_NAME};
-use crate::sync::LockPlain;
 use store::{Store, StoreError};
 use tasks::{DeviceIdentity, Tasks};
 
@@ -139,49 +139,44 @@ pub struct DaemonOptions {
 /// Finished tasks kept by default.
 pub const DEFAULT_TASKS_KEPT: u32 = 200;
 
+/// The daemon's parts. What changes while it runs has one owner each, named here: the
+/// phone's state is [`phone::Phone`]; the task lifecycle is [`Tasks`] (one lock over the
+/// active task) with the journal in [`Store`]; tokens are [`Tokens`]; video tickets are
+/// [`video::VideoGrants`]; frames come from the [`FrameReader`], viewers from the
+/// [`ViewerHub`]. The rest is fixed at start, or counters for the limits.
 #[derive(Debug)]
 struct Inner {
     options: DaemonOptions,
     started: Instant,
     hid_backend: &'static str,
     video_backend: &'static str,
-    /// Taken by an admitted turn; its play (a task of the daemon's) holds it while it runs.
-    /// A lock, not yet the owner's own field (issue 29): tokio's fair Mutex is the FIFO of
-    /// admitted inputs, and `acquire_device` re-decides admission once it has it.
-    lane: Arc<Mutex<InputLane>>,
-    input_busy: AtomicBool,
+    /// The phone's state, all of it ([`phone`]).
+    phone: phone::Phone,
     frames: FrameReader,
+    /// Sessions open (the limit `max_sessions` is checked against it): a counter, not
+    /// state anyone decides on beyond admission.
     sessions: AtomicUsize,
     next_session: AtomicU64,
     shutdown: CancellationToken,
     sim: Option<SimPhone>,
     timings: InputTimings,
     keymap: Keymap,
-    observations: std::sync::Mutex<ObservationStore>,
-    operations: std::sync::Mutex<OperationCache>,
-    active: std::sync::Mutex<Option<(u32, PixelRect)>>,
-    calibrations: std::sync::Mutex<Calibrations>,
-    relative: Option<std::sync::Mutex<RelativePlanner>>,
-    /// Where the last action left the pointer (normalized), for masking it.
-    pointer_at: std::sync::Mutex<Option<(f64, f64)>>,
     viewers: ViewerHub,
     _encoder: SourceGuard,
     data_dir: Option<std::path::PathBuf>,
     tasks: Tasks,
     store: Store,
     tasks_kept: u32,
-    /// Orders a task change's in-memory update with its store write.
+    /// Orders a task change's in-memory update with its store write: held across the
+    /// write's await, so a tokio mutex; it guards no data of its own.
     journal: Mutex<()>,
     _video: SourceGuard,
     queue_timeout: std::time::Duration,
     limits: DaemonLimits,
     screenshots: limits::WorkLimiter,
     output: OutputBudget,
+    /// Refusals by a global limit, for `status.limits`: a counter.
     refused_busy: AtomicU64,
-    /// Bumped when the mapping from pictures to the phone changes within one video
-    /// generation (calibration, active rectangle): older observations are stale.
-    geometry_epoch: AtomicU64,
-    refusals: std::sync::Mutex<task_methods::RefusalWindows>,
     tokens: Tokens,
     video: Arc<video::VideoGrants>,
 }
@@ -234,7 +229,7 @@ impl Daemon {
         let relative = (options.pointer_profile == PointerProfile::Relative).then(|| {
             let counts = options.relative_counts_per_screen;
             let counts = if counts.0 > 0.0 && counts.1 > 0.0 { counts } else { DEFAULT_RELATIVE_COUNTS };
-            std::sync::Mutex::new(RelativePlanner::new(counts))
+            RelativePlanner::new(counts)
         });
         let daemon = Daemon {
             inner: Arc::new(Inner {
@@ -242,8 +237,10 @@ impl Daemon {
                 started: Instant::now(),
                 hid_backend,
                 video_backend,
-                lane: Arc::new(Mutex::new(InputLane::new(devices.hid))),
-                input_busy: AtomicBool::new(false),
+                phone: phone::Phone::new(
+                    InputLane::new(devices.hid),
+                    phone::PhoneState { calibrations, relative, ..phone::PhoneState::default() },
+                ),
                 frames,
                 sessions: AtomicUsize::new(0),
                 next_session: AtomicU64::new(1),
@@ -251,12 +248,6 @@ impl Daemon {
                 sim: devices.sim,
                 timings,
                 keymap,
-                observations: std::sync::Mutex::default(),
-                operations: std::sync::Mutex::default(),
-                active: std::sync::Mutex::default(),
-                calibrations: std::sync::Mutex::new(calibrations),
-                relative,
-                pointer_at: std::sync::Mutex::new(None),
                 viewers,
                 _encoder: encoder,
                 data_dir,
@@ -270,8 +261,6 @@ impl Daemon {
                 screenshots: limits::WorkLimiter::new(limits.max_screenshots_in_flight, limits.max_screenshots_waiting),
                 output: OutputBudget::new(limits.max_queued_output_bytes),
                 refused_busy: AtomicU64::new(0),
-                geometry_epoch: AtomicU64::new(1),
-                refusals: std::sync::Mutex::default(),
                 tokens,
                 video: Arc::default(),
             }),
@@ -364,20 +353,23 @@ impl Daemon {
         }
     }
 
-    /// Adds a video viewer (for the WebSocket transport): it receives H.264 access units,
-    /// starting with an IDR, through [`Daemon::viewer_hub`].
-    /// Watching live video is looking: the caller needs `preview`'s rule (view and up).
-    pub fn join_viewer(
+    /// Adds a video viewer: it receives H.264 access units, starting with an IDR, through
+    /// [`Daemon::viewer_hub`]. Watching live video is looking: the caller needs
+    /// `preview`'s rule (view and up). A test entry: transports add viewers only by
+    /// redeeming a `video_open` ticket, decided in [`Daemon::handle_request`].
+    #[cfg(test)]
+    pub(crate) fn join_viewer(
         &self,
         session: &Session,
-    ) -> Result<(ViewerId, std::sync::Arc<tokio::sync::Notify>), DaemonError> {
+    ) -> Result<(crate::device::video::viewers::ViewerId, std::sync::Arc<tokio::sync::Notify>), DaemonError> {
         let acting = Acting::Human { role: session.caller.role };
         Method::Preview.access().check(Method::Preview, acting, None, |_| true)?;
         Ok(self.inner.viewers.join())
     }
 
     /// The viewer queues (take, ack, keyframe requests, leave).
-    pub fn viewer_hub(&self) -> &ViewerHub {
+    #[cfg(test)]
+    pub(crate) fn viewer_hub(&self) -> &ViewerHub {
         &self.inner.viewers
     }
 
@@ -392,17 +384,7 @@ impl Daemon {
     /// every play has then released what it held. A process should await this before it
     /// exits, or the runtime's end would drop a play before its release is written.
     pub async fn input_released(&self, limit: std::time::Duration) -> bool {
-        tokio::time::timeout(limit, self.inner.lane.lock()).await.is_ok()
-    }
-
-    fn lock_observations(&self) -> std::sync::MutexGuard<'_, ObservationStore> {
-        // Plain data; a panic elsewhere cannot leave it inconsistent.
-        self.inner.observations.lock_plain()
-    }
-
-    fn lock_operations(&self) -> std::sync::MutexGuard<'_, OperationCache> {
-        // Plain data; a panic elsewhere cannot leave it inconsistent.
-        self.inner.operations.lock_plain()
+        tokio::time::timeout(limit, self.inner.phone.lane()).await.is_ok()
     }
 
     /// Handles request `id` of `session`, made without a task token (in-process callers).
@@ -552,11 +534,11 @@ impl Daemon {
 
     /// The device and daemon state.
     pub async fn status(&self) -> StatusResult {
-        let (host, leds) = match self.inner.lane.try_lock() {
-            Ok(lane) => (lane.host_state(), lane.leds()),
+        let (host, leds) = match self.inner.phone.try_lane() {
+            Some(lane) => (lane.host_state(), lane.leds()),
             // An input sequence holds the lane; it only runs while a host is attached, and
             // `status` must never wait behind a long gesture.
-            Err(_) => (crate::device::hid::HostState::Configured, None),
+            None => (crate::device::hid::HostState::Configured, None),
         };
         let video = self.inner.frames.state();
         let newest = self.inner.frames.newest_captured().filter(|n| n.generation == video.generation);
@@ -587,7 +569,7 @@ impl Daemon {
                 decoder_notes: self.inner.frames.decoder_notes(),
                 viewers: self.inner.viewers.stats(),
             },
-            input: InputStatus { busy: self.inner.input_busy.load(Ordering::Relaxed) },
+            input: InputStatus { busy: self.inner.phone.playing() },
             limits: self.limits_status(),
             task: self.inner.tasks.with_active(|t| {
                 t.filter(|t| !t.state.is_terminal()).map(|t| TaskStatus {

@@ -7,7 +7,6 @@
 //! the step and caches the operation's outcome in the requester's place.
 
 use std::convert::Infallible;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use serde_json::{json, Value};
@@ -58,7 +57,7 @@ pub(super) fn spawn(
 ) -> oneshot::Receiver<(Result<usize, InputError>, OwnedMutexGuard<InputLane>)> {
     let (mut tx, rx) = oneshot::channel();
     tokio::spawn(async move {
-        daemon.inner.input_busy.store(true, Ordering::Relaxed);
+        daemon.inner.phone.set_playing(true);
         let result = {
             let requester_gone = async {
                 tx.closed().await;
@@ -70,7 +69,7 @@ pub(super) fn spawn(
                 never = requester_gone => match never {},
             }
         };
-        daemon.inner.input_busy.store(false, Ordering::Relaxed);
+        daemon.inner.phone.set_playing(false);
         // The lane goes back to the turn (it may play again: calibration's points); with
         // the requester gone it is dropped here, after the release and the journal: a
         // shutdown waits for the lane ([`Daemon::input_released`]), so what the daemon

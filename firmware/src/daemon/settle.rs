@@ -30,7 +30,6 @@ use crate::protocol::params::{
     ReturnImage, WaitForChangeParams, WaitForSettleParams, DEFAULT_MAX_EDGE, DEFAULT_QUIET_MS,
     DEFAULT_SETTLE_TIMEOUT_MS,
 };
-use crate::sync::LockPlain;
 
 /// A rectangle as fractions (0..1) of the phone's picture, so one setting fits every
 /// capture size.
@@ -271,12 +270,12 @@ impl Daemon {
 
     /// Where the pointer was left by the last action (normalized), if known.
     pub(super) fn last_pointer(&self) -> Option<(f64, f64)> {
-        *self.inner.pointer_at.lock_plain()
+        self.inner.phone.state().pointer_at
     }
 
     /// Records where the pointer is now (`None`: unknown).
     pub(super) fn set_last_pointer(&self, at: Option<(f64, f64)>) {
-        *self.inner.pointer_at.lock_plain() = at;
+        self.inner.phone.state().pointer_at = at;
     }
 
     /// Watches frames after `from` until `what.until` holds or `what.timeout` (from
@@ -426,7 +425,8 @@ impl Daemon {
         let epoch = self.geometry_epoch();
         let at = FrameRef { generation: frame.generation, frame_id: frame.sequence, geometry_epoch: epoch };
         let obs = {
-            let mut observations = self.lock_observations();
+            let mut state = self.inner.phone.state();
+            let observations = &mut state.observations;
             let obs = observations.insert(at, mapping, a.task, Instant::now());
             observations.set_luma(&obs.id, luma);
             if let Some(t) = thumbnail {
@@ -496,7 +496,8 @@ impl Daemon {
         let (baseline, image_edge) = match &p.observation_id {
             Some(id) => {
                 let generation = self.inner.frames.state().generation;
-                let obs = self.lock_observations().get(id, generation, self.geometry_epoch(), Instant::now())?;
+                let epoch = self.geometry_epoch();
+                let obs = self.inner.phone.state().observations.get(id, generation, epoch, Instant::now())?;
                 let edge = obs.mapping.image.0.max(obs.mapping.image.1);
                 match obs.luma {
                     // What the caller saw, compared with what comes now.

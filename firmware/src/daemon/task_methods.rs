@@ -167,10 +167,7 @@ impl Daemon {
         }
         let Some((task, _)) = self.inner.tasks.active() else { return };
         let key = (task, session.id, what.to_string(), e.code.as_str());
-        let count = {
-            let mut windows = self.inner.refusals.lock_plain();
-            windows.note(key.clone(), std::time::Instant::now())
-        };
+        let count = { self.inner.phone.state().refusals.note(key.clone(), std::time::Instant::now()) };
         let body = json!({"what": what, "code": e.code, "message": e.message, "by": by(session, acting)});
         match count {
             Noted::Write(count) => self.append_refusal(task, body, count).await,
@@ -179,7 +176,7 @@ impl Daemon {
                 let daemon = self.clone();
                 tokio::spawn(async move {
                     tokio::time::sleep(REFUSAL_WINDOW).await;
-                    let pending = daemon.inner.refusals.lock_plain().take_pending(&key, std::time::Instant::now());
+                    let pending = daemon.inner.phone.state().refusals.take_pending(&key, std::time::Instant::now());
                     if pending > 0 {
                         daemon.append_refusal(task, body, pending).await;
                     }
@@ -196,10 +193,7 @@ impl Daemon {
 
     /// Writes the refusals still counted for `task` (it ended).
     async fn flush_refusals(&self, task: i64) {
-        let pending = {
-            let mut windows = self.inner.refusals.lock_plain();
-            windows.take_task(task)
-        };
+        let pending = { self.inner.phone.state().refusals.take_task(task) };
         for ((_, session, what, code), count) in pending {
             let body = json!({"what": what, "code": code, "session": session, "count": count, "coalesced": true});
             self.append(task, "refused", body).await;
@@ -479,7 +473,7 @@ impl Daemon {
         drop(journal);
         if p.action == ControlAction::Takeover {
             // What the agent saw before a human took over must not authorize its actions.
-            self.lock_observations().invalidate_task(p.task, "a human took over the task");
+            self.inner.phone.state().observations.invalidate_task(p.task, "a human took over the task");
         }
         self.inner.tasks.notify();
         tracing::info!(task = p.task, action = p.action.as_str(), state = change.state.as_str(), "task control");

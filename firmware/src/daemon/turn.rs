@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::play::{self, Abandoned};
 use super::tasks::{Admission, Asker, Still};
 use super::{Daemon, DaemonError, InputError, InputLane, InputStep, Session};
-use crate::protocol::{Acting, Method};
+use crate::protocol::Acting;
 
 /// The device, held for one caller after admission. Dropping it gives the device back.
 #[derive(Debug)]
@@ -129,7 +129,7 @@ impl Daemon {
             let queued = Instant::now();
             let limit = self.inner.queue_timeout;
             let lane = tokio::select! {
-                lane = self.inner.lane.clone().lock_owned() => lane,
+                lane = self.inner.phone.lane() => lane,
                 () = cancel.cancelled() => {
                     self.inner.tasks.unreserve(&admission);
                     return Err(InputError::Cancelled { reports_sent: 0 }.into());
@@ -194,10 +194,13 @@ impl Daemon {
 
     /// Runs one input sequence for `session`, after every sequence queued before it, under
     /// `action`'s rule (operate and up). The session's cancellation (disconnect, shutdown)
-    /// stops it and releases held input.
-    pub async fn run_input(&self, session: &Session, steps: &[InputStep]) -> Result<usize, DaemonError> {
+    /// stops it and releases held input. A test entry for the lane's order and release:
+    /// transports reach input only through `action`, `batch` and `calibrate`.
+    #[cfg(test)]
+    pub(crate) async fn run_input(&self, session: &Session, steps: &[InputStep]) -> Result<usize, DaemonError> {
         let acting = Acting::Human { role: session.caller.role };
-        Method::Action.access().check(Method::Action, acting, None, |_| true)?;
+        let action = crate::protocol::Method::Action;
+        action.access().check(action, acting, None, |_| true)?;
         let mut turn = self.acquire_device(session, acting, None, &session.cancel).await?;
         turn.run(steps, Abandoned::default()).await
     }
