@@ -15,8 +15,9 @@ use tokio::sync::oneshot;
 
 use super::https::{HttpsClient, HttpsClientError};
 use super::ClientError;
+use crate::protocol::ErrorCode;
 use crate::sync::LockPlain;
-use crate::tools::{Backend, ToolError};
+use crate::tools::{Backend, ToolCode, ToolError};
 
 type Waiting = Arc<Mutex<Option<HashMap<u64, oneshot::Sender<Value>>>>>;
 
@@ -75,7 +76,7 @@ impl SocketBackend {
 }
 
 fn gone() -> ToolError {
-    ToolError::new("UNAVAILABLE", "the connection to the tether daemon closed (did `tether serve` stop?)")
+    ToolError::new(ToolCode::Unavailable, "the connection to the tether daemon closed (did `tether serve` stop?)")
 }
 
 /// A tether/1 reply as a result or a tool error.
@@ -84,7 +85,7 @@ fn reply_result(reply: &Value) -> Result<Value, ToolError> {
         return Ok(reply.get("result").cloned().unwrap_or(Value::Null));
     }
     let e = &reply["error"];
-    Err(ToolError::new(e["code"].as_str().unwrap_or("INTERNAL"), e["message"].as_str().unwrap_or(""))
+    Err(ToolError::new(ToolCode::of(e["code"].as_str().unwrap_or("INTERNAL")), e["message"].as_str().unwrap_or(""))
         .with_effect(e.get("effect")))
 }
 
@@ -96,8 +97,8 @@ impl Backend for SocketBackend {
         if let Some(t) = &self.task_token {
             params.insert("task_token".into(), t.clone().into());
         }
-        let mut line =
-            serde_json::to_vec(&Value::Object(params)).map_err(|e| ToolError::new("INTERNAL", e.to_string()))?;
+        let mut line = serde_json::to_vec(&Value::Object(params))
+            .map_err(|e| ToolError::new(ErrorCode::Internal, e.to_string()))?;
         line.push(b'\n');
         let (tx, rx) = oneshot::channel();
         match self.waiting.lock_plain().as_mut() {
@@ -129,9 +130,9 @@ impl Backend for HttpsClient {
     async fn call(&self, method: &str, params: Map<String, Value>) -> Result<Value, ToolError> {
         HttpsClient::call(self, method, Value::Object(params)).await.map_err(|e| match e {
             HttpsClientError::Remote { code, message, effect, .. } => {
-                ToolError::new(code, message).with_effect(effect.as_ref())
+                ToolError::new(ToolCode::of(&code), message).with_effect(effect.as_ref())
             }
-            other => ToolError::new("UNAVAILABLE", other.to_string()),
+            other => ToolError::new(ToolCode::Unavailable, other.to_string()),
         })
     }
 }

@@ -2,11 +2,11 @@
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Every error a tether/1 caller can receive. The serialized names are stable: clients may
 /// match on them. Add variants at the end of a group; never rename one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ErrorCode {
     // --- the request itself is malformed ---
@@ -123,6 +123,12 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// The code with this wire name (`"INVALID_JSON"`), if this build knows it.
+    pub fn from_wire(name: &str) -> Option<ErrorCode> {
+        use serde::de::value::{Error, StrDeserializer};
+        ErrorCode::deserialize(StrDeserializer::<Error>::new(name)).ok()
+    }
+
     /// Whether the same request may succeed if sent again later unchanged.
     pub fn retryable(self) -> bool {
         matches!(

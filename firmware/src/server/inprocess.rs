@@ -29,5 +29,5 @@ impl Backend for InProcess {
 
 /// The daemon's error as a tool's.
 pub fn tool_error(e: ErrorBody) -> ToolError {
-    ToolError::new(e.code.as_str(), e.message).with_effect(e.effect.as_deref())
+    ToolError::new(e.code, e.message).with_effect(e.effect.as_deref())
 }

@@ -22,6 +22,7 @@ use serde_json::Map;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::protocol::ErrorCode;
 use crate::sync::LockPlain;
 use crate::tools::{catalog, Backend, NoScreenshot, Runner, ToolDef, ToolError, ToolOutput};
 
@@ -239,7 +240,7 @@ impl<B: Backend> ServerHandler for McpServer<B> {
         };
         if !caller.allowed.iter().any(|d| d.name == def.name) {
             let e = ToolError::new(
-                "PERMISSION_DENIED",
+                ErrorCode::PermissionDenied,
                 format!("{} is not among this token's tools (its role may not call {})", def.name, def.method.as_str()),
             );
             return Ok(error_result(&e).into());
@@ -255,10 +256,10 @@ impl<B: Backend> ServerHandler for McpServer<B> {
                 r = &mut run => break r,
                 // Dropping `run` ends the daemon request; the daemon releases what it held.
                 () = ctx.ct.cancelled() => {
-                    break Err(ToolError::new("CANCELLED", "the client cancelled the call; the daemon released any input it had started"))
+                    break Err(ToolError::new(ErrorCode::Cancelled, "the client cancelled the call; the daemon released any input it had started"))
                 }
                 () = caller.ended.cancelled() => {
-                    break Err(ToolError::new("CANCELLED", "the MCP session was ended; the daemon released any input it had started"))
+                    break Err(ToolError::new(ErrorCode::Cancelled, "the MCP session was ended; the daemon released any input it had started"))
                 }
                 _ = tick.tick() => {
                     let Some(token) = progress.clone() else { continue };

@@ -7,4 +7,4 @@ pub mod catalog;
 pub mod runner;
 
 pub use catalog::{ToolDef, TOOLS};
-pub use runner::{Backend, NoScreenshot, Runner, ToolError, ToolOutput};
+pub use runner::{Backend, NoScreenshot, Runner, ToolCode, ToolError, ToolOutput};

@@ -12,15 +12,64 @@ use std::sync::Mutex;
 use serde_json::{json, Map, Value};
 
 use super::catalog::{self, ToolDef};
-use crate::protocol::Method;
+use crate::protocol::{ErrorCode, Method};
 use crate::sync::LockPlain;
+
+/// A tool error's code: the daemon's stable [`ErrorCode`], or one a client adds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolCode {
+    /// The daemon's code.
+    Daemon(ErrorCode),
+    /// The daemon cannot be reached (its connection closed, the appliance is down).
+    Unavailable,
+    /// A code this build does not know (a newer daemon's), as it was sent.
+    Unknown(String),
+}
+
+impl ToolCode {
+    /// The code with this wire name.
+    pub fn of(name: &str) -> ToolCode {
+        match ErrorCode::from_wire(name) {
+            Some(code) => ToolCode::Daemon(code),
+            None if name == "UNAVAILABLE" => ToolCode::Unavailable,
+            None => ToolCode::Unknown(name.to_string()),
+        }
+    }
+
+    /// The wire name, e.g. `"STALE_OBSERVATION"`.
+    pub fn as_str(&self) -> &str {
+        match self {
+            ToolCode::Daemon(code) => code.as_str(),
+            ToolCode::Unavailable => "UNAVAILABLE",
+            ToolCode::Unknown(name) => name,
+        }
+    }
+}
+
+impl From<ErrorCode> for ToolCode {
+    fn from(code: ErrorCode) -> ToolCode {
+        ToolCode::Daemon(code)
+    }
+}
+
+impl PartialEq<ErrorCode> for ToolCode {
+    fn eq(&self, other: &ErrorCode) -> bool {
+        *self == ToolCode::Daemon(*other)
+    }
+}
+
+impl std::fmt::Display for ToolCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// A failed call: the stable code, the daemon's message, and what to do next.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct ToolError {
-    /// The stable error code (`STALE_OBSERVATION`, `TASK_RUNNING`, …).
-    pub code: String,
+    /// The stable error code.
+    pub code: ToolCode,
     /// What went wrong.
     pub message: String,
     /// What the screen did, for `NO_VISIBLE_EFFECT` and `UNEXPECTED_CHANGE` (the error's
@@ -30,7 +79,7 @@ pub struct ToolError {
 
 impl ToolError {
     /// An error with `code` and `message`.
-    pub fn new(code: impl Into<String>, message: impl Into<String>) -> ToolError {
+    pub fn new(code: impl Into<ToolCode>, message: impl Into<String>) -> ToolError {
         ToolError { code: code.into(), message: message.into(), effect: None }
     }
 
@@ -43,30 +92,37 @@ impl ToolError {
 
     /// What the caller should do next, by code.
     pub fn next_step(&self) -> &'static str {
-        match self.code.as_str() {
-            "STALE_OBSERVATION" | "OBSERVATION_EXPIRED" | "NEEDS_OBSERVATION" => {
+        use ErrorCode as E;
+        let code = match &self.code {
+            ToolCode::Daemon(code) => *code,
+            ToolCode::Unavailable => {
+                return "The appliance cannot be reached; check that `tether serve` runs, then retry."
+            }
+            ToolCode::Unknown(_) => return "See the message.",
+        };
+        match code {
+            E::StaleObservation | E::ObservationExpired | E::NeedsObservation => {
                 "Take a new screenshot and use coordinates from it."
             }
-            "OUT_OF_BOUNDS" => "Use coordinates inside the latest screenshot.",
-            "INTERRUPTED" => "A human paused, took over or stopped the task: take a screenshot before going on.",
-            "NO_VISIBLE_EFFECT" => {
+            E::OutOfBounds => "Use coordinates inside the latest screenshot.",
+            E::Interrupted => "A human paused, took over or stopped the task: take a screenshot before going on.",
+            E::NoVisibleEffect => {
                 "The input was sent but nothing on the screen changed: take a screenshot and look before \
                  trying again (the target may have been missed, not ready yet, or inert)."
             }
-            "UNEXPECTED_CHANGE" => "The screen changed: take a screenshot to see what happened.",
-            "TASK_RUNNING" => "Wait for that task to end (or ask its owner); you can still take screenshots.",
-            "TASK_ENDED" => "The task is over: stop acting.",
-            "TASK_ACTIVE" => "Another task holds the phone: wait for it to end.",
-            "REJECTED" => "The human said no: do not do that; go on within the task's scope.",
-            "SCOPE_EXCEEDED" => "The task reached its limit and was stopped.",
-            "PERMISSION_DENIED" | "UNAUTHORIZED" => "Your token's role does not allow this; ask for an operate token.",
-            "UNTYPEABLE_TEXT" => "Type only characters of the phone's keyboard layout.",
-            "DEVICE_UNAVAILABLE" | "HOST_NOT_CONNECTED" | "NO_FRAME" => {
+            E::UnexpectedChange => "The screen changed: take a screenshot to see what happened.",
+            E::TaskRunning => "Wait for that task to end (or ask its owner); you can still take screenshots.",
+            E::TaskEnded => "The task is over: stop acting.",
+            E::TaskActive => "Another task holds the phone: wait for it to end.",
+            E::Rejected => "The human said no: do not do that; go on within the task's scope.",
+            E::ScopeExceeded => "The task reached its limit and was stopped.",
+            E::PermissionDenied | E::Unauthorized => "Your token's role does not allow this; ask for an operate token.",
+            E::UntypeableText => "Type only characters of the phone's keyboard layout.",
+            E::DeviceUnavailable | E::HostNotConnected | E::NoFrame => {
                 "The phone is not connected or shows no picture; check the cable, then retry."
             }
-            "BUSY" | "TIMEOUT" | "RATE_LIMITED" => "Retry in a moment.",
-            "INVALID_PARAMS" | "OPERATION_CONFLICT" => "Fix the arguments and call again.",
-            "UNAVAILABLE" => "The appliance cannot be reached; check that `tether serve` runs, then retry.",
+            E::Busy | E::Timeout | E::RateLimited => "Retry in a moment.",
+            E::InvalidParams | E::OperationConflict => "Fix the arguments and call again.",
             _ => "See the message.",
         }
     }
@@ -144,7 +200,7 @@ impl<B: Backend> Runner<B> {
 
     /// Runs `tool` with `args`.
     pub async fn run(&self, tool: &ToolDef, args: Map<String, Value>) -> Result<ToolOutput, ToolError> {
-        tool.check_args(&args).map_err(|m| ToolError::new("INVALID_PARAMS", m))?;
+        tool.check_args(&args).map_err(|m| ToolError::new(ErrorCode::InvalidParams, m))?;
         match tool.name {
             "screenshot" => self.screenshot(args.get("max_edge").and_then(Value::as_u64)).await,
             "status" => self.status().await,
@@ -317,11 +373,12 @@ impl<B: Backend> Runner<B> {
             (None, NoScreenshot::TakeOne) => {
                 self.screenshot(None).await?;
                 let seen = self.latest.lock_plain().clone();
-                let seen = seen.ok_or_else(|| ToolError::new("NO_FRAME", "the screenshot had no observation id"))?;
+                let seen =
+                    seen.ok_or_else(|| ToolError::new(ErrorCode::NoFrame, "the screenshot had no observation id"))?;
                 Ok((seen.observation_id.clone(), Some(seen), "a fresh screenshot"))
             }
             (None, NoScreenshot::Refuse) => Err(ToolError::new(
-                "NEEDS_OBSERVATION",
+                ErrorCode::NeedsObservation,
                 "no screenshot yet: call screenshot first; coordinates are pixels of that image",
             )),
         }
@@ -343,7 +400,7 @@ impl<B: Backend> Runner<B> {
             "hotkey" => json!({"type": "hotkey", "keys": args["keys"]}),
             "home" | "app_switcher" | "back" => json!({"type": tool.name}),
             "open_app" => json!({"type": "open_app", "name": args["name"]}),
-            other => return Err(ToolError::new("UNKNOWN_METHOD", format!("no tool {other}"))),
+            other => return Err(ToolError::new(ErrorCode::UnknownMethod, format!("no tool {other}"))),
         };
         let mut spec = obj(spec);
         spec.retain(|_, v| !v.is_null());
@@ -364,7 +421,7 @@ impl<B: Backend> Runner<B> {
                     }
                     _ => {
                         return Err(ToolError::new(
-                            "INVALID_PARAMS",
+                            ErrorCode::InvalidParams,
                             "scroll with a named observation_id needs x and y (where to start)",
                         ))
                     }
@@ -422,13 +479,13 @@ fn obj(v: Value) -> Map<String, Value> {
 fn new_operation_id() -> Result<String, ToolError> {
     let mut bytes = [0u8; 12];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
-        .map_err(|_| ToolError::new("INTERNAL", "no randomness for an operation id"))?;
+        .map_err(|_| ToolError::new(ErrorCode::Internal, "no randomness for an operation id"))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Whether `e` says the named screenshot can no longer be used.
 fn is_observation_gone(e: &ToolError) -> bool {
-    matches!(e.code.as_str(), "STALE_OBSERVATION" | "OBSERVATION_EXPIRED")
+    matches!(e.code, ToolCode::Daemon(ErrorCode::StaleObservation | ErrorCode::ObservationExpired))
 }
 
 /// Moves an answer's `image` (a PNG the caller asked for) out of the result, to go once,
@@ -463,11 +520,11 @@ mod tests {
                     "metadata": {"observation_id": "obs-7", "image_size": {"width": 400, "height": 800}},
                 })),
                 "action" => match params["action"]["type"].as_str() {
-                    Some("type_text") => Err(ToolError::new("UNTYPEABLE_TEXT", "no ü on this layout")),
-                    Some("home") => Err(ToolError::new("NO_VISIBLE_EFFECT", "nothing changed").with_effect(Some(
-                        &json!({"verified": true, "changed": false, "settled": true, "settled_ms": 3,
-                                "after_observation_id": "obs-9", "image_size": {"width": 200, "height": 400}}),
-                    ))),
+                    Some("type_text") => Err(ToolError::new(ErrorCode::UntypeableText, "no ü on this layout")),
+                    Some("home") => Err(ToolError::new(ErrorCode::NoVisibleEffect, "nothing changed").with_effect(
+                        Some(&json!({"verified": true, "changed": false, "settled": true, "settled_ms": 3,
+                                "after_observation_id": "obs-9", "image_size": {"width": 200, "height": 400}})),
+                    )),
                     Some("double_tap") => Ok(json!({"status": "submitted", "verified": false})),
                     _ => Ok(json!({
                         "status": "submitted", "verified": true, "changed": true, "settled": true,
@@ -478,7 +535,7 @@ mod tests {
                     })),
                 },
                 "wait_for_change" => match params.get("observation_id").and_then(Value::as_str) {
-                    Some("obs-old") => Err(ToolError::new("OBSERVATION_EXPIRED", "gone")),
+                    Some("obs-old") => Err(ToolError::new(ErrorCode::ObservationExpired, "gone")),
                     _ => Ok(json!({"verified": true, "changed": true, "changed_after_ms": 120, "waited_ms": 500,
                                    "settled": true, "settled_ms": 380, "after_observation_id": "obs-w",
                                    "image_size": {"width": 400, "height": 800}})),
@@ -498,7 +555,7 @@ mod tests {
         let runner = Runner::new(script.clone(), NoScreenshot::Refuse);
         let tap = catalog::tool("tap").unwrap();
         let err = runner.run(tap, args(json!({"x": 5, "y": 6}))).await.unwrap_err();
-        assert_eq!(err.code, "NEEDS_OBSERVATION", "MCP never taps blind");
+        assert_eq!(err.code, ErrorCode::NeedsObservation, "MCP never taps blind");
         assert!(err.next_step().contains("screenshot"));
         let shot = runner.run(catalog::tool("screenshot").unwrap(), Map::new()).await.unwrap();
         assert_eq!(shot.image, Some(("image/png".into(), "iVBOR".into())));
@@ -539,9 +596,9 @@ mod tests {
         assert_eq!(calls[0].0, "screenshot");
         assert_eq!(calls[1].1["action"]["path"], json!([{"x": 1.0, "y": 2.0}, {"x": 3.0, "y": 4.0}]));
         let typed = runner.run(catalog::tool("type_text").unwrap(), args(json!({"text": "ü"}))).await.unwrap_err();
-        assert_eq!(typed.code, "UNTYPEABLE_TEXT");
+        assert_eq!(typed.code, ErrorCode::UntypeableText);
         let bad = runner.run(swipe, args(json!({"from_x": 1}))).await.unwrap_err();
-        assert_eq!(bad.code, "INVALID_PARAMS");
+        assert_eq!(bad.code, ErrorCode::InvalidParams);
         assert_eq!(script.calls.lock_plain().len(), 3, "bad arguments never reach the daemon");
     }
 
@@ -565,7 +622,7 @@ mod tests {
         assert_eq!(last["expect"], "any", "expect goes to the daemon");
         // Nothing changed: the error says so, and what to look at.
         let e = runner.run(catalog::tool("home").unwrap(), Map::new()).await.unwrap_err();
-        assert_eq!(e.code, "NO_VISIBLE_EFFECT");
+        assert_eq!(e.code, ErrorCode::NoVisibleEffect);
         assert!(e.message.contains("did not change") && e.message.contains("obs-9"), "{}", e.message);
         assert!(e.next_step().contains("screenshot"));
         let unverified = runner.run(catalog::tool("double_tap").unwrap(), args(json!({"x": 1, "y": 1}))).await.unwrap();
