@@ -262,3 +262,72 @@ impl ErrorBody {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every variant, in declaration order. A new variant goes here too: the array's length
+    /// makes that a deliberate edit, and the test below then checks its wire name.
+    const EVERY: [ErrorCode; 46] = [
+        ErrorCode::InvalidJson,
+        ErrorCode::RequestTooLarge,
+        ErrorCode::NestingTooDeep,
+        ErrorCode::InvalidRequest,
+        ErrorCode::InvalidId,
+        ErrorCode::UnknownMethod,
+        ErrorCode::InvalidParams,
+        ErrorCode::UnsupportedProtocol,
+        ErrorCode::Unsupported,
+        ErrorCode::NoFrame,
+        ErrorCode::StaleObservation,
+        ErrorCode::ObservationExpired,
+        ErrorCode::OutOfBounds,
+        ErrorCode::OperationConflict,
+        ErrorCode::UntypeableText,
+        ErrorCode::CalibrationFailed,
+        ErrorCode::PermissionDenied,
+        ErrorCode::DeviceUnavailable,
+        ErrorCode::HostNotConnected,
+        ErrorCode::Busy,
+        ErrorCode::Cancelled,
+        ErrorCode::Timeout,
+        ErrorCode::TaskRunning,
+        ErrorCode::TaskEnded,
+        ErrorCode::TaskActive,
+        ErrorCode::NoSuchTask,
+        ErrorCode::InvalidTransition,
+        ErrorCode::NeedsObservation,
+        ErrorCode::Rejected,
+        ErrorCode::ScopeExceeded,
+        ErrorCode::ShuttingDown,
+        ErrorCode::Internal,
+        ErrorCode::DuplicateId,
+        ErrorCode::Interrupted,
+        ErrorCode::Unauthorized,
+        ErrorCode::RateLimited,
+        ErrorCode::NoSuchToken,
+        ErrorCode::TokenExists,
+        ErrorCode::LastAdmin,
+        ErrorCode::PairingInvalid,
+        ErrorCode::NotFound,
+        ErrorCode::KindFixed,
+        ErrorCode::NotAttached,
+        ErrorCode::TicketInvalid,
+        ErrorCode::NoVisibleEffect,
+        ErrorCode::UnexpectedChange,
+    ];
+
+    #[test]
+    fn every_code_round_trips_through_its_wire_name() {
+        let mut names = std::collections::HashSet::new();
+        for code in EVERY {
+            let name = code.as_str();
+            assert!(names.insert(name), "{name} named twice");
+            assert_eq!(ErrorCode::from_wire(name), Some(code), "{name}");
+            assert_eq!(serde_json::to_value(code).ok(), Some(serde_json::Value::from(name)));
+        }
+        assert_eq!(ErrorCode::from_wire("NO_SUCH_CODE"), None);
+        assert_eq!(ErrorCode::from_wire("busy"), None, "names are case-sensitive");
+    }
+}

@@ -505,6 +505,20 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    #[test]
+    fn tool_codes_keep_known_unavailable_and_unknown_names() {
+        assert_eq!(ToolCode::of("STALE_OBSERVATION"), ToolCode::Daemon(ErrorCode::StaleObservation));
+        assert!(ToolCode::of("BUSY") == ErrorCode::Busy);
+        assert_eq!(ToolCode::of("UNAVAILABLE"), ToolCode::Unavailable);
+        // A newer daemon's code is kept as sent, so the model still sees it.
+        let newer = ToolCode::of("QUOTA_EXCEEDED");
+        assert_eq!(newer, ToolCode::Unknown("QUOTA_EXCEEDED".into()));
+        for code in [newer, ToolCode::Unavailable, ErrorCode::TaskEnded.into()] {
+            assert_eq!(ToolCode::of(code.as_str()), code);
+            assert_eq!(code.to_string(), code.as_str());
+        }
+    }
+
     /// Records calls and answers from a script.
     #[derive(Default)]
     struct Script {
