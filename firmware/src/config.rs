@@ -246,6 +246,20 @@ pub struct LimitsConfig {
     pub max_screenshots_waiting: usize,
     /// Output bytes queued for all clients together.
     pub max_queued_output_bytes: usize,
+    /// Connections and HTTP requests one token (or Unix user, or nameless address) may
+    /// have open; root on the control socket is not limited.
+    pub sessions_per_principal: usize,
+    /// Of every total (connections, MCP sessions, streams), the part kept for
+    /// administrators (at most a quarter of the total).
+    pub reserved_for_admin: usize,
+    /// MCP sessions at once.
+    pub max_mcp_sessions: usize,
+    /// MCP sessions of one token; its least recently used goes for a new one.
+    pub mcp_sessions_per_principal: usize,
+    /// Streamed answers at once (task leases, followed journals, MCP streams).
+    pub max_streams: usize,
+    /// Streamed answers of one token.
+    pub streams_per_principal: usize,
 }
 
 impl Default for LimitsConfig {
@@ -257,6 +271,12 @@ impl Default for LimitsConfig {
             max_screenshots_in_flight: d.max_screenshots_in_flight,
             max_screenshots_waiting: d.max_screenshots_waiting,
             max_queued_output_bytes: d.max_queued_output_bytes,
+            sessions_per_principal: d.sessions_per_principal,
+            reserved_for_admin: d.reserved_for_admin,
+            max_mcp_sessions: d.max_mcp_sessions,
+            mcp_sessions_per_principal: d.mcp_sessions_per_principal,
+            max_streams: d.max_streams,
+            streams_per_principal: d.streams_per_principal,
         }
     }
 }
@@ -269,16 +289,28 @@ impl LimitsConfig {
             max_screenshots_in_flight: self.max_screenshots_in_flight,
             max_screenshots_waiting: self.max_screenshots_waiting,
             max_queued_output_bytes: self.max_queued_output_bytes,
+            sessions_per_principal: self.sessions_per_principal,
+            reserved_for_admin: self.reserved_for_admin,
+            max_mcp_sessions: self.max_mcp_sessions,
+            mcp_sessions_per_principal: self.mcp_sessions_per_principal,
+            max_streams: self.max_streams,
+            streams_per_principal: self.streams_per_principal,
         }
     }
 
     fn validate(&self) -> Result<(), String> {
-        let ranges: [(&str, u64, u64, u64); 5] = [
+        let ranges: [(&str, u64, u64, u64); 11] = [
             ("queue_timeout_ms", self.queue_timeout_ms, 100, 600_000),
             ("max_connections", self.max_connections as u64, 1, 4096),
             ("max_screenshots_in_flight", self.max_screenshots_in_flight as u64, 1, 16),
             ("max_screenshots_waiting", self.max_screenshots_waiting as u64, 0, 1024),
             ("max_queued_output_bytes", self.max_queued_output_bytes as u64, 1 << 20, 1 << 30),
+            ("sessions_per_principal", self.sessions_per_principal as u64, 1, 4096),
+            ("reserved_for_admin", self.reserved_for_admin as u64, 0, 1024),
+            ("max_mcp_sessions", self.max_mcp_sessions as u64, 1, 4096),
+            ("mcp_sessions_per_principal", self.mcp_sessions_per_principal as u64, 1, 4096),
+            ("max_streams", self.max_streams as u64, 1, 4096),
+            ("streams_per_principal", self.streams_per_principal as u64, 1, 4096),
         ];
         for (name, value, min, max) in ranges {
             if !(min..=max).contains(&value) {

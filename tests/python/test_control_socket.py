@@ -54,8 +54,11 @@ class Daemon:
 
     def __init__(self, extra_args=(), config_text=None, data_dir=None):
         self.dir = data_dir or tempfile.mkdtemp(prefix="tether-py-")
-        os.chmod(self.dir, 0o755)
-        self.socket = os.path.join(self.dir, "control.sock")
+        # The data directory is the daemon's alone (it makes it 0700): the socket, which
+        # agents under another uid must reach, lives beside it, as /run/tether does.
+        self.run_dir = tempfile.mkdtemp(prefix="tether-sock-")
+        os.chmod(self.run_dir, 0o755)
+        self.socket = os.path.join(self.run_dir, "control.sock")
         args = [TETHER, "serve", "--sim", "--socket", self.socket, "--data-dir", self.dir]
         if config_text is not None:
             cfg = os.path.join(self.dir, "tether.toml")

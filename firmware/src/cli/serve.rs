@@ -143,13 +143,26 @@ fn raise_fd_limit(wanted: usize) -> usize {
 /// Runs the daemon until SIGINT/SIGTERM.
 pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
     init_logging();
+    // Whatever the daemon writes (the task store and its WAL, certificates, keys, the
+    // calibration) is its own alone, whatever umask it was started with; the control
+    // socket and its directory get their modes explicitly.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     if !limit_heap_retention() {
         tracing::warn!("could not fix the allocator's mmap threshold; large buffers may stay resident");
     }
     let config = resolve_config(&opts)?;
     // Before anything in the data directory is read or written (certificates, the task
     // store's crash recovery): a second daemon here would mark the first's tasks interrupted.
-    let _data_lock = DataDirLock::acquire(&config.data_dir, &config.socket)?;
+    let data_lock = DataDirLock::acquire(&config.data_dir, &config.socket)?;
+    if !data_lock.fixed().is_empty() {
+        // Said once, at start: what another user could read until now.
+        let fixed: Vec<String> = data_lock.fixed().iter().map(|p| p.display().to_string()).collect();
+        tracing::warn!(
+            dir = %config.data_dir.display(),
+            fixed = ?fixed,
+            "the data directory was open to other users: made it private (directories 0700, files 0600)"
+        );
+    }
     let agent_uid = agent_uid(&config)?;
     let service_uid = Uid::effective().as_raw();
     if agent_uid == Some(service_uid) || agent_uid == Some(0) {

@@ -4,13 +4,16 @@
 //! client; these bound all of them together: sessions, screenshot work (a full-size phone
 //! screenshot is tens of MB of pixels while it is scaled and encoded) and output bytes
 //! queued for peers across every connection. A refused request gets `BUSY` (retryable) and
-//! is counted in `status.limits`.
+//! is counted in `status.limits`. What one principal may hold of the shared totals is
+//! [`super::holds`]'s.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use serde::Serialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::holds::{HoldLimits, KindLimit, KindStatus};
 
 /// The configured global limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +26,36 @@ pub struct DaemonLimits {
     pub max_screenshots_waiting: usize,
     /// Output bytes queued for peers across every connection.
     pub max_queued_output_bytes: usize,
+    /// Sessions one principal (a token, a Unix user; a nameless caller's address) may
+    /// hold; a local administrator is not limited.
+    pub sessions_per_principal: usize,
+    /// Of each total (sessions, MCP sessions, streams), the part only administrators may
+    /// take (at most a quarter of the total).
+    pub reserved_for_admin: usize,
+    /// MCP sessions at once, and per principal.
+    pub max_mcp_sessions: usize,
+    /// See `max_mcp_sessions`.
+    pub mcp_sessions_per_principal: usize,
+    /// Streamed answers at once (leases, followed journals, MCP SSE), and per principal.
+    pub max_streams: usize,
+    /// See `max_streams`.
+    pub streams_per_principal: usize,
+}
+
+impl DaemonLimits {
+    /// The limits of the table of what each principal holds ([`super::holds`]).
+    pub fn holds(&self) -> HoldLimits {
+        let kind = |total: usize, per_principal: usize| KindLimit {
+            total,
+            per_principal,
+            reserved_for_admin: self.reserved_for_admin.min(total / 4),
+        };
+        HoldLimits {
+            sessions: kind(self.max_sessions, self.sessions_per_principal),
+            mcp_sessions: kind(self.max_mcp_sessions, self.mcp_sessions_per_principal),
+            streams: kind(self.max_streams, self.streams_per_principal),
+        }
+    }
 }
 
 impl Default for DaemonLimits {
@@ -32,6 +65,12 @@ impl Default for DaemonLimits {
             max_screenshots_in_flight: 2,
             max_screenshots_waiting: 8,
             max_queued_output_bytes: 24 << 20,
+            sessions_per_principal: 16,
+            reserved_for_admin: 8,
+            max_mcp_sessions: 64,
+            mcp_sessions_per_principal: 8,
+            max_streams: 64,
+            streams_per_principal: 8,
         }
     }
 }
@@ -134,7 +173,7 @@ impl WorkLimiter {
 }
 
 /// `status.limits`: the global limits and how close the daemon is to them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LimitsStatus {
     /// Sessions open.
     pub connections: usize,
@@ -150,6 +189,8 @@ pub struct LimitsStatus {
     pub max_queued_output_bytes: usize,
     /// Requests refused with `BUSY` by a limit since start.
     pub refused_busy: u64,
+    /// What principals hold, by kind: the totals, the most one holds, the shares.
+    pub holds: Vec<KindStatus>,
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ mod calibrate;
 mod caller;
 mod data_lock;
 mod error;
+pub mod holds;
 mod host_methods;
 mod input;
 mod limits;
@@ -43,6 +44,7 @@ pub use calibrate::{calibration_file, Calibrations, Orientation};
 pub use caller::{Caller, Identity, PeerCredentials, Principal, Role};
 pub use data_lock::{DataDirLock, DataLockError, LOCK_FILE};
 pub use error::DaemonError;
+pub use holds::{Hold, HoldKind, HoldLimits, HoldRefused, HoldWatch, Holder};
 pub use input::{InputError, InputLane, InputStep};
 pub use limits::{DaemonLimits, LimitsStatus, OutputBudget};
 pub use observations::{Observation, ObservationError, ObservationStore, OBSERVATIONS_KEPT, OBSERVATION_TTL};
@@ -179,6 +181,9 @@ struct Inner {
     refused_busy: AtomicU64,
     tokens: Tokens,
     video: Arc<video::VideoGrants>,
+    /// What each principal holds open ([`holds`]): admission by share and total, and
+    /// what a revocation ends.
+    holds: Arc<holds::Holds>,
 }
 
 /// Handle to the daemon; clones share it.
@@ -226,6 +231,8 @@ impl Daemon {
         let (timings, keymap, data_dir) = (options.timings, Keymap::new(options.layout), options.data_dir.clone());
         let queue_timeout = options.queue_timeout.unwrap_or(turn::DEFAULT_QUEUE_TIMEOUT);
         let limits = options.limits;
+        let shutdown = CancellationToken::new();
+        let holds = holds::Holds::new(limits.holds(), shutdown.clone());
         let relative = (options.pointer_profile == PointerProfile::Relative).then(|| {
             let counts = options.relative_counts_per_screen;
             let counts = if counts.0 > 0.0 && counts.1 > 0.0 { counts } else { DEFAULT_RELATIVE_COUNTS };
@@ -244,7 +251,7 @@ impl Daemon {
                 frames,
                 sessions: AtomicUsize::new(0),
                 next_session: AtomicU64::new(1),
-                shutdown: CancellationToken::new(),
+                shutdown,
                 sim: devices.sim,
                 timings,
                 keymap,
@@ -263,6 +270,7 @@ impl Daemon {
                 refused_busy: AtomicU64::new(0),
                 tokens,
                 video: Arc::default(),
+                holds,
             }),
         };
         daemon.watch_device();
@@ -303,23 +311,51 @@ impl Daemon {
     pub fn open_session(&self, caller: Caller) -> Session {
         let id = SessionId(self.inner.next_session.fetch_add(1, Ordering::Relaxed));
         self.inner.sessions.fetch_add(1, Ordering::Relaxed);
-        Session::new(id, caller, self.inner.clone())
+        Session::new(id, caller, self.inner.clone(), None)
     }
 
-    /// Opens a session for a connection, unless `max_sessions` are open (`BUSY`).
+    /// Opens a session for a connection or an HTTP request, within its caller's share and
+    /// the total ([`holds`]); refused with `BUSY` beyond them. A revocation of the caller's
+    /// token ends the session (its requests are cancelled; its transport closes).
     pub fn try_open_session(&self, caller: Caller) -> Result<Session, DaemonError> {
-        let max = self.inner.limits.max_sessions;
-        let admitted = self
-            .inner
-            .sessions
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
-            .is_ok();
-        if !admitted {
-            self.count_busy();
-            return Err(DaemonError::Busy("too many connections are open"));
-        }
+        let hold = self.take_hold(&caller, HoldKind::Session)?;
+        self.inner.sessions.fetch_add(1, Ordering::Relaxed);
         let id = SessionId(self.inner.next_session.fetch_add(1, Ordering::Relaxed));
-        Ok(Session::new(id, caller, self.inner.clone()))
+        Ok(Session::new(id, caller, self.inner.clone(), Some(hold)))
+    }
+
+    /// Takes one `kind` for `caller` from the table of what principals hold (MCP sessions
+    /// and streams are served by transports, but counted and ended here). `BUSY` when the
+    /// caller's share or the total is taken; the refusal is logged once per kind and
+    /// caller at debug (a flood must not fill the log) and counted in `status.limits`.
+    pub fn take_hold(&self, caller: &Caller, kind: HoldKind) -> Result<Hold, DaemonError> {
+        self.inner.holds.take(caller, kind).map_err(|refused| {
+            self.count_busy();
+            tracing::debug!(caller = %caller.principal.label(), "refused: {refused}");
+            DaemonError::Busy(refused.message())
+        })
+    }
+
+    /// The limits of what each principal may hold.
+    pub fn hold_limits(&self) -> HoldLimits {
+        self.inner.limits.holds()
+    }
+
+    /// What `caller`'s principal holds of `kind` now.
+    pub fn held_by(&self, caller: &Caller, kind: HoldKind) -> usize {
+        self.inner.holds.held_by(caller, kind)
+    }
+
+    /// Ends everything `principal` holds open, now: its sessions (their requests are
+    /// cancelled, a task it leased is abandoned, its WebSockets close saying why), its MCP
+    /// sessions and streams, its video tickets and viewers. Called when its token is
+    /// revoked or rotated.
+    pub(crate) fn end_principal(&self, principal: &Principal) {
+        // Video first: its viewers must say why they end before their opening connection
+        // (ended next) closes and would say "the opener closed".
+        let (tickets, viewers) = self.inner.video.principal_ended(principal);
+        let holds = self.inner.holds.end(principal);
+        tracing::info!(principal = %principal.label(), holds, tickets, viewers, "ended everything the credential held");
     }
 
     /// The named network tokens, sessions and pairing codes (for the network transports'
@@ -350,6 +386,7 @@ impl Daemon {
             queued_output_bytes: self.inner.output.queued(),
             max_queued_output_bytes: self.inner.output.max(),
             refused_busy: self.inner.refused_busy.load(Ordering::Relaxed),
+            holds: self.inner.holds.status(),
         }
     }
 

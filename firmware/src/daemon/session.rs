@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Caller, Daemon, DaemonError, Inner, Principal};
+use super::{Caller, Daemon, DaemonError, Hold, Inner, Principal};
 use crate::protocol::host_params::ConnectionKind;
 use crate::protocol::{Event, RequestId};
 use crate::sync::LockPlain;
@@ -51,6 +51,9 @@ pub struct Session {
     /// Opened for one HTTP request: what outlives the request (a video ticket) is bound
     /// to the caller's principal instead.
     pub(super) per_request: std::sync::atomic::AtomicBool,
+    /// Its place in the table of what principals hold (`None`: an in-process caller's
+    /// uncounted session). Ends the session when the caller's token is revoked.
+    hold: Option<Hold>,
 }
 
 /// An attached connection's mirror of one task.
@@ -96,16 +99,21 @@ impl Drop for RequestSlot {
 }
 
 impl Session {
-    pub(super) fn new(id: SessionId, mut caller: Caller, inner: Arc<Inner>) -> Session {
+    pub(super) fn new(id: SessionId, mut caller: Caller, inner: Arc<Inner>, hold: Option<Hold>) -> Session {
         // A caller with no identity of its own is its session.
         if let Principal::Session { session } = &mut caller.principal {
             *session = id.0;
         }
         let (events, events_rx) = tokio::sync::mpsc::channel(SESSION_EVENTS);
+        // A hold's end is a child of the shutdown: the session ends with either.
+        let cancel = match &hold {
+            Some(h) => h.ended().child_token(),
+            None => inner.shutdown.child_token(),
+        };
         Session {
             id,
             caller,
-            cancel: inner.shutdown.child_token(),
+            cancel,
             in_flight: Arc::default(),
             events,
             events_rx: std::sync::Mutex::new(Some(events_rx)),
@@ -113,6 +121,17 @@ impl Session {
             kind: std::sync::OnceLock::new(),
             mirror: std::sync::Mutex::new(None),
             per_request: std::sync::atomic::AtomicBool::new(false),
+            hold,
+        }
+    }
+
+    /// Returns when the caller's credential was revoked or rotated: the transport closes
+    /// the connection saying why (the session's requests are already cancelled). Never
+    /// returns for a shutdown or an in-process session.
+    pub async fn credential_ended(&self) {
+        match &self.hold {
+            Some(h) => h.revocation().await,
+            None => std::future::pending().await,
         }
     }
 

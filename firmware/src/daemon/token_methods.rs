@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 use super::tokens::DEFAULT_PAIRING_TTL;
-use super::{Daemon, DaemonError, HttpsInfo};
+use super::{Daemon, DaemonError, HttpsInfo, Principal};
 use crate::protocol::token_params::{PairParams, TokenAction, TokenParams};
 use crate::protocol::Role;
 
@@ -21,9 +21,15 @@ impl Daemon {
                 let secret = tokens.add(name, role).await?;
                 json!({"name": name, "role": role, "token": secret})
             }
-            TokenAction::Rotate => json!({"name": name, "token": tokens.rotate(name).await?}),
+            TokenAction::Rotate => {
+                let secret = tokens.rotate(name).await?;
+                // Everything the old secret opened ends now, not at its next request.
+                self.end_principal(&Principal::Token { name: name.to_string() });
+                json!({"name": name, "token": secret})
+            }
             TokenAction::Revoke => {
                 tokens.revoke(name).await?;
+                self.end_principal(&Principal::Token { name: name.to_string() });
                 json!({"name": name, "revoked": true})
             }
         })

@@ -27,6 +27,12 @@ pub const TICKET_TTL: Duration = Duration::from_secs(15);
 pub const MAX_VIEWERS: usize = 8;
 /// Unredeemed tickets kept at once (each is 15 s of memory; more is someone looping).
 const MAX_TICKETS: usize = 64;
+/// Unredeemed tickets of one principal: a newer one voids its oldest, so one caller's loop
+/// never fills [`MAX_TICKETS`] for the others.
+pub const TICKETS_PER_PRINCIPAL: usize = 4;
+/// Viewers of one principal at once (of [`MAX_VIEWERS`]): one token cannot keep every
+/// other viewer out.
+pub const VIEWERS_PER_PRINCIPAL: usize = 4;
 /// Random bytes in a ticket (32 base64url characters).
 const TICKET_BYTES: usize = 24;
 /// Where the video WebSocket is, on the HTTPS port.
@@ -37,6 +43,8 @@ pub const VIDEO_PATH: &str = "/api/video";
 pub enum VideoEnd {
     /// `video_revoke`.
     Revoked,
+    /// The credential that opened it was revoked or rotated.
+    CredentialEnded,
     /// The picture changed generation (a new source or format): open video again.
     GenerationChanged,
     /// The connection that opened it closed.
@@ -50,6 +58,7 @@ impl VideoEnd {
     pub fn reason(self) -> &'static str {
         match self {
             VideoEnd::Revoked => "video revoked",
+            VideoEnd::CredentialEnded => "the token this video was opened with was revoked or rotated: log in again",
             VideoEnd::GenerationChanged => "the video generation changed: call video_open again",
             VideoEnd::SessionClosed => "the connection that opened this video closed",
             VideoEnd::ShuttingDown => "the appliance is shutting down",
@@ -122,6 +131,25 @@ impl VideoGrants {
         for g in inner.viewers.values().filter(|g| g.generation != generation) {
             g.end.end(VideoEnd::GenerationChanged);
         }
+    }
+
+    /// `principal`'s tickets are void and its viewers end (`why`); returns how many of each.
+    pub(super) fn end_principal(&self, principal: &Principal, why: VideoEnd) -> (usize, usize) {
+        let mut inner = self.lock();
+        let before = inner.tickets.len();
+        inner.tickets.retain(|_, t| &t.principal != principal);
+        let tickets = before - inner.tickets.len();
+        let mut viewers = 0;
+        for g in inner.viewers.values().filter(|g| &g.principal == principal) {
+            g.end.end(why);
+            viewers += 1;
+        }
+        (tickets, viewers)
+    }
+
+    /// The credential `principal` was revoked or rotated: see [`VideoGrants::end_principal`].
+    pub(super) fn principal_ended(&self, principal: &Principal) -> (usize, usize) {
+        self.end_principal(principal, VideoEnd::CredentialEnded)
     }
 
     /// Shutdown: everything ends.
@@ -218,6 +246,16 @@ impl Daemon {
         {
             let mut inner = self.inner.video.lock();
             inner.tickets.retain(|_, t| t.expires > now);
+            let principal = session.principal();
+            let mut own: Vec<([u8; 32], Instant)> =
+                inner.tickets.iter().filter(|(_, t)| &t.principal == principal).map(|(k, t)| (*k, t.expires)).collect();
+            if own.len() >= TICKETS_PER_PRINCIPAL {
+                // The oldest of the caller's own go: its loop costs only itself.
+                own.sort_by_key(|(_, expires)| *expires);
+                for (k, _) in own.iter().take(own.len() + 1 - TICKETS_PER_PRINCIPAL) {
+                    inner.tickets.remove(k);
+                }
+            }
             if inner.tickets.len() >= MAX_TICKETS {
                 return Err(DaemonError::Busy("too many video tickets are waiting to be used"));
             }
@@ -250,16 +288,7 @@ impl Daemon {
 
     /// `video_revoke`: voids the caller's tickets and ends its viewers.
     pub(super) fn video_revoke(&self, session: &Session) -> Value {
-        let principal = session.principal();
-        let mut inner = self.inner.video.lock();
-        let before = inner.tickets.len();
-        inner.tickets.retain(|_, t| &t.principal != principal);
-        let tickets = before - inner.tickets.len();
-        let mut viewers = 0;
-        for g in inner.viewers.values().filter(|g| &g.principal == principal) {
-            g.end.end(VideoEnd::Revoked);
-            viewers += 1;
-        }
+        let (tickets, viewers) = self.inner.video.end_principal(session.principal(), VideoEnd::Revoked);
         json!({"tickets": tickets, "viewers": viewers})
     }
 
@@ -279,6 +308,9 @@ impl Daemon {
         }
         if inner.viewers.len() >= MAX_VIEWERS {
             return Err(DaemonError::Busy("8 viewers are watching already"));
+        }
+        if inner.viewers.values().filter(|g| g.principal == t.principal).count() >= VIEWERS_PER_PRINCIPAL {
+            return Err(DaemonError::Busy("this token already has 4 viewers watching: close one first"));
         }
         let grant = self.inner.video.next.fetch_add(1, Ordering::Relaxed);
         let end = Ending::default();
@@ -360,12 +392,51 @@ mod tests {
     #[tokio::test]
     async fn at_most_eight_watch_and_a_new_generation_ends_them() {
         let d = daemon();
+        // Two viewers each for four callers (each in-process session is its own principal).
+        let sessions: Vec<_> = (0..MAX_VIEWERS / 2).map(|_| d.open_session(Caller::in_process(Role::View))).collect();
+        let viewers: Vec<_> =
+            sessions.iter().cycle().take(MAX_VIEWERS).map(|s| d.redeem_video_ticket(&ticket(&d, s)).unwrap()).collect();
         let s = d.open_session(Caller::in_process(Role::View));
-        let viewers: Vec<_> = (0..MAX_VIEWERS).map(|_| d.redeem_video_ticket(&ticket(&d, &s)).unwrap()).collect();
         assert!(matches!(d.redeem_video_ticket(&ticket(&d, &s)), Err(DaemonError::Busy(_))));
         let waiting = ticket(&d, &s);
         d.inner.video.generation_changed(viewers[0].generation() + 1);
         assert!(viewers.iter().all(|v| v.ended_because() == Some(VideoEnd::GenerationChanged)));
         assert!(d.redeem_video_ticket(&waiting).is_err(), "a ticket of the old generation is void");
+    }
+
+    #[tokio::test]
+    async fn one_principal_has_four_viewers_and_four_tickets() {
+        let d = daemon();
+        let s = d.open_session(Caller::in_process(Role::View));
+        let viewers: Vec<_> =
+            (0..VIEWERS_PER_PRINCIPAL).map(|_| d.redeem_video_ticket(&ticket(&d, &s)).unwrap()).collect();
+        match d.redeem_video_ticket(&ticket(&d, &s)) {
+            Err(DaemonError::Busy(m)) => assert!(m.contains("4 viewers"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        let other = d.open_session(Caller::in_process(Role::View));
+        assert!(d.redeem_video_ticket(&ticket(&d, &other)).is_ok(), "another caller still gets in");
+        drop(viewers);
+        // A loop of video_open voids the caller's own oldest tickets, nobody else's.
+        let kept = ticket(&d, &other);
+        let first: Vec<String> = (0..TICKETS_PER_PRINCIPAL).map(|_| ticket(&d, &s)).collect();
+        let newest: Vec<String> = (0..TICKETS_PER_PRINCIPAL).map(|_| ticket(&d, &s)).collect();
+        assert!(d.redeem_video_ticket(&first[0]).is_err(), "the oldest went");
+        assert!(d.redeem_video_ticket(&newest[TICKETS_PER_PRINCIPAL - 1]).is_ok());
+        assert!(d.redeem_video_ticket(&kept).is_ok(), "another caller's ticket stays");
+    }
+
+    #[tokio::test]
+    async fn a_principal_ended_loses_its_tickets_and_viewers_and_only_those() {
+        let d = daemon();
+        let s = d.open_session(Caller::in_process(Role::View));
+        let other = d.open_session(Caller::in_process(Role::View));
+        let viewer = d.redeem_video_ticket(&ticket(&d, &s)).unwrap();
+        let spare = ticket(&d, &s);
+        let theirs = d.redeem_video_ticket(&ticket(&d, &other)).unwrap();
+        assert_eq!(d.inner.video.principal_ended(s.principal()), (1, 1));
+        assert_eq!(viewer.ended_because(), Some(VideoEnd::CredentialEnded));
+        assert!(d.redeem_video_ticket(&spare).is_err());
+        assert!(!theirs.ended().is_cancelled());
     }
 }

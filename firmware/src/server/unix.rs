@@ -239,7 +239,7 @@ async fn connection(daemon: Daemon, config: Arc<UnixServerConfig>, stream: UnixS
         return;
     };
     let role = caller.role;
-    let Some(mut dispatcher) = Dispatcher::open(&daemon, caller, &out).await else {
+    let Ok(mut dispatcher) = Dispatcher::open(&daemon, caller, &out).await else {
         drop(out);
         let _ = writer.await;
         return;

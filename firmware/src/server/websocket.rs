@@ -49,6 +49,9 @@ pub mod close {
     pub const TOO_SLOW: u16 = 4004;
     /// The connection that opened the video closed.
     pub const OPENER_CLOSED: u16 = 4005;
+    /// The token (or cookie) the socket authenticated with was revoked or rotated: log in
+    /// again.
+    pub const CREDENTIAL_ENDED: u16 = 4006;
 }
 
 /// How often a quiet socket is pinged.

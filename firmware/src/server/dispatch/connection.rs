@@ -44,16 +44,19 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    /// Opens a session for `caller` (refused with `BUSY` beyond the daemon's limit: the
-    /// refusal is queued on `out` and `None` returned) and starts forwarding the task
-    /// events it follows onto `out`, with the responses.
-    pub async fn open(daemon: &Daemon, caller: Caller, out: &Outbound) -> Option<Dispatcher> {
+    /// Opens a session for `caller` (refused with `BUSY` beyond its share or the daemon's
+    /// limit: the refusal is queued on `out` and its message returned, for a transport
+    /// that can also say it in its close) and starts forwarding the task events it follows
+    /// onto `out`, with the responses.
+    pub async fn open(daemon: &Daemon, caller: Caller, out: &Outbound) -> Result<Dispatcher, String> {
         let session = match daemon.try_open_session(caller) {
             Ok(session) => Arc::new(session),
             Err(e) => {
-                tracing::warn!("refused a connection: {e}");
-                let _ = out.push(Outgoing::Response(Response::err(None, ErrorBody::from(&e))).to_line()).await;
-                return None;
+                tracing::debug!("refused a connection: {e}");
+                let body = ErrorBody::from(&e);
+                let message = body.message.clone();
+                let _ = out.push(Outgoing::Response(Response::err(None, body)).to_line()).await;
+                return Err(message);
             }
         };
         let forwarder = session.take_events().map(|mut events| {
@@ -74,7 +77,7 @@ impl Dispatcher {
                 }
             })
         });
-        Some(Dispatcher {
+        Ok(Dispatcher {
             daemon: daemon.clone(),
             session,
             out: out.clone(),
@@ -92,7 +95,7 @@ impl Dispatcher {
     }
 
     /// The connection's session.
-    pub fn session(&self) -> &Session {
+    pub fn session(&self) -> &Arc<Session> {
         &self.session
     }
 

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::daemon::{Caller, Daemon, DaemonError, Session, SessionMessage};
+use crate::daemon::{Caller, Daemon, DaemonError, Hold, HoldKind, Session, SessionMessage};
 use crate::protocol::{Call, ErrorBody, ErrorCode, Event, Request};
 
 /// A streamed answer.
@@ -30,23 +30,34 @@ pub struct Streamed {
 const LINES_AHEAD: usize = 16;
 
 /// Runs a streaming request for `caller`. A refusal before the stream starts (no such task,
-/// a seq the journal never reached, a lease refused) is answered as an error, so the
-/// transport can give it its status; a request that does not stream is `INVALID_REQUEST`.
+/// a seq the journal never reached, a lease refused, the caller's share of streams taken)
+/// is answered as an error, so the transport can give it its status; a request that does
+/// not stream is `INVALID_REQUEST`. A stream whose credential is revoked ends with an
+/// `UNAUTHORIZED` line.
 pub async fn stream(
     daemon: &Daemon,
     caller: &Caller,
     mut request: Request,
     keepalive: Duration,
 ) -> Result<Streamed, ErrorBody> {
+    let held = daemon.take_hold(caller, HoldKind::Stream).map_err(|e| ErrorBody::from(&e))?;
     match &mut request.call {
         // The stream is the lease: its events come on it.
         Call::TaskOpen(p) => {
             p.events = Some(true);
-            lease(daemon, caller, request, keepalive).await
+            lease(daemon, caller, request, keepalive, held).await
         }
-        Call::TaskEvents(p) if p.follow => follow(daemon, caller, request, keepalive).await,
+        Call::TaskEvents(p) if p.follow => follow(daemon, caller, request, keepalive, held).await,
         _ => Err(ErrorBody::new(ErrorCode::InvalidRequest, "only task_open and task_events with follow stream")),
     }
+}
+
+/// The last line of a stream whose credential was revoked or rotated.
+fn credential_ended() -> ErrorBody {
+    ErrorBody::new(
+        ErrorCode::Unauthorized,
+        "the token this stream was opened with was revoked or rotated: log in again",
+    )
 }
 
 /// Whether a task event says the task has ended.
@@ -69,7 +80,13 @@ fn line(value: &impl serde::Serialize) -> Bytes {
 
 /// `task_open` on a session that lives as long as the stream: the answer `{id, token, …}`,
 /// then the task's events, ending after its final state.
-async fn lease(daemon: &Daemon, caller: &Caller, request: Request, keepalive: Duration) -> Result<Streamed, ErrorBody> {
+async fn lease(
+    daemon: &Daemon,
+    caller: &Caller,
+    request: Request,
+    keepalive: Duration,
+    held: Hold,
+) -> Result<Streamed, ErrorBody> {
     let session = daemon.try_open_session(caller.clone()).map_err(|e| ErrorBody::from(&e))?;
     let Some(events) = session.take_events() else {
         return Err(ErrorBody::new(ErrorCode::Internal, "the session's events were taken"));
@@ -81,7 +98,7 @@ async fn lease(daemon: &Daemon, caller: &Caller, request: Request, keepalive: Du
     let task = opened.get("id").and_then(Value::as_i64);
     let (tx, rx) = mpsc::channel(LINES_AHEAD);
     let _ = tx.try_send(line(&opened));
-    tokio::spawn(pump(session, events, tx, keepalive, None));
+    tokio::spawn(pump(session, events, tx, keepalive, None, held));
     Ok(Streamed { task, lines: rx })
 }
 
@@ -93,6 +110,7 @@ async fn follow(
     caller: &Caller,
     request: Request,
     keepalive: Duration,
+    held: Hold,
 ) -> Result<Streamed, ErrorBody> {
     let session = daemon.try_open_session(caller.clone()).map_err(|e| ErrorBody::from(&e))?;
     let Some(mut events) = session.take_events() else {
@@ -133,7 +151,7 @@ async fn follow(
     if let Some(event) = early {
         let _ = tx.try_send(line(&event));
     }
-    tokio::spawn(pump(session, events, tx, keepalive, Some(ending)));
+    tokio::spawn(pump(session, events, tx, keepalive, Some(ending), held));
     Ok(Streamed { task, lines: rx })
 }
 
@@ -148,14 +166,16 @@ enum Ending {
 }
 
 /// Forwards a session's events as lines until the task ends (or, with `ending`, until
-/// the request finishes: its answer is the last line) or the reader goes away. Holds the
-/// session (and with it a task's lease) until then.
+/// the request finishes: its answer is the last line), the reader goes away or the
+/// credential is revoked. Holds the session (and with it a task's lease) and the stream's
+/// place in the caller's share until then.
 async fn pump<S>(
     session: S,
     mut events: mpsc::Receiver<SessionMessage>,
     tx: mpsc::Sender<Bytes>,
     keepalive: Duration,
     mut ending: Option<Ending>,
+    held: Hold,
 ) where
     S: std::borrow::Borrow<Session> + Send + 'static,
 {
@@ -183,6 +203,10 @@ async fn pump<S>(
         let answer = tokio::select! {
             biased;
             () = tx.closed() => break,
+            () = held.revocation() => {
+                let _ = tx.send(line(&json!({"error": credential_ended()}))).await;
+                break;
+            }
             message = events.recv() => match message {
                 Some(SessionMessage::Event(event)) => {
                     let last = !follows && ends_task(&event);

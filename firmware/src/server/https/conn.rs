@@ -1,9 +1,10 @@
 //! One HTTPS connection's bookkeeping: what it is doing (requests being answered, open
-//! streams, when bytes last moved) for the idle rule, and the queue of connections not yet
-//! authenticated, the ones dropped first when the server is full.
+//! streams, when bytes last moved) for the idle rule, and the table of every connection,
+//! which says whose is dropped when the server is full.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,31 +20,94 @@ use crate::sync::LockPlain;
 /// keep-alive line more often).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Connections that have not yet completed a request, oldest first: the ones dropped
-/// when the server is full.
+/// Every open connection, oldest first, with whom it proved to be (if it did) and whether
+/// it is answering a request: what the server drops when it is full.
+///
+/// When full, the server drops, in this order:
+/// 1. the oldest connection that has not yet authenticated, of the address with the most
+///    such connections (a flood of idle sockets costs its own address first);
+/// 2. else the oldest idle connection (no request being answered) of whoever holds the
+///    most connections (a principal that fills the table loses its own first);
+/// 3. else the oldest connection of whoever holds the most.
+///
+/// So no client, with or without credentials, can keep every connection: a new one always
+/// gets in, and the one it replaces belongs to the biggest holder.
 #[derive(Debug, Default)]
-pub(super) struct Unproven {
-    queue: Mutex<VecDeque<(u64, CancellationToken)>>,
+pub(super) struct ConnTable {
+    entries: Mutex<VecDeque<Entry>>,
 }
 
-impl Unproven {
-    pub(super) fn add(&self, id: u64, cancel: CancellationToken) {
-        self.queue.lock_plain().push_back((id, cancel));
+#[derive(Debug)]
+struct Entry {
+    id: u64,
+    addr: IpAddr,
+    cancel: CancellationToken,
+    /// Whom it authenticated as (a principal's label, or its address for a nameless
+    /// caller); `None` until a request authenticated.
+    holder: Option<String>,
+    /// Requests being answered (shared with its [`ConnState`]).
+    pending: Arc<AtomicUsize>,
+}
+
+impl ConnTable {
+    /// Adds an accepted connection; returns the counter of its requests being answered,
+    /// for its [`ConnState`].
+    pub(super) fn add(&self, id: u64, addr: IpAddr, cancel: CancellationToken) -> Arc<AtomicUsize> {
+        let pending = Arc::new(AtomicUsize::new(0));
+        self.entries.lock_plain().push_back(Entry { id, addr, cancel, holder: None, pending: pending.clone() });
+        pending
     }
 
     pub(super) fn remove(&self, id: u64) {
-        self.queue.lock_plain().retain(|(i, _)| *i != id);
+        self.entries.lock_plain().retain(|e| e.id != id);
     }
 
-    /// Drops the oldest unproven connection; `false` if there is none.
-    pub(super) fn evict_oldest(&self) -> bool {
-        match self.queue.lock_plain().pop_front() {
-            Some((_, cancel)) => {
-                cancel.cancel();
+    fn prove(&self, id: u64, holder: &str) {
+        if let Some(e) = self.entries.lock_plain().iter_mut().find(|e| e.id == id) {
+            if e.holder.is_none() {
+                e.holder = Some(holder.to_string());
+            }
+        }
+    }
+
+    /// Connections open.
+    pub(super) fn len(&self) -> usize {
+        self.entries.lock_plain().len()
+    }
+
+    /// Drops one connection to make room (see the type's documentation); `false` if the
+    /// table is empty.
+    pub(super) fn evict(&self) -> bool {
+        let mut entries = self.entries.lock_plain();
+        let index = Self::victim(&entries);
+        match index.and_then(|i| entries.remove(i)) {
+            Some(e) => {
+                tracing::debug!(peer = %e.addr, holder = e.holder.as_deref().unwrap_or("-"), "connection dropped to make room");
+                e.cancel.cancel();
                 true
             }
             None => false,
         }
+    }
+
+    fn victim(entries: &VecDeque<Entry>) -> Option<usize> {
+        fn most<K: std::hash::Hash + Eq>(keys: impl Iterator<Item = K>) -> Option<K> {
+            let mut counts: HashMap<K, usize> = HashMap::new();
+            for k in keys {
+                *counts.entry(k).or_default() += 1;
+            }
+            counts.into_iter().max_by_key(|(_, n)| *n).map(|(k, _)| k)
+        }
+        let unproven = most(entries.iter().filter(|e| e.holder.is_none()).map(|e| e.addr));
+        if let Some(addr) = unproven {
+            return entries.iter().position(|e| e.holder.is_none() && e.addr == addr);
+        }
+        let biggest = most(entries.iter().filter_map(|e| e.holder.as_deref()))?;
+        let theirs = |e: &Entry| e.holder.as_deref() == Some(biggest);
+        entries
+            .iter()
+            .position(|e| theirs(e) && e.pending.load(Ordering::Acquire) == 0)
+            .or_else(|| entries.iter().position(theirs))
     }
 }
 
@@ -60,22 +124,24 @@ pub(crate) struct ConnState {
     start: tokio::time::Instant,
     last_byte_ms: AtomicU64,
     last_request_ms: AtomicU64,
-    pending: AtomicUsize,
+    pending: Arc<AtomicUsize>,
     streams: AtomicUsize,
     id: u64,
-    unproven: Arc<Unproven>,
+    table: Arc<ConnTable>,
 }
 
 impl ConnState {
-    pub(super) fn new(id: u64, unproven: Arc<Unproven>) -> ConnState {
+    /// The state of connection `id`, whose requests being answered are counted in
+    /// `pending` (from [`ConnTable::add`]).
+    pub(super) fn new(id: u64, table: Arc<ConnTable>, pending: Arc<AtomicUsize>) -> ConnState {
         ConnState {
             start: tokio::time::Instant::now(),
             last_byte_ms: AtomicU64::new(0),
             last_request_ms: AtomicU64::new(0),
-            pending: AtomicUsize::new(0),
+            pending,
             streams: AtomicUsize::new(0),
             id,
-            unproven,
+            table,
         }
     }
 
@@ -95,9 +161,10 @@ impl ConnState {
         Duration::from_millis(self.now_ms().saturating_sub(at.load(Ordering::Relaxed)))
     }
 
-    /// The connection authenticated: it is no longer dropped to make room.
-    pub(crate) fn proven(&self) {
-        self.unproven.remove(self.id);
+    /// The connection authenticated as `holder` (a principal's label): it is now dropped
+    /// to make room only when `holder` holds more connections than anyone else.
+    pub(crate) fn proven(&self, holder: &str) {
+        self.table.prove(self.id, holder);
     }
 
     /// Held by a streamed answer's body for as long as it streams.
@@ -209,7 +276,9 @@ mod tests {
     use super::*;
 
     fn conn() -> Arc<ConnState> {
-        Arc::new(ConnState::new(1, Arc::new(Unproven::default())))
+        let table = Arc::new(ConnTable::default());
+        let pending = table.add(1, IpAddr::from([127, 0, 0, 1]), CancellationToken::new());
+        Arc::new(ConnState::new(1, table, pending))
     }
 
     #[tokio::test(start_paused = true)]
@@ -251,15 +320,53 @@ mod tests {
         drop(stream);
     }
 
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::from([10, 0, 0, last])
+    }
+
     #[test]
-    fn the_oldest_unproven_connection_makes_room() {
-        let u = Unproven::default();
-        let (a, b) = (CancellationToken::new(), CancellationToken::new());
-        u.add(1, a.clone());
-        u.add(2, b.clone());
-        u.remove(1);
-        assert!(u.evict_oldest());
-        assert!(b.is_cancelled() && !a.is_cancelled(), "a proven connection is never evicted");
-        assert!(!u.evict_oldest());
+    fn unproven_connections_go_first_from_the_address_with_the_most() {
+        let t = ConnTable::default();
+        let tokens: Vec<CancellationToken> = (0..5).map(|_| CancellationToken::new()).collect();
+        t.add(0, ip(1), tokens[0].clone()); // a viewer's socket, first
+        for (i, token) in tokens.iter().enumerate().skip(1).take(3) {
+            t.add(i as u64, ip(2), token.clone()); // a flood from another address
+        }
+        t.add(4, ip(3), tokens[4].clone());
+        t.prove(4, "token:admin");
+        assert!(t.evict());
+        assert!(tokens[1].is_cancelled(), "the flood's oldest");
+        assert!(!tokens[0].is_cancelled() && !tokens[4].is_cancelled());
+        assert_eq!(t.len(), 4);
+    }
+
+    #[test]
+    fn proven_connections_go_from_whoever_holds_the_most_idle_first() {
+        let t = ConnTable::default();
+        let tokens: Vec<CancellationToken> = (0..5).map(|_| CancellationToken::new()).collect();
+        let mut pending = Vec::new();
+        for (i, token) in tokens.iter().enumerate() {
+            pending.push(t.add(i as u64, ip(1), token.clone()));
+        }
+        t.prove(0, "token:admin");
+        for i in 1..5 {
+            t.prove(i, "token:viewer");
+        }
+        // The viewer's oldest is answering a request: its next oldest idle one goes.
+        pending[1].fetch_add(1, Ordering::AcqRel);
+        assert!(t.evict());
+        assert!(tokens[2].is_cancelled(), "the biggest holder's oldest idle connection");
+        assert!(!tokens[0].is_cancelled() && !tokens[1].is_cancelled());
+        // All busy: the oldest of the biggest holder.
+        for p in &pending {
+            p.fetch_add(1, Ordering::AcqRel);
+        }
+        assert!(t.evict());
+        assert!(tokens[1].is_cancelled());
+        assert!(!tokens[0].is_cancelled(), "the admin with one connection keeps it");
+        t.remove(0);
+        t.remove(3);
+        t.remove(4);
+        assert!(!t.evict(), "nothing left");
     }
 }

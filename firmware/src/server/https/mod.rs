@@ -8,9 +8,10 @@
 //! Limits: a connection has 10 s to start and finish its TLS handshake, 20 s to send each
 //! request's headers (16 KiB at most) and 30 s for its body (1 MiB; 4 KiB before
 //! authentication), and is dropped after 60 s without requests (see [`ConnState`] for
-//! streams and long requests). At most `max_connections` are open; when full, the oldest
-//! connection that has not yet authenticated is dropped for the new one, so thousands of
-//! idle or refused sockets cannot lock out a real client.
+//! streams and long requests). At most `max_connections` are open; when full, one is
+//! dropped for the new one: an unauthenticated one of the address with the most, else an
+//! idle one of whoever holds the most ([`conn::ConnTable`]), so neither thousands of idle
+//! sockets nor one token's streams can lock out a real client.
 
 mod body;
 mod conn;
@@ -25,7 +26,7 @@ mod ws;
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,7 +41,7 @@ pub use guard::{cookie_name, HostAllowlist, MAX_FAILURES, TASK_TOKEN_HEADER};
 use super::tls::{self, TlsMaterial};
 use crate::daemon::Daemon;
 pub use conn::IDLE_TIMEOUT;
-use conn::{ConnState, Unproven, Watched};
+use conn::{ConnState, ConnTable, Watched};
 
 /// The default largest request body.
 pub const DEFAULT_MAX_BODY: usize = 1 << 20;
@@ -179,8 +180,7 @@ impl HttpsListener {
         );
         let acceptor = tokio_rustls::TlsAcceptor::from(config.tls.config.clone());
         let max_connections = config.max_connections.max(1);
-        let open = Arc::new(AtomicUsize::new(0));
-        let unproven = Arc::new(Unproven::default());
+        let table = Arc::new(ConnTable::default());
         let next_id = AtomicU64::new(0);
         loop {
             let (stream, addr) = tokio::select! {
@@ -195,7 +195,7 @@ impl HttpsListener {
                     }
                 },
             };
-            if open.load(Ordering::Acquire) >= max_connections && !unproven.evict_oldest() {
+            if table.len() >= max_connections && !table.evict() {
                 tracing::warn!(peer = %addr, "refused a connection: {max_connections} are open");
                 drop(stream);
                 continue;
@@ -203,18 +203,22 @@ impl HttpsListener {
             let id = next_id.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(peer = %addr, id, "accepted a connection");
             let cancel = shutdown.child_token();
-            unproven.add(id, cancel.clone());
-            open.fetch_add(1, Ordering::AcqRel);
-            let conn =
-                Connection { id, addr, shared: shared.clone(), acceptor: acceptor.clone(), unproven: unproven.clone() };
-            let (open, unproven) = (open.clone(), unproven.clone());
+            let pending = table.add(id, addr.ip(), cancel.clone());
+            let conn = Connection {
+                id,
+                addr,
+                shared: shared.clone(),
+                acceptor: acceptor.clone(),
+                table: table.clone(),
+                pending,
+            };
+            let table = table.clone();
             tokio::spawn(async move {
                 tokio::select! {
                     () = cancel.cancelled() => {}
                     () = conn.run(stream) => {}
                 }
-                unproven.remove(id);
-                open.fetch_sub(1, Ordering::AcqRel);
+                table.remove(id);
             });
         }
     }
@@ -226,7 +230,8 @@ struct Connection {
     addr: SocketAddr,
     shared: Arc<routes::Shared>,
     acceptor: tokio_rustls::TlsAcceptor,
-    unproven: Arc<Unproven>,
+    table: Arc<ConnTable>,
+    pending: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Connection {
@@ -237,7 +242,7 @@ impl Connection {
             Ok(Ok(1)) => first[0] == 0x16,
             _ => return,
         };
-        let activity = Arc::new(ConnState::new(self.id, self.unproven.clone()));
+        let activity = Arc::new(ConnState::new(self.id, self.table.clone(), self.pending.clone()));
         if tls {
             let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor.accept(stream)).await;
             let stream = match handshake {

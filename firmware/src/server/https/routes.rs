@@ -89,7 +89,7 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
             if let Err(e) = own.check(req.headers(), Entry::Stream, false) {
                 return body::error(e);
             }
-            return super::video::upgrade(&shared.daemon, &shared.shutdown, &shared.video_pending, req);
+            return super::video::upgrade(&shared.daemon, &shared.shutdown, &shared.video_pending, peer.addr.ip(), req);
         }
         _ => {}
     }
@@ -114,7 +114,7 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
         }
         return body::error(e);
     }
-    peer.conn.proven();
+    peer.conn.proven(&holder_label(&auth));
     if method == Method::GET && path == "/api/ws" {
         return super::ws::upgrade(&shared.daemon, &shared.shutdown, auth, req);
     }
@@ -123,6 +123,16 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
         return super::mcp::handle(&shared.mcp, auth, req, stream).await;
     }
     route(&shared, &peer, auth, req).await.unwrap_or_else(body::error)
+}
+
+/// Whose connection this is, for the connection table: the principal, or the address of a
+/// caller with no name of its own (a task token alone).
+fn holder_label(auth: &Authenticated) -> String {
+    match crate::daemon::Holder::of(&auth.caller) {
+        crate::daemon::Holder::Principal(p) => p.label(),
+        crate::daemon::Holder::Address(ip) => format!("addr:{ip}"),
+        crate::daemon::Holder::InProcess => "in-process".into(),
+    }
 }
 
 async fn route(shared: &Shared, peer: &Peer, auth: Authenticated, req: Request<Incoming>) -> Result<Answer, ErrorBody> {

@@ -6,11 +6,13 @@
 //! one text message `{"type":"ready",...}` and binary CDV1 (or CDJ1, when `protocol` is
 //! `jpeg/1`) messages, and sends
 //! `{"type":"ack","generation":G,"sequence":S}` after each and `{"type":"keyframe"}` to ask
-//! for an IDR. At most 16 sockets wait for their ticket and 8 watch; client messages are
-//! at most 1024 bytes; a frame unacknowledged for 10 s closes the socket.
+//! for an IDR. At most 16 sockets wait for their ticket (4 from one address; when all 16
+//! wait, the oldest of the address with the most makes room) and 8 watch; client messages
+//! are at most 1024 bytes; a frame unacknowledged for 10 s closes the socket.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::stream::{SplitSink, SplitStream};
@@ -27,11 +29,15 @@ use crate::daemon::{Daemon, DaemonError, VideoEnd, VideoViewer};
 use crate::protocol::{ErrorBody, ErrorCode};
 use crate::server::outbound::Progress;
 use crate::server::websocket::{self, close, Socket, PING_INTERVAL, PONG_TIMEOUT};
+use crate::sync::LockPlain;
 
 /// Sockets that may wait for their ticket at once.
 pub const MAX_PENDING: usize = 16;
-/// The ticket must arrive this soon after the upgrade.
-pub const TICKET_WAIT: Duration = Duration::from_secs(3);
+/// Sockets from one address that may wait for their ticket at once: no address (and no
+/// one without credentials) can hold every waiting place.
+pub const PENDING_PER_ADDRESS: usize = 4;
+/// The ticket must arrive this soon after the upgrade (a viewer sends it at once).
+pub const TICKET_WAIT: Duration = Duration::from_secs(2);
 /// Largest client message.
 pub const MAX_CLIENT_MESSAGE: usize = 1024;
 /// A viewer whose oldest unacknowledged frame is this old is dropped.
@@ -39,17 +45,64 @@ pub const ACK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a frame's send may make no progress before the viewer counts as gone.
 const SEND_STALL: Duration = Duration::from_secs(10);
 
-/// Counts the sockets waiting for their ticket.
+/// The sockets waiting for their ticket, oldest first, by address.
 #[derive(Debug, Default, Clone)]
-pub struct Pending(Arc<AtomicUsize>);
+pub struct Pending(Arc<Mutex<PendingInner>>);
 
-/// One waiting socket; dropping it makes room.
+#[derive(Debug, Default)]
+struct PendingInner {
+    waits: VecDeque<(u64, IpAddr, CancellationToken)>,
+    next: u64,
+}
+
+impl Pending {
+    /// A waiting place for a socket from `addr`: refused when that address already has
+    /// [`PENDING_PER_ADDRESS`]; when all [`MAX_PENDING`] are taken, the oldest of the address
+    /// with the most waiting is dropped for it.
+    fn enter(&self, addr: IpAddr) -> Option<PendingSlot> {
+        let mut inner = self.0.lock_plain();
+        let mine = inner.waits.iter().filter(|(_, a, _)| *a == addr).count();
+        if mine >= PENDING_PER_ADDRESS {
+            return None;
+        }
+        if inner.waits.len() >= MAX_PENDING {
+            let mut counts: std::collections::HashMap<IpAddr, usize> = std::collections::HashMap::new();
+            for (_, a, _) in &inner.waits {
+                *counts.entry(*a).or_default() += 1;
+            }
+            let busiest = counts.into_iter().max_by_key(|(_, n)| *n).map(|(a, _)| a);
+            if let Some(i) = busiest.and_then(|b| inner.waits.iter().position(|(_, a, _)| *a == b)) {
+                if let Some((_, _, dropped)) = inner.waits.remove(i) {
+                    dropped.cancel();
+                }
+            }
+        }
+        let id = inner.next;
+        inner.next += 1;
+        let dropped = CancellationToken::new();
+        inner.waits.push_back((id, addr, dropped.clone()));
+        Some(PendingSlot { pending: self.clone(), id, dropped })
+    }
+
+    /// Sockets waiting now.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.lock_plain().waits.len()
+    }
+}
+
+/// One waiting socket; dropping it makes room. `dropped` fires when it was made to give
+/// its place to a newer socket.
 #[derive(Debug)]
-struct PendingSlot(Pending);
+struct PendingSlot {
+    pending: Pending,
+    id: u64,
+    dropped: CancellationToken,
+}
 
 impl Drop for PendingSlot {
     fn drop(&mut self) {
-        self.0 .0.fetch_sub(1, Ordering::AcqRel);
+        self.pending.0.lock_plain().waits.retain(|(id, _, _)| *id != self.id);
     }
 }
 
@@ -81,6 +134,7 @@ pub fn upgrade(
     daemon: &Daemon,
     shutdown: &CancellationToken,
     pending: &Pending,
+    peer: IpAddr,
     mut req: Request<Incoming>,
 ) -> hyper::Response<ResponseBody> {
     if req.uri().query().is_some() {
@@ -89,11 +143,12 @@ pub fn upgrade(
             "no query on /api/video: the ticket goes in the first message, {\"ticket\": ...}, never in the URL",
         );
     }
-    let taken = pending.0.fetch_add(1, Ordering::AcqRel);
-    let slot = PendingSlot(pending.clone());
-    if taken >= MAX_PENDING {
-        return body::refuse(ErrorCode::Busy, "16 video sockets are waiting for their tickets; retry shortly");
-    }
+    let Some(slot) = pending.enter(peer) else {
+        return body::refuse(
+            ErrorCode::Busy,
+            format!("{PENDING_PER_ADDRESS} video sockets from this address are waiting for their tickets; send the ticket as the first message, or retry shortly"),
+        );
+    };
     let (response, on_upgrade) = match websocket::accept(&mut req) {
         Ok(r) => r,
         Err(e) => return body::error(e),
@@ -114,7 +169,11 @@ async fn serve(daemon: Daemon, upgraded: hyper::upgrade::Upgraded, slot: Pending
     // notice oversized ones as such).
     let socket = websocket::open(upgraded, progress.clone(), 64 * 1024).await;
     let (mut sink, mut stream) = socket.split();
-    let viewer = match authorize(&daemon, &mut stream).await {
+    let authorized = tokio::select! {
+        r = authorize(&daemon, &mut stream) => r,
+        () = slot.dropped.cancelled() => Err((close::TRY_LATER, "too many sockets waited for their tickets; this one waited longest: retry".into())),
+    };
+    let viewer = match authorized {
         Ok(v) => Arc::new(v),
         Err((code, reason)) => {
             tracing::debug!(code, reason = %reason, "video socket refused");
@@ -157,11 +216,11 @@ async fn serve(daemon: Daemon, upgraded: hyper::upgrade::Upgraded, slot: Pending
     }
 }
 
-/// Waits for the ticket message and redeems it.
+/// Waits for the ticket message and redeems it (within [`TICKET_WAIT`]).
 async fn authorize(daemon: &Daemon, stream: &mut SplitStream<Socket>) -> Result<VideoViewer, (u16, String)> {
     let first = tokio::time::timeout(TICKET_WAIT, stream.next()).await;
     let text = match first {
-        Err(_) => return Err((close::POLICY, "send {\"ticket\": ...} as the first message, within 3 s".into())),
+        Err(_) => return Err((close::POLICY, "send {\"ticket\": ...} as the first message, within 2 s".into())),
         Ok(Some(Ok(Message::Text(t)))) if t.len() <= MAX_CLIENT_MESSAGE => t,
         Ok(Some(Ok(Message::Text(_)))) | Ok(Some(Err(WsError::Capacity(_)))) => {
             return Err((close::TOO_BIG, format!("client messages are at most {MAX_CLIENT_MESSAGE} bytes")))
@@ -195,6 +254,7 @@ async fn watch(
                     VideoEnd::Revoked => close::REVOKED,
                     VideoEnd::GenerationChanged => close::GENERATION,
                     VideoEnd::SessionClosed => close::OPENER_CLOSED,
+                    VideoEnd::CredentialEnded => close::CREDENTIAL_ENDED,
                     VideoEnd::ShuttingDown => close::GOING_AWAY,
                 };
                 return Some((code, why.reason().into()));
@@ -283,5 +343,34 @@ async fn send_frames(
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_address_waits_four_times_and_a_full_list_drops_the_busiest_addresss_oldest() {
+        let p = Pending::default();
+        let ip = |n: u8| IpAddr::from([10, 0, 0, n]);
+        let flood: Vec<PendingSlot> = (0..PENDING_PER_ADDRESS).map(|_| p.enter(ip(1)).unwrap()).collect();
+        assert!(p.enter(ip(1)).is_none(), "a fifth from one address is refused");
+        let viewer = p.enter(ip(9)).unwrap();
+        assert!(!viewer.dropped.is_cancelled(), "another address still waits");
+        // Fill the list from three more addresses: then the busiest address's oldest goes.
+        let others: Vec<PendingSlot> = (2..5)
+            .flat_map(|n| (0..PENDING_PER_ADDRESS - 1).map(move |_| n))
+            .map(|n| p.enter(ip(n)).unwrap())
+            .collect();
+        assert_eq!(p.len(), MAX_PENDING - 2);
+        let _a = p.enter(ip(5)).unwrap();
+        let _b = p.enter(ip(6)).unwrap();
+        assert_eq!(p.len(), MAX_PENDING);
+        let _c = p.enter(ip(7)).unwrap();
+        assert!(flood[0].dropped.is_cancelled(), "the flood's oldest made room");
+        assert!(!viewer.dropped.is_cancelled() && others.iter().all(|s| !s.dropped.is_cancelled()));
+        drop(flood);
+        assert_eq!(p.len(), MAX_PENDING - PENDING_PER_ADDRESS + 1, "dropped slots leave the list");
     }
 }

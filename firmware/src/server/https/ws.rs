@@ -60,28 +60,39 @@ async fn serve(daemon: Daemon, auth: Authenticated, upgraded: hyper::upgrade::Up
     let (sink, mut stream) = socket.split();
     let (control, control_rx) = mpsc::channel(4);
     let writer = tokio::spawn(websocket::write_queue(sink, queue, control_rx));
-    let Some(mut dispatcher) = Dispatcher::open(&daemon, auth.caller.clone(), &out).await else {
-        // The refusal (BUSY) is queued; then say why in the close.
-        let _ = control.send(websocket::close_message(close::TRY_LATER, "too many connections are open")).await;
-        drop(out);
-        let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
-        return;
+    let mut dispatcher = match Dispatcher::open(&daemon, auth.caller.clone(), &out).await {
+        Ok(d) => d,
+        Err(why) => {
+            // The refusal (BUSY) is queued; then say why in the close.
+            let _ = control.send(websocket::close_message(close::TRY_LATER, &why)).await;
+            drop(out);
+            let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+            return;
+        }
     };
     dispatcher.set_task_token(auth.task_token.clone());
-    let session = dispatcher.session().id().0;
-    tracing::info!(session, caller = %auth.caller.principal.label(), role = %auth.caller.role, "WebSocket connected");
-    let ending = read_requests(&mut dispatcher, &mut stream, &control, &closed, &shutdown).await;
+    let session_id = dispatcher.session().id().0;
+    tracing::info!(session = session_id, caller = %auth.caller.principal.label(), role = %auth.caller.role, "WebSocket connected");
+    let session = dispatcher.session().clone();
+    let ending = tokio::select! {
+        ending = read_requests(&mut dispatcher, &mut stream, &control, &closed, &shutdown) => ending,
+        // The token or cookie it came with was revoked or rotated: its requests are
+        // already cancelled by the daemon; the socket closes saying why.
+        () = session.credential_ended() => {
+            Some((close::CREDENTIAL_ENDED, "the token this connection logged in with was revoked or rotated: log in again".into()))
+        }
+    };
     if let Some((code, reason)) = &ending {
-        tracing::info!(session, code, reason = %reason, "WebSocket closing");
+        tracing::info!(session = session_id, code, reason = %reason, "WebSocket closing");
         let _ = control.try_send(websocket::close_message(*code, reason));
     } else {
-        tracing::info!(session, "WebSocket peer gone");
+        tracing::info!(session = session_id, "WebSocket peer gone");
     }
     dispatcher.close().await;
     drop(out);
     drop(control);
     if tokio::time::timeout(Duration::from_secs(2), writer).await.is_err() {
-        tracing::debug!(session, "WebSocket writer did not finish; dropped");
+        tracing::debug!(session = session_id, "WebSocket writer did not finish; dropped");
     }
     // After the peer's own close it is done; after ours, give it time to read why.
     if ending.as_ref().is_some_and(|(code, _)| *code != close::NORMAL) {
