@@ -363,6 +363,24 @@ class Attacks(SharedDaemon):
         self.assertEqual((status, body["error"]["code"]), (410, "TASK_ENDED"))
         c.close()
 
+    def test_duplicate_keys_in_bodies_are_refused_as_on_the_socket(self):
+        d = self.d
+        line = '{"id":1,"method":"hello","method":"status"}'
+        on_socket = d.call(line)
+        self.assertEqual(on_socket["error"]["code"], "INVALID_REQUEST", on_socket)
+        status, _, r = d.request("POST", "/api/rpc", body='{"method":"hello","method":"status"}', token=d.admin)
+        self.assertEqual(status, 400, "not answered as `status`: %r" % (r,))
+        self.assertEqual(r["error"], on_socket["error"], "the socket's code and message")
+        # Every REST body, at any depth, and the forms that set cookies.
+        for body in ['{"operation_id":"dup-a","operation_id":"dup-b","expect":"any","action":{"type":"home"}}',
+                     '{"operation_id":"dup-c","expect":"any","action":{"type":"tap","type":"home"}}']:
+            status, _, r = d.request("POST", "/api/action", body=body, token=d.admin)
+            self.assertEqual((status, r["error"]["code"]), (400, "INVALID_REQUEST"), body)
+        secret = d.cli("token", "add", "dup-login", "--role", "view").stdout.strip()
+        status, headers, r = d.request("POST", "/login", body='{"token":"tt_wrong","token":"%s"}' % secret)
+        self.assertEqual((status, r["error"]["code"]), (400, "INVALID_REQUEST"), r)
+        self.assertNotIn("Set-Cookie", headers)
+
     def test_a_foreign_host(self):
         d = self.d
         status, _, r = d.request("GET", "/api/status", token=d.admin, host="evil.example")
