@@ -381,6 +381,20 @@ class Attacks(SharedDaemon):
         self.assertEqual((status, r["error"]["code"]), (400, "INVALID_REQUEST"), r)
         self.assertNotIn("Set-Cookie", headers)
 
+    def test_logout_takes_only_our_own_origin(self):
+        d = self.d
+        cookie = f"tether_session_{d.port}=x.1.y"
+        status, headers, r = d.request("POST", "/logout", headers={"Origin": "https://evil.example", "Cookie": cookie})
+        self.assertEqual((status, r["error"]["code"]), (403, "PERMISSION_DENIED"))
+        self.assertNotIn("Set-Cookie", headers, "a foreign page cannot clear the session")
+        status, headers, r = d.request("POST", "/logout", headers={"Cookie": cookie, "Sec-Fetch-Site": "cross-site"})
+        self.assertEqual(status, 403, r)
+        status, headers, r = d.request("POST", "/logout", headers={"Origin": f"https://localhost:{d.port}",
+                                                                   "Cookie": cookie})
+        self.assertEqual((status, r), (200, {"logged_out": True}))
+        self.assertIn("Max-Age=0", headers["Set-Cookie"])
+        self.assertEqual(d.request("POST", "/logout")[0], 200, "a program sends no Origin")
+
     def test_a_foreign_host(self):
         d = self.d
         status, _, r = d.request("GET", "/api/status", token=d.admin, host="evil.example")

@@ -24,7 +24,8 @@ pub enum Entry {
     Write,
     /// A long-lived channel: `/api/ws`, `/api/video`, any `/mcp` request.
     Stream,
-    /// An unauthenticated form (`/login`, `/api/pair`).
+    /// An unauthenticated form that sets or clears the session cookie (`/login`,
+    /// `/api/pair`, `/logout`).
     Form,
 }
 

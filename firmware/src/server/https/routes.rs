@@ -71,18 +71,22 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
         (&Method::GET, "/ca.mobileconfig") => {
             return text(StatusCode::OK, "application/x-apple-aspen-config", shared.mobileconfig.clone())
         }
-        (&Method::POST, "/login" | "/api/pair") => {
-            // Unauthenticated forms: from a browser, only our own pages (login CSRF).
-            if let Err(e) = own.check(req.headers(), Entry::Form, false) {
+        (&Method::POST, "/login" | "/api/pair" | "/logout") => {
+            // Unauthenticated forms that set or clear the session cookie: from a browser,
+            // only our own pages (login CSRF, forced logout).
+            let cookie = guard::cookie_value(req.headers(), &guard::cookie_name(shared.port)).is_some();
+            if let Err(e) = own.check(req.headers(), Entry::Form, cookie) {
+                if !shared.noisy.failed() {
+                    tracing::warn!(peer = %peer.addr, path = %path, "refused by the Origin policy: {}", e.message);
+                }
                 return body::error(e);
             }
-            return if path == "/login" {
-                login(&shared, &peer, scheme, req).await
-            } else {
-                pair(&shared, &peer, scheme, req).await
+            return match path.as_str() {
+                "/login" => login(&shared, &peer, scheme, req).await,
+                "/api/pair" => pair(&shared, &peer, scheme, req).await,
+                _ => logout(&shared),
             };
         }
-        (&Method::POST, "/logout") => return logout(&shared),
         (&Method::GET, "/api/session") => return session_info(&shared, &peer, &req),
         // The ticket in its first message authenticates it.
         (&Method::GET, crate::daemon::VIDEO_PATH) => {
