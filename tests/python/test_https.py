@@ -102,6 +102,57 @@ class HttpsDaemon(Daemon):
             return f.read()
 
 
+def hpack_string(data):
+    """An HPACK string literal, not Huffman-coded (RFC 7541 5.2)."""
+    data = data.encode() if isinstance(data, str) else data
+    n, out = len(data), bytearray()
+    if n < 127:
+        out.append(n)
+    else:
+        out.append(127)
+        n -= 127
+        while n >= 128:
+            out.append(n % 128 + 128)
+            n //= 128
+        out.append(n)
+    return bytes(out) + data
+
+
+def h2_get(d, path, headers):
+    """One GET over HTTP/2 with exactly the header fields given (pseudo-headers first, in
+    order, each a literal never indexed): the JSON body of the answer. A small client of
+    our own: a real one would not send a `host` that disagrees with `:authority`."""
+    ctx = d.context()
+    ctx.set_alpn_protocols(["h2"])
+    raw = socket.create_connection(("127.0.0.1", d.port), timeout=15)
+    with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+        assert s.selected_alpn_protocol() == "h2"
+
+        def frame(kind, flags, stream, payload=b""):
+            return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+        block = b"".join(b"\x10" + hpack_string(k) + hpack_string(v) for k, v in headers)
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0) + frame(1, 0x5, 1, block))
+        buf, body = b"", b""
+        while True:
+            while len(buf) < 9 or len(buf) < 9 + int.from_bytes(buf[:3], "big"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    raise ConnectionError(f"the server closed the connection; body so far {body!r}")
+                buf += chunk
+            n = int.from_bytes(buf[:3], "big")
+            kind, flags, stream, payload, buf = buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7fffffff, \
+                buf[9:9 + n], buf[9 + n:]
+            if kind == 4 and not flags & 1:
+                s.sendall(frame(4, 1, 0))
+            elif kind == 0 and stream == 1:
+                body += payload
+                if flags & 1:
+                    return json.loads(body)
+            elif kind in (3, 7):
+                raise ConnectionError(f"the server reset the stream (frame type {kind}): {payload!r}")
+
+
 def open_lease(d, token, title="lease", headers=None):
     """POST /api/tasks; returns (connection, response, first line)."""
     c = d.conn()
@@ -394,6 +445,39 @@ class Attacks(SharedDaemon):
         self.assertEqual((status, r), (200, {"logged_out": True}))
         self.assertIn("Max-Age=0", headers["Set-Cookie"])
         self.assertEqual(d.request("POST", "/logout")[0], 200, "a program sends no Origin")
+
+    def test_two_hosts_or_a_host_against_the_authority_are_refused(self):
+        d = self.d
+        auth = {"Authorization": f"Bearer {d.admin}"}
+        for hosts in [["localhost", "evil.example"], ["evil.example", "localhost"], ["localhost", "localhost"]]:
+            c = d.conn()
+            c.putrequest("GET", "/api/status", skip_host=True)
+            for h in hosts:
+                c.putheader("Host", h)
+            c.putheader("Authorization", auth["Authorization"])
+            c.endheaders()
+            r = c.getresponse()
+            body = json.loads(r.read())
+            c.close()
+            self.assertEqual((r.status, body["error"]["code"]), (400, "INVALID_REQUEST"), hosts)
+        # HTTP/1's absolute form names the host twice too.
+        c = d.conn()
+        c.putrequest("GET", "https://evil.example/api/status", skip_host=True)
+        c.putheader("Host", f"localhost:{d.port}")
+        c.putheader("Authorization", auth["Authorization"])
+        c.endheaders()
+        r = c.getresponse()
+        self.assertEqual((r.status, json.loads(r.read())["error"]["code"]), (400, "INVALID_REQUEST"))
+        c.close()
+        # h2: a `host` field that disagrees with `:authority`, either way round.
+        base = [(":method", "GET"), (":scheme", "https"), (":path", "/api/status")]
+        bearer = [("authorization", auth["Authorization"])]
+        for authority, host in [(f"localhost:{d.port}", "evil.example"), ("evil.example", f"localhost:{d.port}")]:
+            body = h2_get(d, "/api/status", base + [(":authority", authority), ("host", host)] + bearer)
+            self.assertEqual(body["error"]["code"], "INVALID_REQUEST", (authority, host))
+        agreed = h2_get(d, "/api/status", base + [(":authority", f"localhost:{d.port}")] + bearer)
+        self.assertTrue(agreed["daemon"]["sim"], "one host over h2 is served")
+        self.assertIn("refused a request with an ambiguous Host", d.log_text())
 
     def test_a_foreign_host(self):
         d = self.d

@@ -47,8 +47,14 @@ const MCP_PATH: &str = crate::server::mcp::MCP_PATH;
 /// Handles one request; never fails (every refusal is an answer).
 pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> Answer {
     tracing::debug!(peer = %peer.addr, path = %req.uri().path(), "request");
-    let Some(raw_host) = guard::host_of(req.uri(), req.headers()) else {
-        return body::refuse(ErrorCode::InvalidRequest, "the request names no Host");
+    let raw_host = match guard::host_of(req.uri(), req.headers()) {
+        Ok(h) => h,
+        Err(e) => {
+            if !shared.noisy.failed() {
+                tracing::warn!(peer = %peer.addr, "refused a request with an ambiguous Host: {}", e.message);
+            }
+            return body::error(e);
+        }
     };
     let Some(host) = shared.hosts.allows(&raw_host) else {
         if !shared.noisy.failed() {
