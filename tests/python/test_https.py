@@ -384,6 +384,17 @@ class Attacks(SharedDaemon):
         self.assertEqual(status, 200, r)
         self.assertIn("refused by the Origin policy", d.log_text())
 
+    def test_sec_fetch_site_in_any_case_with_a_cookie(self):
+        d = self.d
+        secret = d.cli("token", "add", "console-case", "--role", "view").stdout.strip()
+        _, headers, _ = d.request("POST", "/login", body={"token": secret})
+        cookie = headers["Set-Cookie"].split(";")[0]
+        for value in ["Cross-Site", "CROSS-SITE", " cross-site"]:
+            status, _, r = d.request("GET", "/api/status", headers={"Cookie": cookie, "Sec-Fetch-Site": value})
+            self.assertEqual((status, r["error"]["code"]), (403, "PERMISSION_DENIED"), value)
+        status, _, _ = d.request("GET", "/api/status", headers={"Cookie": cookie, "Sec-Fetch-Site": "Same-Origin"})
+        self.assertEqual(status, 200)
+
     def test_a_view_token_acting(self):
         d = self.d
         view = d.cli("token", "add", "viewer", "--role", "view").stdout.strip()
