@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 import time
 import unittest
+import unittest.mock
 
 from test_control_socket import TETHER, Client, Daemon
 
@@ -574,6 +575,45 @@ class Attacks(SharedDaemon):
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         self.assertEqual(d.request("GET", "/api/status", token=d.admin)[0], 200)
         self.assertIsNone(d.proc.poll(), "the daemon is still running")
+
+
+class LogFlooding(unittest.TestCase):
+    """What a client sends reaches the daemon's log capped, and bodies and session ids not
+    at all (a daemon of its own, with the default log filter: its log is measured)."""
+
+    def test_huge_mcp_client_names_and_hosts_do_not_fill_the_log(self):
+        env = dict(os.environ)
+        env.pop("RUST_LOG", None)
+        with unittest.mock.patch.dict(os.environ, env, clear=True):
+            d = HttpsDaemon()
+        self.addCleanup(d.stop)
+        before = len(d.log_text())
+        name = "n" * 900_000
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": name, "version": "1"}}}
+        headers = {"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {d.admin}"}
+        sessions = []
+        for _ in range(20):
+            c = d.conn()
+            c.request("POST", "/mcp", body=json.dumps(init), headers=dict(headers, **{"Content-Type": "application/json"}))
+            r = c.getresponse()
+            r.read()
+            c.close()
+            self.assertEqual(r.status, 200)
+            sessions.append(r.headers.get("Mcp-Session-Id"))
+        # A Host of 8000 characters is refused, and logged cut to a line.
+        status, _, _ = d.request("GET", "/api/status", token=d.admin, host="h" * 8000 + ".example")
+        self.assertEqual(status, 403)
+        log = wait_for("the foreign Host in the log",
+                       lambda: (lambda t: "refused a request for a foreign Host" in t and t)(d.log_text()))
+        grown = log[before:]
+        self.assertLess(len(grown), 16 * 1024, f"20 initializes of 900 KB grew the log by {len(grown)} bytes")
+        self.assertNotIn("n" * 200, grown, "the client's name is not logged whole")
+        line = next(l for l in grown.splitlines() if "refused a request for a foreign Host" in l)
+        self.assertLess(len(line), 600, line[:300])
+        self.assertIn("(8008 bytes)", line)
+        for sid in filter(None, sessions):
+            self.assertNotIn(sid, grown, "MCP session ids stay out of the log")
 
 
 class RefusedConnections(unittest.TestCase):

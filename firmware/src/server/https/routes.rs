@@ -33,6 +33,7 @@ use super::guard::{self, Auth, Authenticated};
 use super::origin::{Entry, OwnOrigin};
 pub use super::shared::{Peer, Shared};
 use crate::daemon::SESSION_LIFETIME;
+use crate::logtext::capped;
 use crate::protocol::{parse_request, parse_value, ErrorBody, ErrorCode, Request as WireRequest};
 use crate::server::dispatch;
 
@@ -46,7 +47,7 @@ const MCP_PATH: &str = crate::server::mcp::MCP_PATH;
 
 /// Handles one request; never fails (every refusal is an answer).
 pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> Answer {
-    tracing::debug!(peer = %peer.addr, path = %req.uri().path(), "request");
+    tracing::debug!(peer = %peer.addr, path = %capped(req.uri().path()), "request");
     let raw_host = match guard::host_of(req.uri(), req.headers()) {
         Ok(h) => h,
         Err(e) => {
@@ -58,7 +59,7 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
     };
     let Some(host) = shared.hosts.allows(&raw_host) else {
         if !shared.noisy.failed() {
-            tracing::warn!(peer = %peer.addr, host = %raw_host, "refused a request for a foreign Host");
+            tracing::warn!(peer = %peer.addr, host = %capped(&raw_host), "refused a request for a foreign Host");
         }
         return body::refuse(
             ErrorCode::PermissionDenied,
@@ -83,7 +84,7 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
             let cookie = guard::cookie_value(req.headers(), &guard::cookie_name(shared.port)).is_some();
             if let Err(e) = own.check(req.headers(), Entry::Form, cookie) {
                 if !shared.noisy.failed() {
-                    tracing::warn!(peer = %peer.addr, path = %path, "refused by the Origin policy: {}", e.message);
+                    tracing::warn!(peer = %peer.addr, path = %capped(&path), "refused by the Origin policy: {}", e.message);
                 }
                 return body::error(e);
             }
@@ -120,7 +121,7 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
     };
     if let Err(e) = own.check(req.headers(), entry, auth.how == Auth::Cookie) {
         if !shared.noisy.failed() {
-            tracing::warn!(peer = %peer.addr, path = %path, "refused by the Origin policy: {}", e.message);
+            tracing::warn!(peer = %peer.addr, path = %capped(&path), "refused by the Origin policy: {}", e.message);
         }
         return body::error(e);
     }

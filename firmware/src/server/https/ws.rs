@@ -72,7 +72,7 @@ async fn serve(daemon: Daemon, auth: Authenticated, upgraded: hyper::upgrade::Up
     tracing::info!(session, caller = %auth.caller.principal.label(), role = %auth.caller.role, "WebSocket connected");
     let ending = read_requests(&mut dispatcher, &mut stream, &control, &closed, &shutdown).await;
     if let Some((code, reason)) = &ending {
-        tracing::info!(session, code, reason = %reason, "WebSocket closing");
+        tracing::info!(session, code, reason = %crate::logtext::capped(reason), "WebSocket closing");
         let _ = control.try_send(websocket::close_message(*code, reason));
     } else {
         tracing::info!(session, "WebSocket peer gone");
