@@ -14,12 +14,14 @@
 //! - [`server`]: transports (today the Unix control socket).
 //! - [`client`]: the remote side used by the CLI.
 //! - [`config`]: the one typed configuration struct (TOML + flags).
+//! - [`logtext`]: client-supplied text capped and escaped before it reaches a log.
 
 pub mod board;
 pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod device;
+pub mod logtext;
 pub mod protocol;
 pub mod server;
 pub mod sync;

@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 import time
 import unittest
+import unittest.mock
 
 from test_control_socket import TETHER, Client, Daemon
 
@@ -100,6 +101,57 @@ class HttpsDaemon(Daemon):
         self.log.flush()
         with open(os.path.join(self.dir, "daemon.log")) as f:
             return f.read()
+
+
+def hpack_string(data):
+    """An HPACK string literal, not Huffman-coded (RFC 7541 5.2)."""
+    data = data.encode() if isinstance(data, str) else data
+    n, out = len(data), bytearray()
+    if n < 127:
+        out.append(n)
+    else:
+        out.append(127)
+        n -= 127
+        while n >= 128:
+            out.append(n % 128 + 128)
+            n //= 128
+        out.append(n)
+    return bytes(out) + data
+
+
+def h2_get(d, path, headers):
+    """One GET over HTTP/2 with exactly the header fields given (pseudo-headers first, in
+    order, each a literal never indexed): the JSON body of the answer. A small client of
+    our own: a real one would not send a `host` that disagrees with `:authority`."""
+    ctx = d.context()
+    ctx.set_alpn_protocols(["h2"])
+    raw = socket.create_connection(("127.0.0.1", d.port), timeout=15)
+    with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+        assert s.selected_alpn_protocol() == "h2"
+
+        def frame(kind, flags, stream, payload=b""):
+            return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+        block = b"".join(b"\x10" + hpack_string(k) + hpack_string(v) for k, v in headers)
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0) + frame(1, 0x5, 1, block))
+        buf, body = b"", b""
+        while True:
+            while len(buf) < 9 or len(buf) < 9 + int.from_bytes(buf[:3], "big"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    raise ConnectionError(f"the server closed the connection; body so far {body!r}")
+                buf += chunk
+            n = int.from_bytes(buf[:3], "big")
+            kind, flags, stream, payload, buf = buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7fffffff, \
+                buf[9:9 + n], buf[9 + n:]
+            if kind == 4 and not flags & 1:
+                s.sendall(frame(4, 1, 0))
+            elif kind == 0 and stream == 1:
+                body += payload
+                if flags & 1:
+                    return json.loads(body)
+            elif kind in (3, 7):
+                raise ConnectionError(f"the server reset the stream (frame type {kind}): {payload!r}")
 
 
 def open_lease(d, token, title="lease", headers=None):
@@ -333,6 +385,17 @@ class Attacks(SharedDaemon):
         self.assertEqual(status, 200, r)
         self.assertIn("refused by the Origin policy", d.log_text())
 
+    def test_sec_fetch_site_in_any_case_with_a_cookie(self):
+        d = self.d
+        secret = d.cli("token", "add", "console-case", "--role", "view").stdout.strip()
+        _, headers, _ = d.request("POST", "/login", body={"token": secret})
+        cookie = headers["Set-Cookie"].split(";")[0]
+        for value in ["Cross-Site", "CROSS-SITE", " cross-site"]:
+            status, _, r = d.request("GET", "/api/status", headers={"Cookie": cookie, "Sec-Fetch-Site": value})
+            self.assertEqual((status, r["error"]["code"]), (403, "PERMISSION_DENIED"), value)
+        status, _, _ = d.request("GET", "/api/status", headers={"Cookie": cookie, "Sec-Fetch-Site": "Same-Origin"})
+        self.assertEqual(status, 200)
+
     def test_a_view_token_acting(self):
         d = self.d
         view = d.cli("token", "add", "viewer", "--role", "view").stdout.strip()
@@ -362,6 +425,71 @@ class Attacks(SharedDaemon):
         status, _, body = d.request("GET", "/api/status", headers=agent)
         self.assertEqual((status, body["error"]["code"]), (410, "TASK_ENDED"))
         c.close()
+
+    def test_duplicate_keys_in_bodies_are_refused_as_on_the_socket(self):
+        d = self.d
+        line = '{"id":1,"method":"hello","method":"status"}'
+        on_socket = d.call(line)
+        self.assertEqual(on_socket["error"]["code"], "INVALID_REQUEST", on_socket)
+        status, _, r = d.request("POST", "/api/rpc", body='{"method":"hello","method":"status"}', token=d.admin)
+        self.assertEqual(status, 400, "not answered as `status`: %r" % (r,))
+        self.assertEqual(r["error"], on_socket["error"], "the socket's code and message")
+        # Every REST body, at any depth, and the forms that set cookies.
+        for body in ['{"operation_id":"dup-a","operation_id":"dup-b","expect":"any","action":{"type":"home"}}',
+                     '{"operation_id":"dup-c","expect":"any","action":{"type":"tap","type":"home"}}']:
+            status, _, r = d.request("POST", "/api/action", body=body, token=d.admin)
+            self.assertEqual((status, r["error"]["code"]), (400, "INVALID_REQUEST"), body)
+        secret = d.cli("token", "add", "dup-login", "--role", "view").stdout.strip()
+        status, headers, r = d.request("POST", "/login", body='{"token":"tt_wrong","token":"%s"}' % secret)
+        self.assertEqual((status, r["error"]["code"]), (400, "INVALID_REQUEST"), r)
+        self.assertNotIn("Set-Cookie", headers)
+
+    def test_logout_takes_only_our_own_origin(self):
+        d = self.d
+        cookie = f"tether_session_{d.port}=x.1.y"
+        status, headers, r = d.request("POST", "/logout", headers={"Origin": "https://evil.example", "Cookie": cookie})
+        self.assertEqual((status, r["error"]["code"]), (403, "PERMISSION_DENIED"))
+        self.assertNotIn("Set-Cookie", headers, "a foreign page cannot clear the session")
+        status, headers, r = d.request("POST", "/logout", headers={"Cookie": cookie, "Sec-Fetch-Site": "cross-site"})
+        self.assertEqual(status, 403, r)
+        status, headers, r = d.request("POST", "/logout", headers={"Origin": f"https://localhost:{d.port}",
+                                                                   "Cookie": cookie})
+        self.assertEqual((status, r), (200, {"logged_out": True}))
+        self.assertIn("Max-Age=0", headers["Set-Cookie"])
+        self.assertEqual(d.request("POST", "/logout")[0], 200, "a program sends no Origin")
+
+    def test_two_hosts_or_a_host_against_the_authority_are_refused(self):
+        d = self.d
+        auth = {"Authorization": f"Bearer {d.admin}"}
+        for hosts in [["localhost", "evil.example"], ["evil.example", "localhost"], ["localhost", "localhost"]]:
+            c = d.conn()
+            c.putrequest("GET", "/api/status", skip_host=True)
+            for h in hosts:
+                c.putheader("Host", h)
+            c.putheader("Authorization", auth["Authorization"])
+            c.endheaders()
+            r = c.getresponse()
+            body = json.loads(r.read())
+            c.close()
+            self.assertEqual((r.status, body["error"]["code"]), (400, "INVALID_REQUEST"), hosts)
+        # HTTP/1's absolute form names the host twice too.
+        c = d.conn()
+        c.putrequest("GET", "https://evil.example/api/status", skip_host=True)
+        c.putheader("Host", f"localhost:{d.port}")
+        c.putheader("Authorization", auth["Authorization"])
+        c.endheaders()
+        r = c.getresponse()
+        self.assertEqual((r.status, json.loads(r.read())["error"]["code"]), (400, "INVALID_REQUEST"))
+        c.close()
+        # h2: a `host` field that disagrees with `:authority`, either way round.
+        base = [(":method", "GET"), (":scheme", "https"), (":path", "/api/status")]
+        bearer = [("authorization", auth["Authorization"])]
+        for authority, host in [(f"localhost:{d.port}", "evil.example"), ("evil.example", f"localhost:{d.port}")]:
+            body = h2_get(d, "/api/status", base + [(":authority", authority), ("host", host)] + bearer)
+            self.assertEqual(body["error"]["code"], "INVALID_REQUEST", (authority, host))
+        agreed = h2_get(d, "/api/status", base + [(":authority", f"localhost:{d.port}")] + bearer)
+        self.assertTrue(agreed["daemon"]["sim"], "one host over h2 is served")
+        self.assertIn("refused a request with an ambiguous Host", d.log_text())
 
     def test_a_foreign_host(self):
         d = self.d
@@ -447,6 +575,45 @@ class Attacks(SharedDaemon):
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         self.assertEqual(d.request("GET", "/api/status", token=d.admin)[0], 200)
         self.assertIsNone(d.proc.poll(), "the daemon is still running")
+
+
+class LogFlooding(unittest.TestCase):
+    """What a client sends reaches the daemon's log capped, and bodies and session ids not
+    at all (a daemon of its own, with the default log filter: its log is measured)."""
+
+    def test_huge_mcp_client_names_and_hosts_do_not_fill_the_log(self):
+        env = dict(os.environ)
+        env.pop("RUST_LOG", None)
+        with unittest.mock.patch.dict(os.environ, env, clear=True):
+            d = HttpsDaemon()
+        self.addCleanup(d.stop)
+        before = len(d.log_text())
+        name = "n" * 900_000
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": name, "version": "1"}}}
+        headers = {"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {d.admin}"}
+        sessions = []
+        for _ in range(20):
+            c = d.conn()
+            c.request("POST", "/mcp", body=json.dumps(init), headers=dict(headers, **{"Content-Type": "application/json"}))
+            r = c.getresponse()
+            r.read()
+            c.close()
+            self.assertEqual(r.status, 200)
+            sessions.append(r.headers.get("Mcp-Session-Id"))
+        # A Host of 8000 characters is refused, and logged cut to a line.
+        status, _, _ = d.request("GET", "/api/status", token=d.admin, host="h" * 8000 + ".example")
+        self.assertEqual(status, 403)
+        log = wait_for("the foreign Host in the log",
+                       lambda: (lambda t: "refused a request for a foreign Host" in t and t)(d.log_text()))
+        grown = log[before:]
+        self.assertLess(len(grown), 16 * 1024, f"20 initializes of 900 KB grew the log by {len(grown)} bytes")
+        self.assertNotIn("n" * 200, grown, "the client's name is not logged whole")
+        line = next(l for l in grown.splitlines() if "refused a request for a foreign Host" in l)
+        self.assertLess(len(line), 600, line[:300])
+        self.assertIn("(8008 bytes)", line)
+        for sid in filter(None, sessions):
+            self.assertNotIn(sid, grown, "MCP session ids stay out of the log")
 
 
 class RefusedConnections(unittest.TestCase):

@@ -34,9 +34,15 @@ pub struct ServeOptions {
     pub video: Option<VideoBackend>,
 }
 
+/// The log filter when `RUST_LOG` is not set: our own events from `info`, rmcp's only from
+/// `warn`. rmcp logs each MCP session it creates and each `initialize` it answers at
+/// `info`, with the session id and the client's whole `clientInfo` (up to a 1 MiB message
+/// per request): a client could fill the journal, and session ids do not belong in it.
+const DEFAULT_LOG_FILTER: &str = "info,rmcp=warn";
+
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 

@@ -131,8 +131,9 @@ pub fn run_pair_offline(
     let role = Role::from_name(role).ok_or_else(|| anyhow::anyhow!("role {role:?}: use admin, operate or view"))?;
     let name = name.unwrap_or_else(|| "owner".into());
     let host = host.unwrap_or_else(|| "tether.local".into());
-    // The certificate holds the appliance's own names (`tether`, `tether.local` for the
-    // default host) and `host` when it is something else, e.g. a fixed LAN address.
+    // The certificate holds the appliance's own names (`tether.local` for the default
+    // host; a single-label name is never in it) and `host` when it is something else,
+    // e.g. a fixed LAN address.
     let short = host.strip_suffix(".local").filter(|h| !h.contains('.') && !h.contains(':'));
     let names = match short {
         Some(s) => ServerNames::of_machine(s, &[], &[]),

@@ -538,7 +538,7 @@ impl Daemon {
             }
         }
         if let Some(client) = &params.client {
-            tracing::info!(session = session.id.0, client = %client, "hello");
+            tracing::info!(session = session.id.0, client = %crate::logtext::capped(client), "hello");
         }
         let asked = params.kind.unwrap_or_default();
         let have = *session.kind.get_or_init(|| asked);

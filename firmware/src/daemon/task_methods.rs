@@ -289,7 +289,7 @@ impl Daemon {
         let _ = self.inner.store.append(id, "device".into(), json!({"device": device, "lease": session.id})).await;
         drop(_journal);
         self.inner.tasks.notify();
-        tracing::info!(task = id, title = %p.title, owner = %owner, session = session.id.0, "task opened");
+        tracing::info!(task = id, title = %crate::logtext::capped(&p.title), owner = %owner, session = session.id.0, "task opened");
         if p.events.unwrap_or(true) {
             // The lease hears its task: events stream to the opening connection until the
             // task ends or the connection closes, as if it had followed `task_events`.

@@ -22,4 +22,6 @@ pub use limits::{
     Limits, MAX_NESTING_DEPTH, MAX_OUTPUT_BYTES, MAX_OUTPUT_MESSAGES, MAX_REQUEST_BYTES, PROTOCOL_NAME, STALL_TIMEOUT,
 };
 pub use message::{Event, Outgoing, Response};
-pub use request::{parse_request, Call, HelloParams, Method, Request, RequestError, RequestId, StatusParams};
+pub use request::{
+    parse_request, parse_value, Call, HelloParams, Method, Request, RequestError, RequestId, StatusParams,
+};

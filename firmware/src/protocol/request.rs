@@ -334,6 +334,21 @@ const MAX_CLIENT_NAME: usize = 128;
 
 /// Parses one request line (without its newline).
 pub fn parse_request(line: &[u8]) -> Result<Request, RequestError> {
+    let value = parse_value(line)?;
+    request_from_value(value)
+}
+
+/// Parses `line` into one JSON value with the checks every request gets before its
+/// envelope is read: size, nesting depth (a byte scan, before serde builds anything),
+/// syntax, and no key twice at any depth. HTTP bodies go through it too, so a body means
+/// the same to every reader and is refused with the same code and message as the same
+/// line on the socket.
+///
+/// # Errors
+///
+/// `REQUEST_TOO_LARGE`, `NESTING_TOO_DEEP`, `INVALID_JSON`, or `INVALID_REQUEST` for a
+/// repeated key (with the request id when `id` appears once in the envelope).
+pub fn parse_value(line: &[u8]) -> Result<Value, RequestError> {
     if line.len() > MAX_REQUEST_BYTES {
         return Err(RequestError::too_large(line.len()));
     }
@@ -344,22 +359,26 @@ pub fn parse_request(line: &[u8]) -> Result<Request, RequestError> {
             format!("JSON nesting reaches depth {depth}; the limit is {MAX_NESTING_DEPTH}"),
         ));
     }
-    let value = match strict_json::parse(line) {
-        Ok(value) => value,
+    match strict_json::parse(line) {
+        Ok(value) => Ok(value),
         Err(StrictError::Syntax(e)) => {
-            return Err(RequestError::new(None, ErrorCode::InvalidJson, format!("not valid JSON: {e}")))
+            Err(RequestError::new(None, ErrorCode::InvalidJson, format!("not valid JSON: {e}")))
         }
         Err(StrictError::DuplicateKey { key, top_level }) => {
             // The id is trustworthy only when it appears once in the envelope.
             let id = if key == "id" && top_level { None } else { unique_id(line) };
             let place = if top_level { "in the request" } else { "inside a parameter" };
-            return Err(RequestError::new(
+            Err(RequestError::new(
                 id,
                 ErrorCode::InvalidRequest,
                 format!("the key {key:?} appears twice {place}; a request must say everything once"),
-            ));
+            ))
         }
-    };
+    }
+}
+
+/// The request in an already parsed value (from [`parse_value`]).
+fn request_from_value(value: Value) -> Result<Request, RequestError> {
     let Value::Object(mut fields) = value else {
         return Err(RequestError::new(
             None,

@@ -8,6 +8,14 @@
 //! private and link-local addresses, so a person who installs it (an iPhone needs that
 //! for secure WebSockets) never lets it vouch for any other site.
 //!
+//! A DNS name constraint is a subtree: `DNS:box.example` covers `box.example` and every
+//! name under it. A single-label host name (`vm`, `box`) would be a whole top-level
+//! domain, and a host named like a public one (`dev`, `app`) would let the CA vouch for
+//! every site in it. So single-label names are never constrained (nor, then, in the
+//! server certificate, which holds only names the CA may vouch for): the appliance is
+//! reached as `<host>.local`, `localhost` or an address. The fixed subtrees `local`
+//! (mDNS, RFC 6762) and `localhost` (RFC 6761) are special-use names, never public.
+//!
 //! Files, in `<data_dir>/tls/` (0700): `ca.key` and `server.key` (0600, written
 //! atomically), `ca.crt`, `server.crt` and `server.json` (the names the certificate
 //! holds and when it expires).
@@ -217,19 +225,50 @@ fn in_net(ip: IpAddr, net: IpAddr, prefix: u8) -> bool {
     a.checked_shr(shift).unwrap_or(0) == b.checked_shr(shift).unwrap_or(0)
 }
 
+/// Whether `name` is a single DNS label (`vm`): as a name constraint it would be a whole
+/// top-level domain, so it is never one (see the module docs).
+fn single_label(name: &str) -> bool {
+    !name.trim_end_matches('.').contains('.')
+}
+
 impl CaRecord {
-    /// The names beyond the fixed set that a CA for `names` must permit.
+    /// The names beyond the fixed set that a CA for `names` must permit; single-label
+    /// names are left out (see the module docs).
     fn for_names(names: &ServerNames) -> CaRecord {
-        let dns = names.dns.iter().filter(|n| !n.ends_with(".local") && *n != "localhost").cloned().collect();
+        let dns = names
+            .dns
+            .iter()
+            .filter(|n| !n.ends_with(".local") && *n != "localhost" && !single_label(n))
+            .cloned()
+            .collect();
         let ips =
             names.ips.iter().filter(|ip| !fixed_nets().iter().any(|(n, p)| in_net(**ip, *n, *p))).copied().collect();
         CaRecord { dns, ips }
     }
 
-    /// Whether the CA may vouch for DNS name `name`.
+    /// Whether the CA may vouch for DNS name `name`. A single-label subtree in the record
+    /// of an older CA is not used: its certificate may permit that whole top-level
+    /// domain, but no certificate of ours will carry a name in it.
     fn permits_dns(&self, name: &str) -> bool {
         let under = |base: &str| name == base || name.ends_with(&format!(".{base}"));
-        under("local") || under("localhost") || self.dns.iter().any(|d| under(d))
+        under("local") || under("localhost") || self.dns.iter().any(|d| !single_label(d) && under(d))
+    }
+
+    /// The single-label subtrees an older CA was made with.
+    fn whole_domains(&self) -> impl Iterator<Item = &String> {
+        self.dns.iter().filter(|d| single_label(d))
+    }
+
+    /// `names` without those the CA may not vouch for.
+    fn retain_permitted(&self, names: &ServerNames) -> ServerNames {
+        let mut out = ServerNames::default();
+        for n in names.dns.iter().filter(|n| self.permits_dns(n)) {
+            out.add_dns(n);
+        }
+        for ip in names.ips.iter().filter(|ip| self.permits_ip(**ip)) {
+            out.add_ip(*ip);
+        }
+        out
     }
 
     /// Whether the CA may vouch for address `ip`.
@@ -328,7 +367,17 @@ fn load_or_create_ca(dir: &Path, names: &ServerNames) -> Result<(KeyPair, String
         let cert_pem = std::fs::read_to_string(&cert_path).map_err(io_err(&cert_path))?;
         let der = first_cert_der(&cert_pem, &cert_path)?;
         // Without its record, the CA is known to permit the fixed set only.
-        let record = std::fs::read(&record_path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+        let record: CaRecord =
+            std::fs::read(&record_path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+        for domain in record.whole_domains() {
+            tracing::warn!(
+                subtree = %domain,
+                dir = %dir.display(),
+                "this appliance's CA was made permitting a single-label name, so it could vouch for every name \
+                 under it; no certificate of ours uses it any more. To drop it, move the tls directory away and \
+                 restart (a new CA: every client pairs again)"
+            );
+        }
         return Ok((key, cert_pem, der, record));
     }
     let record = CaRecord::for_names(names);
@@ -397,7 +446,10 @@ pub fn load_or_create(data_dir: &Path, names: &ServerNames) -> Result<TlsMateria
         std::fs::read(&record_path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
     let current = record.as_ref().filter(|r| {
         let held = ServerNames { dns: r.dns.clone(), ips: r.ips.clone() };
+        // A certificate holding a name the CA no longer vouches for (a single-label name,
+        // from an older version) is reissued without it.
         held.covers(names)
+            && ca_record.retain_permitted(&held) == held
             && r.ca_fingerprint == fingerprint.hex()
             && r.not_after_unix - now_unix() > RENEW_BEFORE_DAYS * 86_400
             && cert_path.exists()
@@ -411,8 +463,7 @@ pub fn load_or_create(data_dir: &Path, names: &ServerNames) -> Result<TlsMateria
         }
         None => {
             let older = record.map(|r| ServerNames { dns: r.dns, ips: r.ips }).unwrap_or_default();
-            let held = names.keeping(&older);
-            let held = permitted(&held, &ca_record);
+            let held = ca_record.retain_permitted(&names.keeping(&older));
             let (cert_pem, key_pem, not_after) = issue_server(&ca_key, &ca_record, &held)?;
             // The record goes first and comes back last: a crash in between leaves no
             // record, and the next start issues again instead of pairing a new key with
@@ -439,22 +490,23 @@ pub fn load_or_create(data_dir: &Path, names: &ServerNames) -> Result<TlsMateria
     Ok(TlsMaterial { ca_pem, ca_der, fingerprint, names: held, config: server_config(chain, key)?, reissued })
 }
 
-/// `names` without those the CA may not vouch for (logged: they need a new CA).
+/// `names` without those the CA may not vouch for, each logged: a single-label host name
+/// never goes in (see the module docs), other names need a new CA.
 fn permitted(names: &ServerNames, record: &CaRecord) -> ServerNames {
-    let mut out = ServerNames::default();
-    for n in &names.dns {
-        if record.permits_dns(n) {
-            out.add_dns(n);
+    let out = record.retain_permitted(names);
+    for n in names.dns.iter().filter(|n| !out.dns.contains(n)) {
+        if single_label(n) {
+            tracing::info!(
+                name = %n,
+                "a single-label host name cannot be constrained safely (as a subtree it is a whole top-level domain); \
+                 left out of the CA's constraints and the certificate: use <host>.local, localhost or an address"
+            );
         } else {
             tracing::warn!(name = %n, "this name is outside what the appliance's CA may vouch for; left out of the certificate");
         }
     }
-    for ip in &names.ips {
-        if record.permits_ip(*ip) {
-            out.add_ip(*ip);
-        } else {
-            tracing::warn!(ip = %ip, "this address is outside what the appliance's CA may vouch for; left out of the certificate");
-        }
+    for ip in names.ips.iter().filter(|ip| !out.ips.contains(ip)) {
+        tracing::warn!(ip = %ip, "this address is outside what the appliance's CA may vouch for; left out of the certificate");
     }
     out
 }
@@ -660,6 +712,81 @@ mod tests {
         assert!(in_net(IpAddr::from([10, 9, 8, 7]), IpAddr::from([10, 0, 0, 0]), 8));
         assert!(!in_net(IpAddr::from([11, 0, 0, 1]), IpAddr::from([10, 0, 0, 0]), 8));
         assert!(in_net(IpAddr::from([0xfe80, 0, 0, 0, 1, 2, 3, 4]), IpAddr::from([0xfe80, 0, 0, 0, 0, 0, 0, 0]), 10));
+    }
+
+    /// A leaf for `name` signed by the CA in `dir` (as anyone holding its key could).
+    fn leaf_signed_by_the_ca(dir: &Path, name: &str) -> CertificateDer<'static> {
+        let ca_key = KeyPair::from_pem(&std::fs::read_to_string(dir.join("tls/ca.key")).unwrap()).unwrap();
+        let issuer = Issuer::new(ca_params(&ca_key, &CaRecord::default()), &ca_key);
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = CertificateParams::new(vec![name.to_string()]).unwrap();
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.use_authority_key_identifier_extension = true;
+        params.signed_by(&key, &issuer).unwrap().der().clone()
+    }
+
+    /// Whether a client that installed the CA (DER) accepts `leaf` for `name`: rustls'
+    /// own verifier, which reads the CA's name constraints.
+    fn trusted_for(ca_der: &[u8], leaf: &CertificateDer<'static>, name: &str) -> bool {
+        use rustls::client::danger::ServerCertVerifier;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(CertificateDer::from(ca_der.to_vec())).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier =
+            rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider).build().unwrap();
+        let server = rustls::pki_types::ServerName::try_from(name.to_string()).unwrap();
+        verifier.verify_server_cert(leaf, &[], &server, &[], rustls::pki_types::UnixTime::now()).is_ok()
+    }
+
+    #[test]
+    fn a_single_label_host_name_is_no_subtree_of_the_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = load_or_create(dir.path(), &ServerNames::of_machine("dev", &[], &["lab.example".into()])).unwrap();
+        // The real CA, as a client parses it: `dev` would be the whole `.dev` TLD.
+        let bank = leaf_signed_by_the_ca(dir.path(), "bank.dev");
+        assert!(!trusted_for(&m.ca_der, &bank, "bank.dev"), "the CA cannot vouch for a site under .dev");
+        assert!(!trusted_for(&m.ca_der, &leaf_signed_by_the_ca(dir.path(), "dev"), "dev"));
+        // What it should vouch for, it still does (the same signing, other names).
+        for name in ["dev.local", "printer.local", "localhost", "lab.example", "x.lab.example"] {
+            assert!(trusted_for(&m.ca_der, &leaf_signed_by_the_ca(dir.path(), name), name), "{name}");
+        }
+        // The server certificate holds no name outside the constraints.
+        assert!(!m.names.dns.contains(&"dev".to_string()), "{:?}", m.names.dns);
+        assert!(m.names.dns.contains(&"dev.local".to_string()) && m.names.dns.contains(&"localhost".to_string()));
+    }
+
+    #[test]
+    fn an_older_ca_with_a_single_label_subtree_keeps_its_pin_and_the_name_leaves_the_certificate() {
+        // A CA and server certificate as an older version made them for host `vm`.
+        let dir = tempfile::tempdir().unwrap();
+        let tls = dir.path().join("tls");
+        std::fs::create_dir_all(&tls).unwrap();
+        let old_record = CaRecord { dns: vec!["vm".into()], ips: Vec::new() };
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let ca = ca_params(&key, &old_record).self_signed(&key).unwrap();
+        std::fs::write(tls.join("ca.key"), key.serialize_pem()).unwrap();
+        std::fs::write(tls.join("ca.crt"), ca.pem()).unwrap();
+        std::fs::write(tls.join("ca.json"), serde_json::to_vec(&old_record).unwrap()).unwrap();
+        let old_held = ServerNames { dns: vec!["localhost".into(), "vm".into(), "vm.local".into()], ips: Vec::new() };
+        let (cert, server_key, not_after) = issue_server(&key, &old_record, &old_held).unwrap();
+        std::fs::write(tls.join("server.crt"), cert).unwrap();
+        std::fs::write(tls.join("server.key"), server_key).unwrap();
+        let record = ServerRecord {
+            dns: old_held.dns.clone(),
+            ips: Vec::new(),
+            not_after_unix: not_after,
+            ca_fingerprint: Fingerprint::of(ca.der()).hex(),
+        };
+        std::fs::write(tls.join("server.json"), serde_json::to_vec(&record).unwrap()).unwrap();
+        assert!(trusted_for(ca.der(), &leaf_signed_by_the_ca(dir.path(), "bank.vm"), "bank.vm"), "the old hole");
+
+        let names = ServerNames::of_machine("vm", &[], &[]);
+        let m = load_or_create(dir.path(), &names).unwrap();
+        assert_eq!(m.fingerprint, Fingerprint::of(ca.der()), "the CA is kept: every client's pin still holds");
+        assert!(m.reissued, "the certificate that held `vm` is replaced");
+        assert_eq!(m.names.dns, ["localhost", "vm.local"]);
+        let again = load_or_create(dir.path(), &names).unwrap();
+        assert!(!again.reissued, "and then kept");
     }
 
     #[test]

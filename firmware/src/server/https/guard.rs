@@ -86,13 +86,31 @@ impl HostAllowlist {
     }
 }
 
-/// The request's `Host` (HTTP/1) or `:authority` (h2).
-pub fn host_of(uri: &hyper::Uri, headers: &HeaderMap) -> Option<String> {
-    headers
-        .get(HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_string)
-        .or_else(|| uri.authority().map(|a| a.as_str().to_string()))
+/// The request's host: its `Host` header (HTTP/1) or `:authority` (h2, and HTTP/1's
+/// absolute form).
+///
+/// # Errors
+///
+/// `INVALID_REQUEST` when the request names no host, names it in more than one `Host`
+/// header, in a `Host` that is not text, or in a `Host` that disagrees with its
+/// authority: two readers (a proxy, this server) must never pick different hosts.
+pub fn host_of(uri: &hyper::Uri, headers: &HeaderMap) -> Result<String, ErrorBody> {
+    let refuse = |m: &str| Err(ErrorBody::new(ErrorCode::InvalidRequest, m));
+    let mut hosts = headers.get_all(HOST).iter();
+    let header = hosts.next();
+    if hosts.next().is_some() {
+        return refuse("the request has more than one Host header; send one");
+    }
+    let authority = uri.authority().map(|a| a.as_str());
+    match (header.map(|h| h.to_str()), authority) {
+        (Some(Err(_)), _) => refuse("the Host header is not text"),
+        (Some(Ok(h)), Some(a)) if !h.trim().eq_ignore_ascii_case(a) => {
+            refuse("the Host header and the request's authority name different hosts")
+        }
+        (Some(Ok(h)), _) => Ok(h.trim().to_string()),
+        (None, Some(a)) => Ok(a.to_string()),
+        (None, None) => refuse("the request names no Host"),
+    }
 }
 
 /// Counts wrong credentials over the last minute, across every client: beyond
@@ -250,6 +268,37 @@ mod tests {
             assert_eq!(l.allows(bad), None, "{bad}");
         }
         assert_eq!(l.preferred()[0], "box.local");
+    }
+
+    fn host_headers(values: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append(HOST, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn host_of_refuses_two_hosts_and_a_disagreeing_authority() {
+        let origin_form: hyper::Uri = "/api/status".parse().unwrap();
+        let absolute: hyper::Uri = "https://box.local:8443/api/status".parse().unwrap();
+        let two = host_headers(&["localhost", "evil.example"]);
+        assert_eq!(host_of(&origin_form, &two).unwrap_err().code, ErrorCode::InvalidRequest);
+        assert_eq!(
+            host_of(&origin_form, &host_headers(&["localhost", "localhost"])).unwrap_err().code,
+            ErrorCode::InvalidRequest,
+            "even the same twice"
+        );
+        let other = host_headers(&["evil.example"]);
+        assert_eq!(host_of(&absolute, &other).unwrap_err().code, ErrorCode::InvalidRequest);
+        assert_eq!(host_of(&origin_form, &HeaderMap::new()).unwrap_err().code, ErrorCode::InvalidRequest);
+        let mut binary = HeaderMap::new();
+        binary.insert(HOST, hyper::header::HeaderValue::from_bytes(b"box\xff").unwrap());
+        assert_eq!(host_of(&absolute, &binary).unwrap_err().code, ErrorCode::InvalidRequest);
+        // One host, named once or the same way twice (any case): that host.
+        assert_eq!(host_of(&origin_form, &host_headers(&["box.local:8443"])).unwrap(), "box.local:8443");
+        assert_eq!(host_of(&absolute, &host_headers(&["BOX.local:8443"])).unwrap(), "BOX.local:8443");
+        assert_eq!(host_of(&absolute, &HeaderMap::new()).unwrap(), "box.local:8443");
     }
 
     #[test]

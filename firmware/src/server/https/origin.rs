@@ -10,6 +10,9 @@
 //! - a session cookie from another site (`Sec-Fetch-Site: cross-site`) is refused;
 //! - a session cookie on a write or a stream (WebSocket, MCP) must come with our Origin: the
 //!   cookie is the one credential a browser sends by itself.
+//!
+//! Header values are compared as browsers may send them: trimmed and ASCII
+//! case-insensitive; a header given twice counts if either copy says "foreign".
 
 use hyper::header::{HeaderMap, ORIGIN};
 
@@ -24,7 +27,8 @@ pub enum Entry {
     Write,
     /// A long-lived channel: `/api/ws`, `/api/video`, any `/mcp` request.
     Stream,
-    /// An unauthenticated form (`/login`, `/api/pair`).
+    /// An unauthenticated form that sets or clears the session cookie (`/login`,
+    /// `/api/pair`, `/logout`).
     Form,
 }
 
@@ -42,13 +46,20 @@ impl OwnOrigin {
     /// credential is the session cookie.
     pub fn check(&self, headers: &HeaderMap, entry: Entry, cookie: bool) -> Result<(), ErrorBody> {
         let refuse = |m: &str| Err(ErrorBody::new(ErrorCode::PermissionDenied, m));
-        if cookie && headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) == Some("cross-site") {
+        // A value that is not text is not one a browser sends: counted as cross-site.
+        let cross_site = headers
+            .get_all("sec-fetch-site")
+            .iter()
+            .any(|v| v.to_str().map_or(true, |v| v.trim().eq_ignore_ascii_case("cross-site")));
+        if cookie && cross_site {
             return refuse("a session cookie is not accepted from another site");
         }
         // An Origin that is not text is still an Origin, and not ours: "" refuses it
         // (`.ok()` would read it as no Origin at all, which programs may send).
-        match headers.get(ORIGIN).map(|v| v.to_str().unwrap_or("")) {
-            Some(o) if o.eq_ignore_ascii_case(&self.0) => Ok(()),
+        let ours = |v: &hyper::header::HeaderValue| v.to_str().unwrap_or("").trim().eq_ignore_ascii_case(&self.0);
+        let origins = headers.get_all(ORIGIN);
+        match origins.iter().next() {
+            Some(_) if origins.iter().all(ours) => Ok(()),
             Some(_) => refuse(match entry {
                 Entry::Form => "this form only works from the appliance's own pages",
                 Entry::Stream => "this stream takes only the console's own Origin",
@@ -108,5 +119,31 @@ mod tests {
         let h = headers(&[("sec-fetch-site", "cross-site")]);
         assert!(own.check(&h, Entry::Read, true).is_err());
         assert!(own.check(&h, Entry::Read, false).is_ok(), "a Bearer token is not sent by the browser itself");
+    }
+
+    #[test]
+    fn sec_fetch_site_is_read_in_any_case_and_with_spaces() {
+        let own = OwnOrigin::new("https", "box.local");
+        for value in ["Cross-Site", "CROSS-SITE", " cross-site ", "cross-site\t"] {
+            let h = headers(&[("sec-fetch-site", value)]);
+            assert!(own.check(&h, Entry::Read, true).is_err(), "{value:?}");
+        }
+        for value in ["same-origin", "Same-Site", "none"] {
+            assert!(own.check(&headers(&[("sec-fetch-site", value)]), Entry::Read, true).is_ok(), "{value:?}");
+        }
+        let mut two = headers(&[("sec-fetch-site", "same-origin")]);
+        two.append("sec-fetch-site", "cross-site".parse().unwrap());
+        assert!(own.check(&two, Entry::Read, true).is_err(), "a second copy counts");
+    }
+
+    #[test]
+    fn every_origin_header_must_be_ours_and_spaces_do_not_matter() {
+        let own = OwnOrigin::new("https", "box.local");
+        assert!(own.check(&headers(&[("origin", " https://box.local ")]), Entry::Write, true).is_ok());
+        let mut two = headers(&[("origin", "https://box.local")]);
+        two.append(ORIGIN, "https://evil.example".parse().unwrap());
+        for entry in ALL {
+            assert!(own.check(&two, entry, false).is_err(), "a second, foreign Origin: {entry:?}");
+        }
     }
 }

@@ -33,7 +33,8 @@ use super::guard::{self, Auth, Authenticated};
 use super::origin::{Entry, OwnOrigin};
 pub use super::shared::{Peer, Shared};
 use crate::daemon::SESSION_LIFETIME;
-use crate::protocol::{parse_request, ErrorBody, ErrorCode, Request as WireRequest};
+use crate::logtext::capped;
+use crate::protocol::{parse_request, parse_value, ErrorBody, ErrorCode, Request as WireRequest};
 use crate::server::dispatch;
 
 /// The largest body of an unauthenticated request (`/login`, `/api/pair`).
@@ -46,13 +47,19 @@ const MCP_PATH: &str = crate::server::mcp::MCP_PATH;
 
 /// Handles one request; never fails (every refusal is an answer).
 pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> Answer {
-    tracing::debug!(peer = %peer.addr, path = %req.uri().path(), "request");
-    let Some(raw_host) = guard::host_of(req.uri(), req.headers()) else {
-        return body::refuse(ErrorCode::InvalidRequest, "the request names no Host");
+    tracing::debug!(peer = %peer.addr, path = %capped(req.uri().path()), "request");
+    let raw_host = match guard::host_of(req.uri(), req.headers()) {
+        Ok(h) => h,
+        Err(e) => {
+            if !shared.noisy.failed() {
+                tracing::warn!(peer = %peer.addr, "refused a request with an ambiguous Host: {}", e.message);
+            }
+            return body::error(e);
+        }
     };
     let Some(host) = shared.hosts.allows(&raw_host) else {
         if !shared.noisy.failed() {
-            tracing::warn!(peer = %peer.addr, host = %raw_host, "refused a request for a foreign Host");
+            tracing::warn!(peer = %peer.addr, host = %capped(&raw_host), "refused a request for a foreign Host");
         }
         return body::refuse(
             ErrorCode::PermissionDenied,
@@ -71,18 +78,22 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
         (&Method::GET, "/ca.mobileconfig") => {
             return text(StatusCode::OK, "application/x-apple-aspen-config", shared.mobileconfig.clone())
         }
-        (&Method::POST, "/login" | "/api/pair") => {
-            // Unauthenticated forms: from a browser, only our own pages (login CSRF).
-            if let Err(e) = own.check(req.headers(), Entry::Form, false) {
+        (&Method::POST, "/login" | "/api/pair" | "/logout") => {
+            // Unauthenticated forms that set or clear the session cookie: from a browser,
+            // only our own pages (login CSRF, forced logout).
+            let cookie = guard::cookie_value(req.headers(), &guard::cookie_name(shared.port)).is_some();
+            if let Err(e) = own.check(req.headers(), Entry::Form, cookie) {
+                if !shared.noisy.failed() {
+                    tracing::warn!(peer = %peer.addr, path = %capped(&path), "refused by the Origin policy: {}", e.message);
+                }
                 return body::error(e);
             }
-            return if path == "/login" {
-                login(&shared, &peer, scheme, req).await
-            } else {
-                pair(&shared, &peer, scheme, req).await
+            return match path.as_str() {
+                "/login" => login(&shared, &peer, scheme, req).await,
+                "/api/pair" => pair(&shared, &peer, scheme, req).await,
+                _ => logout(&shared),
             };
         }
-        (&Method::POST, "/logout") => return logout(&shared),
         (&Method::GET, "/api/session") => return session_info(&shared, &peer, &req),
         // The ticket in its first message authenticates it.
         (&Method::GET, crate::daemon::VIDEO_PATH) => {
@@ -110,7 +121,7 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
     };
     if let Err(e) = own.check(req.headers(), entry, auth.how == Auth::Cookie) {
         if !shared.noisy.failed() {
-            tracing::warn!(peer = %peer.addr, path = %path, "refused by the Origin policy: {}", e.message);
+            tracing::warn!(peer = %peer.addr, path = %capped(&path), "refused by the Origin policy: {}", e.message);
         }
         return body::error(e);
     }
@@ -249,14 +260,21 @@ impl Query {
     }
 }
 
+/// Parses a JSON body with the socket's parser ([`parse_value`]): the same limits, and a
+/// key given twice is refused with the socket's code and message, never read as its last
+/// value.
+fn json_body(bytes: &[u8]) -> Result<Value, ErrorBody> {
+    parse_value(bytes).map_err(|e| e.error)
+}
+
 /// Reads a JSON object body (empty: `{}`), at most `max_body` bytes.
 async fn read_object(shared: &Shared, req: Request<Incoming>) -> Result<Map<String, Value>, ErrorBody> {
     let bytes = read_body(shared.max_body, req).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Map::new());
     }
-    match serde_json::from_slice::<Value>(&bytes) {
-        Ok(Value::Object(map)) => {
+    match json_body(&bytes)? {
+        Value::Object(map) => {
             for key in ["id", "method", "task_token"] {
                 if map.contains_key(key) {
                     return Err(ErrorBody::new(
@@ -267,8 +285,7 @@ async fn read_object(shared: &Shared, req: Request<Incoming>) -> Result<Map<Stri
             }
             Ok(map)
         }
-        Ok(_) => Err(ErrorBody::new(ErrorCode::InvalidRequest, "the body must be a JSON object")),
-        Err(e) => Err(ErrorBody::new(ErrorCode::InvalidJson, format!("the body is not JSON: {e}"))),
+        _ => Err(ErrorBody::new(ErrorCode::InvalidRequest, "the body must be a JSON object")),
     }
 }
 
@@ -310,20 +327,7 @@ async fn answer(
 /// (a task's lease, a followed journal) have their own routes.
 async fn rpc(shared: &Shared, auth: &Authenticated, req: Request<Incoming>) -> Result<Answer, ErrorBody> {
     let bytes = read_body(shared.max_body, req).await?;
-    let mut object = match serde_json::from_slice::<Value>(&bytes) {
-        Ok(Value::Object(map)) => map,
-        Ok(_) => return Err(ErrorBody::new(ErrorCode::InvalidRequest, "the body must be one tether/1 request object")),
-        Err(e) => return Err(ErrorBody::new(ErrorCode::InvalidJson, format!("the body is not JSON: {e}"))),
-    };
-    object.entry("id").or_insert(1.into());
-    if object.contains_key("task_token") {
-        return Err(ErrorBody::new(ErrorCode::InvalidParams, "task tokens go in the Tether-Task-Token header"));
-    }
-    if let Some(t) = &auth.task_token {
-        object.insert("task_token".into(), t.clone().into());
-    }
-    let bytes = serde_json::to_vec(&Value::Object(object)).unwrap_or_default();
-    let request = parse_request(&bytes).map_err(|e| e.error)?;
+    let request = rpc_request(&bytes, auth.task_token.as_deref())?;
     let streams = match &request.call {
         crate::protocol::Call::TaskOpen(_) => true,
         crate::protocol::Call::TaskEvents(p) => p.follow,
@@ -337,6 +341,26 @@ async fn rpc(shared: &Shared, auth: &Authenticated, req: Request<Incoming>) -> R
     }
     let value = call(shared, auth, &request).await?;
     Ok(body::json(StatusCode::OK, &json!({"id": request.id, "ok": true, "result": value})))
+}
+
+/// The tether/1 request in a `POST /api/rpc` body: `id` defaults to 1 and the task token
+/// comes from its header, never from the body.
+fn rpc_request(bytes: &[u8], task_token: Option<&str>) -> Result<WireRequest, ErrorBody> {
+    // Strict before anything is added: `id` and `task_token` go into a map that already
+    // holds each key at most once, so what the daemon reads is what the client sent.
+    let Value::Object(mut object) = json_body(bytes)? else {
+        return Err(ErrorBody::new(ErrorCode::InvalidRequest, "the body must be one tether/1 request object"));
+    };
+    object.entry("id").or_insert(1.into());
+    if object.contains_key("task_token") {
+        return Err(ErrorBody::new(ErrorCode::InvalidParams, "task tokens go in the Tether-Task-Token header"));
+    }
+    if let Some(t) = task_token {
+        object.insert("task_token".into(), t.into());
+    }
+    // A map of JSON values always serializes.
+    let bytes = serde_json::to_vec(&Value::Object(object)).unwrap_or_default();
+    parse_request(&bytes).map_err(|e| e.error)
 }
 
 async fn screenshot(shared: &Shared, auth: &Authenticated, query: &Query) -> Result<Answer, ErrorBody> {
@@ -456,12 +480,18 @@ async fn login(shared: &Shared, peer: &Peer, scheme: &str, req: Request<Incoming
         Err(e) => return body::error(e),
     };
     let token = if form {
-        String::from_utf8_lossy(&bytes)
-            .split('&')
-            .find_map(|p| p.strip_prefix("token="))
-            .map(|t| t.replace("%5F", "_").replace("%2D", "-"))
+        let text = String::from_utf8_lossy(&bytes);
+        let mut tokens = text.split('&').filter_map(|p| p.strip_prefix("token="));
+        let first = tokens.next();
+        if tokens.next().is_some() {
+            return body::refuse(ErrorCode::InvalidRequest, "the form names \"token\" twice; send it once");
+        }
+        first.map(|t| t.replace("%5F", "_").replace("%2D", "-"))
     } else {
-        serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| v.get("token")?.as_str().map(str::to_string))
+        match json_body(&bytes) {
+            Ok(v) => v.get("token").and_then(Value::as_str).map(str::to_string),
+            Err(e) => return body::error(e),
+        }
     };
     let Some(token) = token else {
         return body::refuse(ErrorCode::InvalidParams, "send {\"token\": \"…\"}");
@@ -491,9 +521,11 @@ async fn pair(shared: &Shared, peer: &Peer, scheme: &str, req: Request<Incoming>
         Ok(b) => b,
         Err(e) => return body::error(e),
     };
-    let Some(code) =
-        serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| v.get("code")?.as_str().map(str::to_string))
-    else {
+    let value = match json_body(&bytes) {
+        Ok(v) => v,
+        Err(e) => return body::error(e),
+    };
+    let Some(code) = value.get("code").and_then(Value::as_str).map(str::to_string) else {
         return body::refuse(ErrorCode::InvalidParams, "send {\"code\": \"…\"} from the pairing URL");
     };
     let tokens = shared.daemon.tokens();
@@ -553,4 +585,54 @@ fn logout(shared: &Shared) -> Answer {
         r.headers_mut().insert(SET_COOKIE, v);
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Call, RequestId};
+
+    /// What the control socket answers to `line`.
+    fn socket_refusal(line: &str) -> ErrorBody {
+        parse_request(line.as_bytes()).unwrap_err().error
+    }
+
+    #[test]
+    fn rpc_refuses_duplicate_keys_like_the_socket() {
+        let cases = [
+            (r#"{"method":"hello","method":"status"}"#, r#"{"id":1,"method":"hello","method":"status"}"#),
+            (r#"{"id":1,"id":2,"method":"status"}"#, r#"{"id":1,"id":2,"method":"status"}"#),
+            (
+                r#"{"method":"screenshot","max_edge":100,"max_edge":200}"#,
+                r#"{"id":1,"method":"screenshot","max_edge":100,"max_edge":200}"#,
+            ),
+        ];
+        for (body, line) in cases {
+            let refused = rpc_request(body.as_bytes(), None).unwrap_err();
+            assert_eq!(refused.code, ErrorCode::InvalidRequest, "{body}");
+            assert_eq!(refused, socket_refusal(line), "{body}: the socket's code and message");
+        }
+    }
+
+    #[test]
+    fn rpc_inserting_the_id_and_task_token_does_not_hide_a_duplicate() {
+        // Two task tokens in the body: refused as a duplicate, before the header's is added.
+        let body = br#"{"method":"status","task_token":"a","task_token":"b"}"#;
+        assert_eq!(rpc_request(body, Some("tt")).unwrap_err().code, ErrorCode::InvalidRequest);
+        let one = rpc_request(br#"{"method":"status","task_token":"a"}"#, Some("tt")).unwrap_err();
+        assert_eq!(one.code, ErrorCode::InvalidParams, "a body never carries a task token");
+        let ok = rpc_request(br#"{"method":"status"}"#, Some("tt")).unwrap();
+        assert_eq!((ok.id, ok.task_token.as_deref()), (RequestId(1), Some("tt")));
+        assert!(matches!(ok.call, Call::Status(_)));
+    }
+
+    #[test]
+    fn rest_bodies_refuse_duplicate_keys_at_any_depth() {
+        for body in [r#"{"operation_id":"a","operation_id":"b"}"#, r#"{"action":{"type":"home","type":"tap"}}"#] {
+            let refused = json_body(body.as_bytes()).unwrap_err();
+            assert_eq!(refused.code, ErrorCode::InvalidRequest, "{body}");
+            assert!(refused.message.contains("appears twice"), "{}", refused.message);
+        }
+        assert_eq!(json_body(b"{not json").unwrap_err().code, ErrorCode::InvalidJson);
+    }
 }

@@ -176,7 +176,7 @@ async fn serve(daemon: Daemon, upgraded: hyper::upgrade::Upgraded, slot: Pending
     let viewer = match authorized {
         Ok(v) => Arc::new(v),
         Err((code, reason)) => {
-            tracing::debug!(code, reason = %reason, "video socket refused");
+            tracing::debug!(code, reason = %crate::logtext::capped(&reason), "video socket refused");
             let close = websocket::close_message(code, &reason);
             if websocket::send_with_progress(&mut sink, close, &progress, SEND_STALL).await.is_ok() {
                 websocket::linger(&mut stream).await;
@@ -203,7 +203,7 @@ async fn serve(daemon: Daemon, upgraded: hyper::upgrade::Upgraded, slot: Pending
     let mut writer = tokio::spawn(send_frames(sink, viewer.clone(), close_rx, progress));
     let ending = watch(&viewer, &mut stream, &mut writer, &shutdown).await;
     if let Some((code, reason)) = ending {
-        tracing::info!(viewer = viewer.id().0, code, reason = %reason, "video viewer closed");
+        tracing::info!(viewer = viewer.id().0, code, reason = %crate::logtext::capped(&reason), "video viewer closed");
         let _ = close_tx.try_send(websocket::close_message(code, &reason));
         if tokio::time::timeout(Duration::from_secs(1), &mut writer).await.is_err() {
             writer.abort();

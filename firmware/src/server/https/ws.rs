@@ -83,7 +83,7 @@ async fn serve(daemon: Daemon, auth: Authenticated, upgraded: hyper::upgrade::Up
         }
     };
     if let Some((code, reason)) = &ending {
-        tracing::info!(session = session_id, code, reason = %reason, "WebSocket closing");
+        tracing::info!(session = session_id, code, reason = %crate::logtext::capped(reason), "WebSocket closing");
         let _ = control.try_send(websocket::close_message(*code, reason));
     } else {
         tracing::info!(session = session_id, "WebSocket peer gone");
