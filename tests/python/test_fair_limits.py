@@ -157,6 +157,22 @@ class Shares(unittest.TestCase):
         self.assertEqual(status, 204)
         self.assertEqual(tools_list(self.d, operator, sid)[0], 404, "ended by its owner")
 
+    def test_an_mcp_message_with_a_repeated_key_is_refused_as_on_every_transport(self):
+        operator = self.token("dup-keys", "operate")
+        sid = mcp_session(self.d, operator)
+        c = self.d.conn()
+        h = dict(MCP_HEADERS, Authorization=f"Bearer {operator}")
+        h["Mcp-Session-Id"] = sid
+        c.request("POST", "/mcp", headers=h,
+                  body='{"jsonrpc":"2.0","id":5,"method":"tools/list","method":"tools/call",'
+                       '"params":{"name":"screenshot","arguments":{}}}')
+        r = c.getresponse()
+        body = json.loads(r.read())
+        c.close()
+        self.assertEqual(r.status, 400, body)
+        self.assertEqual(body["error"]["code"], "INVALID_REQUEST")
+        self.assertIn("appears twice", body["error"]["message"])
+
     def test_a_tokens_streams_are_a_share(self):
         viewer = self.token("streamer", "view")
         sessions = [mcp_session(self.d, viewer) for _ in range(8)]

@@ -23,5 +23,6 @@ pub use limits::{
 };
 pub use message::{Event, Outgoing, Response};
 pub use request::{
-    parse_request, parse_value, Call, HelloParams, Method, Request, RequestError, RequestId, StatusParams,
+    check_document, parse_request, parse_value, Call, HelloParams, Method, Request, RequestError, RequestId,
+    StatusParams,
 };

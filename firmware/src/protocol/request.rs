@@ -377,6 +377,31 @@ pub fn parse_value(line: &[u8]) -> Result<Value, RequestError> {
     }
 }
 
+/// Checks a JSON document that is not a tether/1 request (an MCP message, up to its own
+/// size limit) the way [`parse_value`] checks requests: nesting depth first, then syntax and
+/// repeated keys, so a message means one thing to every reader (rmcp's parser keeps the
+/// last of two keys; ours refuses).
+///
+/// # Errors
+///
+/// `NESTING_TOO_DEEP`, `INVALID_JSON`, or `INVALID_REQUEST` for a repeated key.
+pub fn check_document(bytes: &[u8]) -> Result<(), ErrorBody> {
+    if let Some(depth) = exceeds_depth(bytes, MAX_NESTING_DEPTH) {
+        return Err(ErrorBody::new(
+            ErrorCode::NestingTooDeep,
+            format!("JSON nesting reaches depth {depth}; the limit is {MAX_NESTING_DEPTH}"),
+        ));
+    }
+    match strict_json::parse(bytes) {
+        Ok(_) => Ok(()),
+        Err(StrictError::Syntax(e)) => Err(ErrorBody::new(ErrorCode::InvalidJson, format!("not valid JSON: {e}"))),
+        Err(StrictError::DuplicateKey { key, .. }) => Err(ErrorBody::new(
+            ErrorCode::InvalidRequest,
+            format!("the key {key:?} appears twice; a message must say everything once"),
+        )),
+    }
+}
+
 /// The request in an already parsed value (from [`parse_value`]).
 fn request_from_value(value: Value) -> Result<Request, RequestError> {
     let Value::Object(mut fields) = value else {
@@ -730,6 +755,19 @@ fn exceeds_depth(bytes: &[u8], max: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_document_says_everything_once() {
+        assert!(check_document(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).is_ok());
+        let e = check_document(br#"{"jsonrpc":"2.0","method":"ping","method":"tools/call"}"#).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidRequest);
+        assert!(e.message.contains("\"method\" appears twice"), "{}", e.message);
+        let e = check_document(br#"{"params":{"arguments":{"x":1,"x":2}}}"#).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidRequest, "nested keys too");
+        assert_eq!(check_document(b"{").unwrap_err().code, ErrorCode::InvalidJson);
+        let deep = "[".repeat(40) + &"]".repeat(40);
+        assert_eq!(check_document(deep.as_bytes()).unwrap_err().code, ErrorCode::NestingTooDeep);
+    }
 
     fn code(line: &str) -> (Option<RequestId>, ErrorCode) {
         let err = parse_request(line.as_bytes()).expect_err("should be rejected");

@@ -24,7 +24,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming};
 use hyper::{Request, Response};
 use rmcp::service::RequestContext;
@@ -38,7 +38,7 @@ use super::body::{self, ResponseBody};
 use super::conn::StreamGuard;
 use super::guard::Authenticated;
 use crate::daemon::{Daemon, Hold, HoldKind, Holder};
-use crate::protocol::{ErrorBody, ErrorCode};
+use crate::protocol::{check_document, ErrorBody, ErrorCode};
 use crate::server::inprocess::InProcess;
 use crate::server::mcp::{IdentityOf, MakeBackend, McpServer};
 use crate::sync::LockPlain;
@@ -217,7 +217,7 @@ fn no_such_session() -> Response<ResponseBody> {
 pub async fn handle(
     service: &McpService,
     auth: Authenticated,
-    mut req: Request<Incoming>,
+    req: Request<Incoming>,
     stream: StreamGuard,
 ) -> Response<ResponseBody> {
     let owner = identity(&auth);
@@ -252,6 +252,22 @@ pub async fn handle(
         },
         None => {}
     }
+    // A POSTed message is read here and checked by our parser first (rmcp's keeps the
+    // last of two keys): one meaning per message, on every transport.
+    let req = if req.method() == hyper::Method::POST {
+        let (parts, incoming) = req.into_parts();
+        let bytes = match super::routes::read_limited(MAX_MCP_BODY, &parts.headers, incoming).await {
+            Ok(b) => b,
+            Err(e) => return body::error(e),
+        };
+        if let Err(e) = check_document(&bytes) {
+            return body::error(e);
+        }
+        Request::from_parts(parts, Full::new(bytes).map_err(|never| match never {}).boxed())
+    } else {
+        req.map(|b| b.boxed())
+    };
+    let mut req: Request<http_body_util::combinators::BoxBody<Bytes, hyper::Error>> = req;
     req.extensions_mut().insert(auth.clone());
     let response = service.http.handle(req).await;
     if let Some(hold) = initializing {

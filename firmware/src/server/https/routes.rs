@@ -290,12 +290,19 @@ async fn read_object(shared: &Shared, req: Request<Incoming>) -> Result<Map<Stri
 }
 
 async fn read_body(max: usize, req: Request<Incoming>) -> Result<Bytes, ErrorBody> {
+    let (parts, body) = req.into_parts();
+    read_limited(max, &parts.headers, body).await
+}
+
+/// Reads a body of at most `max` bytes (by its declared length first) within
+/// [`super::BODY_TIMEOUT`].
+pub(super) async fn read_limited(max: usize, headers: &hyper::HeaderMap, body: Incoming) -> Result<Bytes, ErrorBody> {
     let too_large = || ErrorBody::new(ErrorCode::RequestTooLarge, format!("the body is larger than {max} bytes"));
-    let declared = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let declared = headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max as u64) {
         return Err(too_large());
     }
-    let collected = tokio::time::timeout(super::BODY_TIMEOUT, Limited::new(req.into_body(), max).collect()).await;
+    let collected = tokio::time::timeout(super::BODY_TIMEOUT, Limited::new(body, max).collect()).await;
     match collected {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(too_large()),
