@@ -26,8 +26,9 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// When full, the server drops, in this order:
 /// 1. the oldest connection that has not yet authenticated, of the address with the most
 ///    such connections (a flood of idle sockets costs its own address first);
-/// 2. else the oldest idle connection (no request being answered) of whoever holds the
-///    most connections (a principal that fills the table loses its own first);
+/// 2. else the oldest idle connection (no request being answered, no stream open: a lease
+///    is never dropped while an idle one is there) of whoever holds the most connections
+///    (a principal that fills the table loses its own first);
 /// 3. else the oldest connection of whoever holds the most.
 ///
 /// So no client, with or without credentials, can keep every connection: a new one always
@@ -45,17 +46,31 @@ struct Entry {
     /// Whom it authenticated as (a principal's label, or its address for a nameless
     /// caller); `None` until a request authenticated.
     holder: Option<String>,
-    /// Requests being answered (shared with its [`ConnState`]).
+    /// Requests being answered and streams open (shared with its [`ConnState`]).
+    busy: Busy,
+}
+
+/// A connection's requests being answered and streams open, shared by its [`ConnState`]
+/// and its entry in the [`ConnTable`].
+#[derive(Debug, Clone, Default)]
+pub(super) struct Busy {
     pending: Arc<AtomicUsize>,
+    streams: Arc<AtomicUsize>,
+}
+
+impl Busy {
+    fn idle(&self) -> bool {
+        self.pending.load(Ordering::Acquire) == 0 && self.streams.load(Ordering::Acquire) == 0
+    }
 }
 
 impl ConnTable {
-    /// Adds an accepted connection; returns the counter of its requests being answered,
-    /// for its [`ConnState`].
-    pub(super) fn add(&self, id: u64, addr: IpAddr, cancel: CancellationToken) -> Arc<AtomicUsize> {
-        let pending = Arc::new(AtomicUsize::new(0));
-        self.entries.lock_plain().push_back(Entry { id, addr, cancel, holder: None, pending: pending.clone() });
-        pending
+    /// Adds an accepted connection; returns the counters of what it is doing, for its
+    /// [`ConnState`].
+    pub(super) fn add(&self, id: u64, addr: IpAddr, cancel: CancellationToken) -> Busy {
+        let busy = Busy::default();
+        self.entries.lock_plain().push_back(Entry { id, addr, cancel, holder: None, busy: busy.clone() });
+        busy
     }
 
     pub(super) fn remove(&self, id: u64) {
@@ -106,7 +121,7 @@ impl ConnTable {
         let theirs = |e: &Entry| e.holder.as_deref() == Some(biggest);
         entries
             .iter()
-            .position(|e| theirs(e) && e.pending.load(Ordering::Acquire) == 0)
+            .position(|e| theirs(e) && e.busy.idle())
             .or_else(|| entries.iter().position(theirs))
     }
 }
@@ -125,21 +140,21 @@ pub(crate) struct ConnState {
     last_byte_ms: AtomicU64,
     last_request_ms: AtomicU64,
     pending: Arc<AtomicUsize>,
-    streams: AtomicUsize,
+    streams: Arc<AtomicUsize>,
     id: u64,
     table: Arc<ConnTable>,
 }
 
 impl ConnState {
-    /// The state of connection `id`, whose requests being answered are counted in
-    /// `pending` (from [`ConnTable::add`]).
-    pub(super) fn new(id: u64, table: Arc<ConnTable>, pending: Arc<AtomicUsize>) -> ConnState {
+    /// The state of connection `id`, whose requests and streams are counted in `busy`
+    /// (from [`ConnTable::add`]).
+    pub(super) fn new(id: u64, table: Arc<ConnTable>, busy: Busy) -> ConnState {
         ConnState {
             start: tokio::time::Instant::now(),
             last_byte_ms: AtomicU64::new(0),
             last_request_ms: AtomicU64::new(0),
-            pending,
-            streams: AtomicUsize::new(0),
+            pending: busy.pending,
+            streams: busy.streams,
             id,
             table,
         }
@@ -277,8 +292,8 @@ mod tests {
 
     fn conn() -> Arc<ConnState> {
         let table = Arc::new(ConnTable::default());
-        let pending = table.add(1, IpAddr::from([127, 0, 0, 1]), CancellationToken::new());
-        Arc::new(ConnState::new(1, table, pending))
+        let busy = table.add(1, IpAddr::from([127, 0, 0, 1]), CancellationToken::new());
+        Arc::new(ConnState::new(1, table, busy))
     }
 
     #[tokio::test(start_paused = true)]
@@ -344,28 +359,30 @@ mod tests {
     fn proven_connections_go_from_whoever_holds_the_most_idle_first() {
         let t = ConnTable::default();
         let tokens: Vec<CancellationToken> = (0..5).map(|_| CancellationToken::new()).collect();
-        let mut pending = Vec::new();
+        let mut busy = Vec::new();
         for (i, token) in tokens.iter().enumerate() {
-            pending.push(t.add(i as u64, ip(1), token.clone()));
+            busy.push(t.add(i as u64, ip(1), token.clone()));
         }
         t.prove(0, "token:admin");
         for i in 1..5 {
             t.prove(i, "token:viewer");
         }
-        // The viewer's oldest is answering a request: its next oldest idle one goes.
-        pending[1].fetch_add(1, Ordering::AcqRel);
+        // The viewer's oldest is answering a request, its next holds a lease (a stream):
+        // its next oldest idle one goes.
+        busy[1].pending.fetch_add(1, Ordering::AcqRel);
+        busy[2].streams.fetch_add(1, Ordering::AcqRel);
         assert!(t.evict());
-        assert!(tokens[2].is_cancelled(), "the biggest holder's oldest idle connection");
-        assert!(!tokens[0].is_cancelled() && !tokens[1].is_cancelled());
+        assert!(tokens[3].is_cancelled(), "the biggest holder's oldest idle connection");
+        assert!(!tokens[0].is_cancelled() && !tokens[1].is_cancelled() && !tokens[2].is_cancelled());
         // All busy: the oldest of the biggest holder.
-        for p in &pending {
-            p.fetch_add(1, Ordering::AcqRel);
+        for b in &busy {
+            b.pending.fetch_add(1, Ordering::AcqRel);
         }
         assert!(t.evict());
         assert!(tokens[1].is_cancelled());
         assert!(!tokens[0].is_cancelled(), "the admin with one connection keeps it");
         t.remove(0);
-        t.remove(3);
+        t.remove(2);
         t.remove(4);
         assert!(!t.evict(), "nothing left");
     }

@@ -41,7 +41,7 @@ pub use guard::{cookie_name, HostAllowlist, MAX_FAILURES, TASK_TOKEN_HEADER};
 use super::tls::{self, TlsMaterial};
 use crate::daemon::Daemon;
 pub use conn::IDLE_TIMEOUT;
-use conn::{ConnState, ConnTable, Watched};
+use conn::{Busy, ConnState, ConnTable, Watched};
 
 /// The default largest request body.
 pub const DEFAULT_MAX_BODY: usize = 1 << 20;
@@ -203,14 +203,14 @@ impl HttpsListener {
             let id = next_id.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(peer = %addr, id, "accepted a connection");
             let cancel = shutdown.child_token();
-            let pending = table.add(id, addr.ip(), cancel.clone());
+            let busy = table.add(id, addr.ip(), cancel.clone());
             let conn = Connection {
                 id,
                 addr,
                 shared: shared.clone(),
                 acceptor: acceptor.clone(),
                 table: table.clone(),
-                pending,
+                busy,
             };
             let table = table.clone();
             tokio::spawn(async move {
@@ -231,7 +231,7 @@ struct Connection {
     shared: Arc<routes::Shared>,
     acceptor: tokio_rustls::TlsAcceptor,
     table: Arc<ConnTable>,
-    pending: Arc<std::sync::atomic::AtomicUsize>,
+    busy: Busy,
 }
 
 impl Connection {
@@ -242,7 +242,7 @@ impl Connection {
             Ok(Ok(1)) => first[0] == 0x16,
             _ => return,
         };
-        let activity = Arc::new(ConnState::new(self.id, self.table.clone(), self.pending.clone()));
+        let activity = Arc::new(ConnState::new(self.id, self.table.clone(), self.busy.clone()));
         if tls {
             let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor.accept(stream)).await;
             let stream = match handshake {
