@@ -16,7 +16,7 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -93,7 +93,7 @@ impl DataDirLock {
         }
         let path = dir.join(LOCK_FILE);
         // Not truncated on open: until the lock is ours, the contents are the holder's.
-        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path);
+        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(&path);
         let file = file.map_err(io)?;
         let mut held = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(held) => held,
