@@ -93,7 +93,8 @@ impl DataDirLock {
         }
         let path = dir.join(LOCK_FILE);
         // Not truncated on open: until the lock is ours, the contents are the holder's.
-        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(&path);
+        let file =
+            std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(&path);
         let file = file.map_err(io)?;
         let mut held = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(held) => held,
@@ -111,7 +112,15 @@ impl DataDirLock {
             f.write_all(record.as_bytes())?;
             f.sync_data()
         };
-        write(&mut held).map_err(io)?;
+        if let Err(e) = write(&mut held) {
+            // The lock is held all the same: a full disk must not keep the daemon from
+            // starting (it serves what it has, read-only). A refused second daemon then
+            // cannot say who holds the directory, only that someone does.
+            if super::storage::Unwritable::of_io(&e) != super::storage::Unwritable::Full {
+                return Err(io(e));
+            }
+            tracing::warn!(path = %path.display(), error = %e, "the data directory is locked, but the disk is full: who holds it is not written");
+        }
         // Only once the lock is ours: a running daemon's files are not touched by a refused one.
         make_private(dir, &mut fixed).map_err(io)?;
         Ok(DataDirLock { _held: held, path, fixed })
