@@ -13,7 +13,6 @@ otherwise. Standard library only.
 """
 
 import errno
-import json
 import os
 import shutil
 import subprocess
@@ -73,6 +72,8 @@ class SmallDisk:
         self.holder.wait()
         self.holder.stdout.close()
         self.holder.stderr.close()
+        # The namespace went with its holder, and the tmpfs with it: an empty directory.
+        os.rmdir(self.mountpoint)
 
 
 class DaemonOnDisk:
