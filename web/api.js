@@ -170,6 +170,7 @@ export function explain(e) {
     STALE_OBSERVATION: 'The screen changed; try again.',
     BUSY: 'The phone is busy; try again.',
     HOST_NOT_CONNECTED: 'The phone is not connected.',
+    STORAGE_FAILED: 'The appliance could not save this (its disk is full); nothing changed.',
     DISCONNECTED: 'Reconnecting to the appliance…',
   }[e.code];
   return why ? `${why} (${e.code}: ${e.message})` : `${e.code || 'ERROR'}: ${e.message}`;

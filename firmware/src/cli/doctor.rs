@@ -38,6 +38,7 @@ pub fn run_doctor(socket: Option<PathBuf>, board: Option<PathBuf>, as_json: bool
         "daemon": daemon,
         "hardware": inventory,
         "https": https_report(profile, &daemon),
+        "storage": storage_report(profile, &daemon),
         "board": board.as_ref().map(|b| json!({
             "name": b.name,
             "description": b.description,
@@ -90,6 +91,21 @@ pub fn run_doctor(socket: Option<PathBuf>, board: Option<PathBuf>, as_json: bool
         Some(true) => println!("  daemon: answering on {}", path.display()),
         _ => println!("  daemon: not reachable on {}", path.display()),
     }
+    let storage = &report["storage"];
+    let dir = storage["data_dir"].as_str().unwrap_or("?");
+    let free = storage["free_bytes"].as_u64().map_or_else(|| "unknown".to_string(), |b| format!("{} MiB", b >> 20));
+    match storage["daemon"]["writable"].as_bool() {
+        Some(true) => println!("  storage: writable; data directory {dir} ({free} free)"),
+        Some(false) => {
+            println!("  storage: READ-ONLY: changes are refused (STORAGE_FAILED), reads are served");
+            println!(
+                "          {}",
+                storage["daemon"]["reason"].as_str().unwrap_or("the data directory takes no writes")
+            );
+            println!("          data directory {dir} ({free} free; the daemon may have been given another --data-dir)");
+        }
+        None => println!("  storage: data directory {dir} ({free} free)"),
+    }
     let https = &report["https"];
     match (https["fingerprint"].as_str(), https["urls"].as_array()) {
         (Some(fp), Some(urls)) if !urls.is_empty() => {
@@ -100,6 +116,26 @@ pub fn run_doctor(socket: Option<PathBuf>, board: Option<PathBuf>, as_json: bool
         _ => println!("  https:  no certificate yet (`tether serve` makes one at its first start)"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The configuration `tether serve` reads by default (its defaults when there is none).
+fn configured(profile: Profile) -> Config {
+    match tether::config::default_config_file(profile) {
+        Some(f) if f.exists() => Config::load(profile, &f).unwrap_or_else(|_| Config::defaults(profile)),
+        _ => Config::defaults(profile),
+    }
+}
+
+/// Whether the daemon can save changes (its `status.storage`), where its data directory
+/// is by the configuration, and the space left there.
+fn storage_report(profile: Profile, daemon: &serde_json::Value) -> serde_json::Value {
+    let dir = configured(profile).data_dir;
+    // The widths are the C library's: 32 bits on some targets, 64 on others.
+    #[allow(clippy::useless_conversion)]
+    let free = nix::sys::statvfs::statvfs(&dir)
+        .ok()
+        .map(|fs| u64::from(fs.blocks_available()).saturating_mul(u64::from(fs.fragment_size())));
+    json!({"daemon": daemon["status"]["storage"], "data_dir": dir, "free_bytes": free})
 }
 
 /// Which decoder `decoder_backend = auto` would use for compressed capture on this
@@ -144,12 +180,7 @@ fn https_report(profile: Profile, daemon: &serde_json::Value) -> serde_json::Val
             .collect();
         return json!({"serving": true, "fingerprint": fp, "urls": urls});
     }
-    let file = tether::config::default_config_file(profile);
-    let config = match &file {
-        Some(f) if f.exists() => tether::config::Config::load(profile, f).unwrap_or_else(|_| Config::defaults(profile)),
-        _ => Config::defaults(profile),
-    };
-    let ca = config.data_dir.join("tls").join("ca.crt");
+    let ca = configured(profile).data_dir.join("tls").join("ca.crt");
     let fp = std::fs::read(&ca).ok().and_then(|pem| {
         use rustls_pki_types::pem::PemObject;
         rustls_pki_types::CertificateDer::pem_slice_iter(&pem).next()?.ok().map(|der| Fingerprint::of(&der).to_string())

@@ -181,7 +181,21 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
     if operator_gid.is_none() {
         tracing::info!(group = %config.socket_group, "operators' group does not exist; only admins can connect");
     }
-    let tls = if config.https.enabled { Some(load_tls(&config)?) } else { None };
+    let tls = if config.https.enabled {
+        match load_tls(&config) {
+            Ok(tls) => Some(tls),
+            // The appliance's CA cannot be made on a disk that takes no write. Serving a CA
+            // that is gone at the next start would break every client that pins it: HTTPS
+            // waits for a start with space; the control socket serves meanwhile.
+            Err(e) if e.downcast_ref::<tls::TlsError>().is_some_and(tls::TlsError::refused_by_disk) => {
+                tracing::error!(error = %format!("{e:#}"), "HTTPS is off: its certificates cannot be saved (free space in the data directory, then restart)");
+                None
+            }
+            Err(e) => return Err(e),
+        }
+    } else {
+        None
+    };
 
     if config.decoder_backend == CodecChoice::Hardware {
         use tether::device::video::{codec::find_hardware_decoder, v4l2::FourCc};

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
 
 use tokio_util::sync::CancellationToken;
 
@@ -101,19 +102,39 @@ impl Daemon {
         self.inner.phone.state().calibrations
     }
 
-    async fn persist_calibrations(&self) {
-        let Some(dir) = &self.inner.data_dir else { return };
-        let snapshot = self.calibrations();
-        let path = calibration_file(dir);
-        let tmp = path.with_extension("json.tmp");
-        let write = async {
-            tokio::fs::create_dir_all(dir).await?;
-            tokio::fs::write(&tmp, serde_json::to_vec_pretty(&snapshot).unwrap_or_default()).await?;
-            tokio::fs::rename(&tmp, &path).await
-        };
-        if let Err(e) = write.await {
-            tracing::warn!(path = %path.display(), error = %e, "could not save calibration");
+    /// Saves the calibrations with `orientation`'s set to `affine`, then makes that the
+    /// calibration in use: a calibration answered is on disk. When the file cannot be
+    /// written, nothing changes and the answer is `STORAGE_FAILED`.
+    async fn save_calibration(&self, orientation: Orientation, affine: Option<Affine>) -> Result<(), DaemonError> {
+        if let Some(dir) = &self.inner.data_dir {
+            let mut snapshot = self.calibrations();
+            snapshot.set(orientation, affine);
+            let path = calibration_file(dir);
+            let tmp = path.with_extension("json.tmp");
+            let write = async {
+                tokio::fs::create_dir_all(dir).await?;
+                let written = async {
+                    let mut file = tokio::fs::File::create(&tmp).await?;
+                    file.write_all(&serde_json::to_vec_pretty(&snapshot).unwrap_or_default()).await?;
+                    file.sync_all().await
+                };
+                if let Err(e) = written.await {
+                    // A half-written file only takes space.
+                    let _ = tokio::fs::remove_file(&tmp).await;
+                    return Err(e);
+                }
+                tokio::fs::rename(&tmp, &path).await
+            };
+            if let Err(e) = write.await {
+                let why = super::storage::Unwritable::of_io(&e);
+                tracing::error!(path = %path.display(), error = %e, "could not save the calibration; it was not changed");
+                self.inner.store.health().failed(why);
+                return Err(why.into());
+            }
+            self.inner.store.health().succeeded();
         }
+        self.inner.phone.state().calibrations.set(orientation, affine);
+        Ok(())
     }
 
     /// `calibrate` (and `calibrate reset`): admitted like any input, so during someone
@@ -135,10 +156,9 @@ impl Daemon {
         // The status-bar clock and the like change by themselves: not the pointer.
         let ignore: Vec<PixelRect> = self.act_settings().ignore.iter().map(|r| r.in_frame(&active)).collect();
         if p.reset.unwrap_or(false) {
-            self.inner.phone.state().calibrations.set(orientation, None);
+            self.save_calibration(orientation, None).await?;
             self.geometry_changed("the calibration was reset");
             drop(turn);
-            self.persist_calibrations().await;
             return Ok(json!({"orientation": orientation, "reset": true}));
         }
         let grid = p.grid.unwrap_or(DEFAULT_GRID);
@@ -186,9 +206,8 @@ impl Daemon {
             DaemonError::Calibration("the measured points are degenerate; nothing was changed".into())
         })?;
         let residual = Residual::of(&affine, &points, &active, self.inner.sim.as_ref().map(|s| s.config()));
-        self.inner.phone.state().calibrations.set(orientation, Some(affine));
+        self.save_calibration(orientation, Some(affine)).await?;
         self.geometry_changed("the calibration changed");
-        self.persist_calibrations().await;
         tracing::info!(?orientation, max_px = residual.picture_max, "calibrated");
         Ok(json!({
             "orientation": orientation,

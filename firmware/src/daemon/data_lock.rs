@@ -112,7 +112,15 @@ impl DataDirLock {
             f.write_all(record.as_bytes())?;
             f.sync_data()
         };
-        write(&mut held).map_err(io)?;
+        if let Err(e) = write(&mut held) {
+            // The lock is held all the same: a full disk must not keep the daemon from
+            // starting (it serves what it has, read-only). A refused second daemon then
+            // cannot say who holds the directory, only that someone does.
+            if super::storage::Unwritable::of_io(&e) != super::storage::Unwritable::Full {
+                return Err(io(e));
+            }
+            tracing::warn!(path = %path.display(), error = %e, "the data directory is locked, but the disk is full: who holds it is not written");
+        }
         // Only once the lock is ours: a running daemon's files are not touched by a refused one.
         make_private(dir, &mut fixed).map_err(io)?;
         Ok(DataDirLock { _held: held, path, fixed })

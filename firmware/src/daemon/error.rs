@@ -4,6 +4,7 @@
 
 use super::input::InputError;
 use super::observations::ObservationError;
+use super::storage::Unwritable;
 use super::store::StoreError;
 use super::tasks::TaskError;
 use super::tokens::TokenError;
@@ -159,6 +160,10 @@ pub enum DaemonError {
     /// The task store failed; the daemon keeps running.
     #[error("the task store failed: {0}")]
     Store(#[from] StoreError),
+    /// A change could not be saved in the data directory (outside the task store: the
+    /// calibration file), so it was not made.
+    #[error(transparent)]
+    Unwritable(#[from] Unwritable),
     /// A host name the appliance does not answer to.
     #[error("{0}")]
     BadHost(String),
@@ -197,8 +202,21 @@ impl DaemonError {
         body
     }
 
+    /// Why the disk refused the change this error reports, if that is what it reports.
+    pub fn unwritable(&self) -> Option<Unwritable> {
+        match self {
+            DaemonError::Unwritable(why)
+            | DaemonError::Store(StoreError::Unwritable(why))
+            | DaemonError::Token(TokenError::Store(StoreError::Unwritable(why))) => Some(*why),
+            _ => None,
+        }
+    }
+
     /// The stable wire code, and whether input may have reached the phone.
     pub fn code(&self) -> (ErrorCode, bool) {
+        if self.unwritable().is_some() {
+            return (ErrorCode::StorageFailed, false);
+        }
         match self {
             DaemonError::PermissionDenied(_) => (ErrorCode::PermissionDenied, false),
             DaemonError::UnsupportedProtocol { .. } => (ErrorCode::UnsupportedProtocol, false),
@@ -233,9 +251,11 @@ impl DaemonError {
             DaemonError::OperationConflict { .. } => (ErrorCode::OperationConflict, false),
             DaemonError::Untypeable(_) => (ErrorCode::UntypeableText, false),
             DaemonError::Calibration(_) => (ErrorCode::CalibrationFailed, true),
-            DaemonError::Image(_) | DaemonError::Worker(_) | DaemonError::NoRandomness | DaemonError::Store(_) => {
-                (ErrorCode::Internal, false)
-            }
+            DaemonError::Image(_)
+            | DaemonError::Worker(_)
+            | DaemonError::NoRandomness
+            | DaemonError::Store(_)
+            | DaemonError::Unwritable(_) => (ErrorCode::Internal, false),
             DaemonError::ActionFailed(body) => (body.code, body.side_effect_possible),
             DaemonError::NoVisibleEffect { .. } => (ErrorCode::NoVisibleEffect, true),
             DaemonError::UnexpectedChange { .. } => (ErrorCode::UnexpectedChange, true),
@@ -256,6 +276,9 @@ impl DaemonError {
 
     /// A message safe to send to a remote caller: no paths, errno details or secrets.
     pub fn public_message(&self) -> String {
+        if let Some(why) = self.unwritable() {
+            return format!("this change could not be saved, so it was not made: {}; then retry", why.advice());
+        }
         match self {
             DaemonError::Input(InputError::Hid { reports_sent, .. }) => format!(
                 "the HID device failed after {reports_sent} reports; held input was released. \
@@ -309,5 +332,24 @@ mod tests {
         assert_eq!((timeout.code, timeout.retryable, timeout.side_effect_possible), (ErrorCode::Timeout, true, false));
         let busy = ErrorBody::from(&DaemonError::QueueTimeout { waited_ms: 10_000 });
         assert_eq!((busy.code, busy.retryable), (ErrorCode::Busy, true));
+    }
+
+    #[test]
+    fn a_change_the_disk_refused_is_storage_failed_wherever_it_comes_from() {
+        let full = [
+            DaemonError::Unwritable(Unwritable::Full),
+            DaemonError::Store(StoreError::Unwritable(Unwritable::Full)),
+            DaemonError::Token(TokenError::Store(StoreError::Unwritable(Unwritable::Full))),
+        ];
+        for e in &full {
+            let body = ErrorBody::from(e);
+            assert_eq!((body.code, body.retryable, body.side_effect_possible), (ErrorCode::StorageFailed, true, false));
+            assert!(body.message.contains("disk is full") && body.message.contains("not made"), "{}", body.message);
+            assert!(!body.message.contains('/'), "no path: {}", body.message);
+        }
+        let failed = ErrorBody::from(&DaemonError::Store(StoreError::Unwritable(Unwritable::Failed)));
+        assert_eq!(failed.code, ErrorCode::StorageFailed);
+        // Any other store failure stays internal.
+        assert_eq!(ErrorBody::from(&DaemonError::Store(StoreError::Closed)).code, ErrorCode::Internal);
     }
 }

@@ -21,6 +21,7 @@ mod play;
 mod session;
 mod settle;
 mod status;
+pub mod storage;
 pub mod store;
 mod task_methods;
 pub mod tasks;
@@ -55,6 +56,7 @@ pub use status::{
     CalibrationStatus, Capabilities, DaemonInfo, HelloResult, HidStatus, HttpsInfo, InputStatus, StatusResult,
     TaskStatus, VideoStatus,
 };
+pub use storage::{StorageStatus, Unwritable};
 pub use tasks::{TaskError, TaskState};
 pub use tokens::{TokenError, TokenInfo, Tokens, SESSION_LIFETIME};
 pub use turn::DEFAULT_QUEUE_TIMEOUT;
@@ -625,6 +627,7 @@ impl Daemon {
             }),
             https: self.inner.options.https.clone(),
             calibration: self.calibration_status(),
+            storage: self.inner.store.health().status(),
         }
     }
 }
@@ -916,6 +919,94 @@ mod tests {
         // The journal of a finished task is closed.
         let late = d.handle(&opener_again, RequestId(7), &note("too late")).await.unwrap_err();
         assert_eq!(crate::protocol::ErrorBody::from(&late).code, crate::protocol::ErrorCode::InvalidTransition);
+    }
+
+    /// Refuses every write of `d`'s store, as a disk that takes no write does (SQLite's
+    /// `query_only`), or takes them again.
+    async fn refuse_writes(d: &Daemon, refuse: bool) {
+        d.inner.store.read(move |c| Ok(c.pragma_update(None, "query_only", refuse)?)).await.unwrap();
+    }
+
+    fn line(text: &str) -> Call {
+        crate::protocol::parse_request(text.as_bytes()).unwrap().call
+    }
+
+    fn code_of(r: &Result<Value, DaemonError>) -> Option<crate::protocol::ErrorCode> {
+        r.as_ref().err().map(|e| crate::protocol::ErrorBody::from(e).code)
+    }
+
+    #[tokio::test]
+    async fn a_change_the_disk_refuses_is_answered_storage_failed_and_is_not_made() {
+        use crate::protocol::task_params::{TaskConfirmParams, TaskOpenParams};
+        use crate::protocol::ErrorCode::StorageFailed;
+        let d = daemon_with(&RecordingSink::default());
+        let s = d.open_session(operator());
+        let admin = d.open_session(Caller::in_process(Role::Admin));
+        let open = TaskOpenParams { title: "t".into(), owner: None, scope: Default::default(), events: Some(false) };
+        let task = d.handle(&s, RequestId(1), &Call::TaskOpen(open)).await.unwrap()["id"].as_i64().unwrap();
+        refuse_writes(&d, true).await;
+        let finish = line(&format!(r#"{{"id":1,"method":"task_finish","task":{task},"ok":true}}"#));
+        assert_eq!(code_of(&d.handle(&s, RequestId(2), &finish).await), Some(StorageFailed));
+        let pause = line(&format!(r#"{{"id":1,"method":"task_control","task":{task},"action":"pause"}}"#));
+        assert_eq!(code_of(&d.handle(&s, RequestId(3), &pause).await), Some(StorageFailed));
+        let note = line(&format!(r#"{{"id":1,"method":"task_note","task":{task},"text":"n"}}"#));
+        assert_eq!(code_of(&d.handle(&s, RequestId(4), &note).await), Some(StorageFailed));
+        let agent = d.open_session(Caller::in_process(Role::Agent));
+        let ask = TaskConfirmParams { question: "ok?".into() };
+        let asked = d.task_confirm(&agent, Acting::Agent { task }, &ask, &CancellationToken::new()).await;
+        assert_eq!(code_of(&asked), Some(StorageFailed));
+        let add = line(r#"{"id":1,"method":"token","action":"add","name":"laptop"}"#);
+        assert_eq!(code_of(&d.handle(&admin, RequestId(5), &add).await), Some(StorageFailed));
+        let pair = line(r#"{"id":1,"method":"pair","role":"view"}"#);
+        assert_eq!(code_of(&d.handle(&admin, RequestId(6), &pair).await), Some(StorageFailed));
+        // Nothing changed, in memory or on disk; reads are served; status says why.
+        let st = d.status().await;
+        let active = st.task.unwrap();
+        assert_eq!((active.state, active.question.is_none()), (TaskState::Running, true));
+        assert!(!st.storage.writable && st.storage.reason.is_some(), "{:?}", st.storage);
+        assert_eq!(d.inner.store.task(task).await.unwrap().state, "running");
+        assert!(d.inner.tokens.list().iter().all(|t| t.name != "laptop"));
+        let list = d.handle(&s, RequestId(7), &line(r#"{"id":1,"method":"task_list"}"#)).await.unwrap();
+        assert_eq!(list["tasks"][0]["state"], "running");
+        // The disk takes writes again: the same finish is answered, and on disk first.
+        refuse_writes(&d, false).await;
+        let done = d.handle(&s, RequestId(8), &finish).await.unwrap();
+        assert_eq!(done["state"], "completed");
+        assert_eq!(d.inner.store.task(task).await.unwrap().state, "completed");
+        assert!(d.status().await.storage.writable);
+    }
+
+    #[tokio::test]
+    async fn a_calibration_that_cannot_be_saved_is_not_made() {
+        use crate::device::calibration::Affine;
+        let dir = tempfile::tempdir().unwrap();
+        let phone = SimPhone::new(SimConfig::default());
+        let d = Daemon::start(
+            Devices { hid: Box::new(RecordingSink::default()), video: Box::new(phone.display()), sim: Some(phone) },
+            DaemonOptions { sim: true, data_dir: Some(dir.path().to_path_buf()), ..DaemonOptions::default() },
+        )
+        .unwrap();
+        {
+            let mut state = d.inner.phone.state();
+            state.calibrations.portrait = Some(Affine::identity());
+            state.calibrations.landscape = Some(Affine::identity());
+        }
+        // The file cannot be written: where its temporary copy goes is a directory.
+        let blocker = dir.path().join("calibration.json.tmp");
+        std::fs::create_dir(&blocker).unwrap();
+        let s = d.open_session(operator());
+        let reset = line(r#"{"id":1,"method":"calibrate","reset":true}"#);
+        assert_eq!(code_of(&d.handle(&s, RequestId(1), &reset).await), Some(crate::protocol::ErrorCode::StorageFailed));
+        let kept = d.calibration_status();
+        assert!(kept.portrait && kept.landscape, "the calibration in use is the one on disk");
+        assert!(!d.status().await.storage.writable);
+        std::fs::remove_dir(&blocker).unwrap();
+        d.handle(&s, RequestId(2), &reset).await.unwrap();
+        let now = d.calibration_status();
+        assert_ne!(now.portrait, now.landscape, "one orientation was reset");
+        let saved = Calibrations::load(&calibration_file(dir.path()));
+        assert_eq!((saved.portrait.is_some(), saved.landscape.is_some()), (now.portrait, now.landscape));
+        assert!(d.status().await.storage.writable);
     }
 
     /// One call of each method, naming task `task` where it takes one.

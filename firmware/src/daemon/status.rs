@@ -154,6 +154,9 @@ pub struct StatusResult {
     pub https: Option<HttpsInfo>,
     /// Which orientations have a stored pointer calibration (`calibrate`).
     pub calibration: CalibrationStatus,
+    /// Whether changes can be saved now (`writable: false`: they are refused with
+    /// `STORAGE_FAILED`, reads are served).
+    pub storage: super::StorageStatus,
 }
 
 /// Which orientations have a stored pointer calibration; without one, pointer positions

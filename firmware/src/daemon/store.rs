@@ -5,12 +5,15 @@
 //! up to date at open. Every task transition and step is an event with a per-task sequence
 //! number, so a stream can resume after any `seq` without gaps or duplicates.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
+
+use super::storage::{StorageHealth, Unwritable};
 
 /// Jobs that may wait for the store thread.
 const QUEUE: usize = 256;
@@ -110,6 +113,20 @@ pub enum StoreError {
     /// The data directory could not be created.
     #[error("create {}", .0.display())]
     Io(std::path::PathBuf, #[source] std::io::Error),
+    /// The disk took no write (full, read-only, failing): nothing was changed.
+    #[error(transparent)]
+    Unwritable(#[from] Unwritable),
+}
+
+impl StoreError {
+    /// Whether this is SQLite saying the disk refused a write, and how.
+    fn unwritable(&self) -> Option<Unwritable> {
+        match self {
+            StoreError::Sqlite(e) => Unwritable::of_sqlite(e),
+            StoreError::Unwritable(why) => Some(*why),
+            _ => None,
+        }
+    }
 }
 
 /// One stored event.
@@ -157,26 +174,151 @@ pub struct StoredTask {
     pub state: String,
 }
 
-type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+/// A question's row in `approvals`, written in the transaction of the state change it
+/// goes with ([`Store::transition`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApprovalWrite {
+    /// A question was asked: a new `pending` row with this text.
+    Asked(String),
+    /// Approval `id` was answered (`approved`, `rejected`, `withdrawn`) by `by`.
+    Answered {
+        /// The row.
+        id: i64,
+        /// The answer.
+        state: &'static str,
+        /// Who answered, as the journal describes them.
+        by: String,
+    },
+}
+
+/// One job for the store thread: `write` jobs need a connection that may write (a store
+/// opened read-only tries to open for writing first); `run` gets the connection, or why
+/// there is none that may write.
+struct Job {
+    write: bool,
+    run: Box<dyn FnOnce(Conn<'_>) + Send>,
+}
+
+/// What a job is given: the connection, or why there is none that may write.
+type Conn<'a> = Result<&'a mut Connection, Unwritable>;
 
 /// Handle to the store thread; clones share it.
 #[derive(Debug, Clone)]
 pub struct Store {
     jobs: mpsc::Sender<Job>,
+    health: Arc<StorageHealth>,
+    /// The directory the database lives in (`None`: in memory).
+    dir: Option<Arc<Path>>,
+}
+
+/// The store thread's side: the connection, and whether it may write.
+struct Db {
+    conn: Connection,
+    path: PathBuf,
+    writable: bool,
+    health: Arc<StorageHealth>,
+    /// How the database is opened for writing ([`open_writable`]; tests refuse).
+    open: Opener,
+}
+
+/// Opens the database for writing: the connection and the tasks it interrupted.
+type Opener = fn(&Path) -> Result<(Connection, Vec<i64>), StoreError>;
+
+impl Db {
+    fn serve(&mut self, job: Job) {
+        if job.write && !self.writable {
+            self.reopen();
+        }
+        if job.write && !self.writable {
+            (job.run)(Err(self.health.problem().unwrap_or(Unwritable::Failed)));
+        } else {
+            (job.run)(Ok(&mut self.conn));
+        }
+    }
+
+    /// A store opened read-only (the disk took no write at start) tries to open for
+    /// writing again, at each write asked of it: once the disk has space, it works again,
+    /// without a restart. Tasks unfinished at the last shutdown become `interrupted` then.
+    fn reopen(&mut self) {
+        match (self.open)(&self.path) {
+            Ok((conn, interrupted)) => {
+                self.conn = conn;
+                self.writable = true;
+                self.health.succeeded();
+                tracing::info!("the task store is open for writing again");
+                if !interrupted.is_empty() {
+                    tracing::warn!(tasks = ?interrupted, "tasks unfinished at the last shutdown are now interrupted");
+                }
+            }
+            Err(e) => match e.unwritable() {
+                Some(why) => {
+                    let why = self.path.parent().map_or(why, |dir| why.refined(dir));
+                    tracing::debug!(error = ?e, "the task store is still not writable");
+                    self.health.failed(why);
+                }
+                None => tracing::error!(error = ?e, "the task store could not be opened for writing"),
+            },
+        }
+    }
 }
 
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).unwrap_or(0)
 }
 
-/// Opens (creating and migrating) the database at `path` on the calling thread.
-fn open_connection(path: &Path) -> Result<Connection, StoreError> {
-    let conn = Connection::open(path)?;
+/// Opens (creating and migrating) the database at `path` for writing, on the calling
+/// thread, and marks the tasks a previous run left unfinished `interrupted`.
+fn open_writable(path: &Path) -> Result<(Connection, Vec<i64>), StoreError> {
+    let mut conn = Connection::open(path)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     // FULL: an event acknowledged to a caller survives power loss and kill -9.
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    migrate(&conn)?;
+    let interrupted = interrupt_unfinished(&mut conn)?;
+    Ok((conn, interrupted))
+}
+
+/// `file:` URI of `path` with `query` (`None`: a path the URI form cannot carry).
+fn file_uri(path: &Path, query: &str) -> Option<String> {
+    let text = path.to_str()?;
+    let escaped = text.replace('%', "%25").replace('?', "%3f").replace('#', "%23");
+    Some(format!("file:{escaped}?{query}"))
+}
+
+/// Opens the database at `path` only to read it, for a start on a disk that takes no
+/// write: first as usual but read-only (which reads a journal a crash left behind), then
+/// as immutable (which needs no shared-memory index: SQLite cannot make one on a full
+/// disk; the last shutdown left the journal empty), and when neither reads anything, an
+/// empty store in memory (reads answer "nothing yet"; writes are still refused).
+fn open_read_only(path: &Path) -> Result<Connection, StoreError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    for query in ["mode=ro", "immutable=1"] {
+        let Some(uri) = file_uri(path, query) else { break };
+        let read = Connection::open_with_flags(&uri, flags)
+            .and_then(|conn| conn.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0)).map(|v| (conn, v)));
+        match read {
+            Ok((_, version)) if usize::try_from(version).unwrap_or(usize::MAX) > MIGRATIONS.len() => {
+                return Err(StoreError::TooNew { found: version, supported: MIGRATIONS.len() });
+            }
+            Ok((conn, version)) if version > 0 => {
+                tracing::warn!(how = query, "the task store is open read-only");
+                return Ok(conn);
+            }
+            // No schema: nothing stored yet.
+            Ok(_) => break,
+            Err(e) => tracing::debug!(how = query, error = %e, "the task store cannot be read this way"),
+        }
+    }
+    tracing::warn!("nothing stored can be read: the task store starts empty and read-only");
+    let conn = Connection::open_in_memory()?;
+    migrate(&conn)?;
+    Ok(conn)
+}
+
+/// Brings the schema up to date ([`MIGRATIONS`]).
+fn migrate(conn: &Connection) -> Result<(), StoreError> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     let current = usize::try_from(version).unwrap_or(usize::MAX);
     if current > MIGRATIONS.len() {
@@ -188,7 +330,7 @@ fn open_connection(path: &Path) -> Result<Connection, StoreError> {
         tx.pragma_update(None, "user_version", i64::try_from(i + 1).unwrap_or(i64::MAX))?;
         tx.commit()?;
     }
-    Ok(conn)
+    Ok(())
 }
 
 fn append_event(conn: &Connection, task_id: i64, kind: &str, body: &Value) -> Result<i64, StoreError> {
@@ -216,50 +358,154 @@ fn stored_event(task_id: i64, r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredE
 impl Store {
     /// Opens the database at `path` and starts the store thread. Unfinished tasks from a
     /// previous run become `interrupted` (with an event) before anything else happens.
+    ///
+    /// A disk that takes no write (full, read-only) does not stop the start: the store
+    /// then serves reads of what is there, refuses writes with [`StoreError::Unwritable`]
+    /// and says so in [`Store::health`], and opens for writing at the first write after
+    /// the disk takes writes again.
     pub fn open(path: &Path) -> Result<(Store, Vec<i64>), StoreError> {
-        let mut conn = open_connection(path)?;
-        let interrupted = interrupt_unfinished(&mut conn)?;
+        Store::open_with(path, open_writable)
+    }
+
+    fn open_with(path: &Path, open: Opener) -> Result<(Store, Vec<i64>), StoreError> {
+        let health = Arc::new(StorageHealth::default());
+        let in_memory = path == Path::new(":memory:");
+        let dir: Option<Arc<Path>> = if in_memory { None } else { path.parent().map(Arc::from) };
+        let (conn, writable, interrupted) = match open(path) {
+            Ok((conn, interrupted)) => (conn, true, interrupted),
+            Err(e) => match e.unwritable().filter(|_| !in_memory) {
+                Some(why) => {
+                    let why = dir.as_deref().map_or(why, |d| why.refined(d));
+                    tracing::error!(error = ?e, problem = %why, "the task store cannot be written: serving it read-only");
+                    health.failed(why);
+                    (open_read_only(path)?, false, Vec::new())
+                }
+                None => return Err(e),
+            },
+        };
+        let mut db = Db { conn, path: path.to_path_buf(), writable, health: health.clone(), open };
         let (jobs, mut rx) = mpsc::channel::<Job>(QUEUE);
         std::thread::Builder::new()
             .name("task-store".into())
             .spawn(move || {
                 while let Some(job) = rx.blocking_recv() {
-                    job(&mut conn);
+                    db.serve(job);
                 }
             })
             .map_err(|_| StoreError::Closed)?;
-        Ok((Store { jobs }, interrupted))
+        Ok((Store { jobs, health, dir }, interrupted))
     }
 
-    /// Runs `f` on the store thread and blocks the calling thread for its answer: for
-    /// start-up only (loading the tokens before the daemon serves anything).
+    /// Whether the data directory takes writes (shared with the daemon).
+    pub fn health(&self) -> &Arc<StorageHealth> {
+        &self.health
+    }
+
+    /// A job running `f` on the store thread and handing its result to `reply`. A write's
+    /// outcome is reported to [`Store::health`], and a write the disk refused answers
+    /// [`StoreError::Unwritable`] (logged here with SQLite's own words).
+    fn job<T: Send + 'static>(
+        &self,
+        write: bool,
+        f: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+        reply: impl FnOnce(Result<T, StoreError>) + Send + 'static,
+    ) -> Job {
+        let (health, dir) = (self.health.clone(), self.dir.clone());
+        let run = move |conn: Conn<'_>| {
+            let result = match conn {
+                Err(why) => Err(StoreError::Unwritable(why)),
+                Ok(conn) if write => match f(conn) {
+                    Ok(v) => {
+                        health.succeeded();
+                        Ok(v)
+                    }
+                    Err(e) => match e.unwritable() {
+                        Some(why) => {
+                            let why = dir.as_deref().map_or(why, |d| why.refined(d));
+                            tracing::error!(error = ?e, problem = %why, "the disk refused a write of the task store; nothing was changed");
+                            health.failed(why);
+                            Err(StoreError::Unwritable(why))
+                        }
+                        None => Err(e),
+                    },
+                },
+                Ok(conn) => f(conn),
+            };
+            reply(result);
+        };
+        Job { write, run: Box::new(run) }
+    }
+
+    /// Runs the write `f` on the store thread and blocks the calling thread for its
+    /// answer: for start-up only (loading the tokens before the daemon serves anything).
     pub(super) fn run_now<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
+        self.now(true, f)
+    }
+
+    /// [`Store::run_now`] for a job that only reads.
+    pub(super) fn read_now<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.now(false, f)
+    }
+
+    fn now<T: Send + 'static>(
+        &self,
+        write: bool,
+        f: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
         let (tx, rx) = std::sync::mpsc::channel();
-        let job: Job = Box::new(move |conn| {
-            let _ = tx.send(f(conn));
+        let job = self.job(write, f, move |r| {
+            let _ = tx.send(r);
         });
         self.jobs.try_send(job).map_err(|_| StoreError::Closed)?;
         rx.recv().map_err(|_| StoreError::Closed)?
     }
 
-    /// Runs `f` on the store thread (for the daemon's other tables, e.g. tokens).
+    /// Runs the write `f` on the store thread (for the daemon's other tables, e.g.
+    /// tokens). A disk that refuses it answers [`StoreError::Unwritable`].
     pub(super) async fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
+        self.submit(true, f).await
+    }
+
+    /// Runs `f`, which only reads, on the store thread: served by a read-only store too.
+    pub(super) async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.submit(false, f).await
+    }
+
+    async fn submit<T: Send + 'static>(
+        &self,
+        write: bool,
+        f: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
         let (tx, rx) = oneshot::channel();
-        let job: Job = Box::new(move |conn| {
-            let _ = tx.send(f(conn));
+        let job = self.job(write, f, move |r| {
+            let _ = tx.send(r);
         });
         self.jobs.send(job).await.map_err(|_| StoreError::Closed)?;
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Creates a task in state `running` and records its first event.
-    pub async fn create_task(&self, title: String, owner: String, scope: Value) -> Result<i64, StoreError> {
+    /// Creates a task in state `running` and records its first event and, when given, a
+    /// `device` event with `device` as its body: one transaction, so a task is on disk
+    /// whole or not at all.
+    pub async fn create_task(
+        &self,
+        title: String,
+        owner: String,
+        scope: Value,
+        device: Option<Value>,
+    ) -> Result<i64, StoreError> {
         self.run(move |conn| {
             let tx = conn.transaction()?;
             let now = now_ms();
@@ -269,6 +515,9 @@ impl Store {
             )?;
             let id = tx.last_insert_rowid();
             append_event(&tx, id, "state", &serde_json::json!({"state": "running", "title": title, "owner": owner}))?;
+            if let Some(device) = device {
+                append_event(&tx, id, "device", &device)?;
+            }
             tx.commit()?;
             Ok(id)
         })
@@ -277,18 +526,46 @@ impl Store {
 
     /// Moves a task to `state` and records the transition; returns the event's seq.
     pub async fn set_state(&self, task_id: i64, state: String, detail: Value) -> Result<i64, StoreError> {
+        self.transition(task_id, state, detail, None).await.map(|(seq, _)| seq)
+    }
+
+    /// Moves a task to `state`, records the transition and writes `approval` with it, in
+    /// one transaction; returns the event's seq and the id of an approval row asked.
+    pub async fn transition(
+        &self,
+        task_id: i64,
+        state: String,
+        detail: Value,
+        approval: Option<ApprovalWrite>,
+    ) -> Result<(i64, Option<i64>), StoreError> {
         self.run(move |conn| {
             let tx = conn.transaction()?;
-            let n = tx.execute(
-                "UPDATE tasks SET state = ?1, updated_ms = ?2 WHERE id = ?3",
-                params![state, now_ms(), task_id],
-            )?;
+            let now = now_ms();
+            let n =
+                tx.execute("UPDATE tasks SET state = ?1, updated_ms = ?2 WHERE id = ?3", params![state, now, task_id])?;
             if n == 0 {
                 return Err(StoreError::NoSuchTask(task_id));
             }
             let seq = append_event(&tx, task_id, "state", &serde_json::json!({"state": state, "detail": detail}))?;
+            let asked = match approval {
+                None => None,
+                Some(ApprovalWrite::Asked(question)) => {
+                    tx.execute(
+                        "INSERT INTO approvals (task_id, question, state, asked_ms) VALUES (?1, ?2, 'pending', ?3)",
+                        params![task_id, question, now],
+                    )?;
+                    Some(tx.last_insert_rowid())
+                }
+                Some(ApprovalWrite::Answered { id, state, by }) => {
+                    tx.execute(
+                        "UPDATE approvals SET state = ?1, answered_ms = ?2, answered_by = ?3 WHERE id = ?4",
+                        params![state, now, by, id],
+                    )?;
+                    None
+                }
+            };
             tx.commit()?;
-            Ok(seq)
+            Ok((seq, asked))
         })
         .await
     }
@@ -308,7 +585,7 @@ impl Store {
 
     /// Events of `task_id` after `after_seq`, in order (at most `limit`).
     pub async fn events_after(&self, task_id: i64, after_seq: i64, limit: u32) -> Result<Vec<StoredEvent>, StoreError> {
-        self.run(move |conn| {
+        self.read(move |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT seq, at_ms, kind, body FROM events WHERE task_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
             )?;
@@ -327,7 +604,7 @@ impl Store {
         after_seq: i64,
         limit: u32,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        self.run(move |conn| {
+        self.read(move |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT seq, at_ms, kind, body FROM events WHERE task_id = ?1 AND kind = ?2 AND seq > ?3 \
                  ORDER BY seq LIMIT ?4",
@@ -340,7 +617,7 @@ impl Store {
 
     /// A task's summary.
     pub async fn task(&self, task_id: i64) -> Result<StoredTask, StoreError> {
-        self.run(move |conn| {
+        self.read(move |conn| {
             conn.query_row("SELECT id, title, owner, state FROM tasks WHERE id = ?1", [task_id], |r| {
                 Ok(StoredTask { id: r.get(0)?, title: r.get(1)?, owner: r.get(2)?, state: r.get(3)? })
             })
@@ -352,7 +629,7 @@ impl Store {
 
     /// The last event seq written for a task (0: none yet).
     pub async fn last_seq(&self, task_id: i64) -> Result<i64, StoreError> {
-        self.run(move |conn| {
+        self.read(move |conn| {
             Ok(conn.query_row("SELECT COALESCE(MAX(seq), 0) FROM events WHERE task_id = ?1", [task_id], |r| r.get(0))?)
         })
         .await
@@ -394,7 +671,7 @@ impl Store {
 
     /// The thumbnail of step `seq` of a task, if it has one.
     pub async fn thumbnail(&self, task_id: i64, seq: i64) -> Result<Option<Vec<u8>>, StoreError> {
-        self.run(move |conn| {
+        self.read(move |conn| {
             Ok(conn
                 .query_row("SELECT thumbnail FROM steps WHERE task_id = ?1 AND seq = ?2", params![task_id, seq], |r| {
                     r.get::<_, Option<Vec<u8>>>(0)
@@ -431,7 +708,7 @@ impl Store {
 
     /// A task's approvals: (question, state, answered_by), oldest first.
     pub async fn approvals(&self, task_id: i64) -> Result<Vec<(String, String, Option<String>)>, StoreError> {
-        self.run(move |conn| {
+        self.read(move |conn| {
             let mut stmt = conn
                 .prepare_cached("SELECT question, state, answered_by FROM approvals WHERE task_id = ?1 ORDER BY id")?;
             let rows = stmt.query_map([task_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
@@ -442,7 +719,7 @@ impl Store {
 
     /// The newest `limit` tasks, newest first.
     pub async fn list(&self, limit: u32) -> Result<Vec<StoredTask>, StoreError> {
-        self.run(move |conn| {
+        self.read(move |conn| {
             let mut stmt =
                 conn.prepare_cached("SELECT id, title, owner, state FROM tasks ORDER BY id DESC LIMIT ?1")?;
             let rows = stmt.query_map([limit], |r| {
@@ -495,7 +772,7 @@ mod tests {
     async fn steps_and_approvals_have_their_rows() {
         let dir = tempfile::tempdir().unwrap();
         let (store, _) = Store::open(&dir.path().join("t.db")).unwrap();
-        let id = store.create_task("t".into(), "me".into(), json!({})).await.unwrap();
+        let id = store.create_task("t".into(), "me".into(), json!({}), None).await.unwrap();
         let step = StepRecord {
             tool: "action".into(),
             args: json!({"action": {"type": "home"}}),
@@ -526,7 +803,7 @@ mod tests {
         let db = dir.path().join("tether.db");
         let (store, interrupted) = Store::open(&db).unwrap();
         assert!(interrupted.is_empty());
-        let id = store.create_task("t".into(), "alice".into(), json!({"max_steps": 3})).await.unwrap();
+        let id = store.create_task("t".into(), "alice".into(), json!({"max_steps": 3}), None).await.unwrap();
         for i in 0..5 {
             let seq = store.append(id, "step".into(), json!({"i": i})).await.unwrap();
             assert_eq!(seq, i + 2, "seq 1 is the opening state event");
@@ -551,7 +828,7 @@ mod tests {
         let (store, _) = Store::open(&dir.path().join("t.db")).unwrap();
         let mut ids = Vec::new();
         for i in 0..6 {
-            let id = store.create_task(format!("t{i}"), "o".into(), json!({})).await.unwrap();
+            let id = store.create_task(format!("t{i}"), "o".into(), json!({}), None).await.unwrap();
             if i != 1 {
                 store.set_state(id, "completed".into(), json!({})).await.unwrap();
             }
@@ -562,6 +839,94 @@ mod tests {
         assert!(store.task(ids[1]).await.is_ok());
         assert!(matches!(store.task(ids[0]).await, Err(StoreError::NoSuchTask(_))));
         assert!(store.events_after(ids[0], 0, 10).await.unwrap().is_empty(), "events go with the task");
+    }
+
+    /// What `PRAGMA page_count` says.
+    async fn pages(store: &Store) -> i64 {
+        store.read(|c| Ok(c.pragma_query_value(None, "page_count", |r| r.get(0))?)).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_write_the_disk_refuses_changes_nothing_and_the_next_that_fits_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(&dir.path().join("t.db")).unwrap();
+        let id = store.create_task("t".into(), "me".into(), json!({}), Some(json!({"device": "sim"}))).await.unwrap();
+        assert_eq!(store.events_after(id, 0, 10).await.unwrap().len(), 2, "the task and its device, together");
+        // No page more: SQLite answers SQLITE_FULL, as on a full disk.
+        let now = pages(&store).await;
+        store.read(move |c| Ok(c.pragma_update(None, "max_page_count", now)?)).await.unwrap();
+        let big = json!({"summary": "x".repeat(64 * 1024)});
+        let refused = store.set_state(id, "completed".into(), big.clone()).await;
+        assert!(matches!(refused, Err(StoreError::Unwritable(Unwritable::Full))), "{refused:?}");
+        assert_eq!(store.health().problem(), Some(Unwritable::Full));
+        let asked =
+            store.transition(id, "waiting".into(), big.clone(), Some(ApprovalWrite::Asked("q".repeat(70_000)))).await;
+        assert!(matches!(asked, Err(StoreError::Unwritable(_))), "{asked:?}");
+        // Nothing of either transaction is on disk, and reads are served.
+        assert_eq!(store.task(id).await.unwrap().state, "running");
+        assert_eq!(store.last_seq(id).await.unwrap(), 2);
+        assert!(store.approvals(id).await.unwrap().is_empty());
+        // Space again: the same write goes through, and health says so.
+        store.read(|c| Ok(c.pragma_update(None, "max_page_count", 1_000_000)?)).await.unwrap();
+        let (_, row) =
+            store.transition(id, "waiting".into(), json!({}), Some(ApprovalWrite::Asked("q?".into()))).await.unwrap();
+        assert_eq!(store.health().problem(), None);
+        let by = "uid 0".to_string();
+        let answer = ApprovalWrite::Answered { id: row.unwrap(), state: "approved", by: by.clone() };
+        store.transition(id, "running".into(), json!({}), Some(answer)).await.unwrap();
+        assert_eq!(store.approvals(id).await.unwrap(), vec![("q?".into(), "approved".into(), Some(by))]);
+        store.set_state(id, "completed".into(), big).await.unwrap();
+        assert_eq!(store.task(id).await.unwrap().state, "completed");
+    }
+
+    /// Whether [`refusing`] refuses (the disk is "full").
+    static DISK_FULL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+    /// [`open_writable`] on a disk that refuses writes while [`DISK_FULL`].
+    fn refusing(path: &Path) -> Result<(Connection, Vec<i64>), StoreError> {
+        if DISK_FULL.load(std::sync::atomic::Ordering::SeqCst) {
+            let full = rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR_SHMSIZE);
+            return Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(full, None)));
+        }
+        open_writable(path)
+    }
+
+    #[tokio::test]
+    async fn a_store_that_cannot_be_written_at_start_serves_reads_and_writes_once_it_can() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("tasks.db");
+        let (store, _) = Store::open(&db).unwrap();
+        let old = store.create_task("before".into(), "me".into(), json!({}), None).await.unwrap();
+        drop(store);
+        // The start: no write possible. It starts all the same, read-only.
+        let (store, interrupted) = Store::open_with(&db, refusing).unwrap();
+        assert!(interrupted.is_empty(), "nothing could be marked");
+        assert!(store.health().problem().is_some());
+        let listed = store.list(10).await.unwrap();
+        assert_eq!((listed[0].id, listed[0].title.as_str()), (old, "before"), "what is on disk is read");
+        let refused = store.create_task("now".into(), "me".into(), json!({}), None).await;
+        assert!(matches!(refused, Err(StoreError::Unwritable(_))), "{refused:?}");
+        assert!(store.append(old, "note".into(), json!({})).await.is_err());
+        assert_eq!(store.list(10).await.unwrap().len(), 1);
+        // Space comes back: the next write opens the store for writing, without a restart,
+        // and the task the last run left unfinished is interrupted first.
+        DISK_FULL.store(false, std::sync::atomic::Ordering::SeqCst);
+        let new = store.create_task("now".into(), "me".into(), json!({}), None).await.unwrap();
+        assert_eq!(store.health().problem(), None);
+        assert_eq!(store.task(old).await.unwrap().state, "interrupted");
+        assert_eq!(store.task(new).await.unwrap().state, "running");
+    }
+
+    #[test]
+    fn with_nothing_readable_the_store_starts_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        // An empty file: what a start on a full disk leaves (SQLite made it, wrote nothing).
+        let db = dir.path().join("tasks.db");
+        std::fs::write(&db, b"").unwrap();
+        let conn = open_read_only(&db).unwrap();
+        let tasks: i64 = conn.query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get(0)).unwrap();
+        assert_eq!(tasks, 0);
+        assert_eq!(file_uri(Path::new("/a b/%?#x"), "mode=ro").unwrap(), "file:/a b/%25%3f%23x?mode=ro");
     }
 
     #[test]

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::store::{StepRecord, Store};
+use super::store::{ApprovalWrite, StepRecord, Store, StoreError};
 use tokio_util::sync::CancellationToken;
 
-use super::tasks::{Change, NewTask, TaskError, TaskState};
+use super::tasks::{Applied, Change, NewTask, Plan, TaskError, TaskState};
 use super::{Daemon, DaemonError, Session, SessionMessage};
 use crate::protocol::task_params::{
     ControlAction, TaskConfirmParams, TaskControlParams, TaskEventsParams, TaskFinishParams, TaskListParams,
@@ -91,16 +91,23 @@ impl RefusalWindows {
     }
 }
 
-/// Writes a state change to the store; a task that ended also triggers retention.
-pub(super) async fn persist_change(store: &Store, change: &Change, keep: u32) {
-    if let Err(e) = store.set_state(change.task, change.state.as_str().into(), change.detail.clone()).await {
-        tracing::error!(task = change.task, error = %e, "could not record a task transition");
-    }
+/// Writes a state change to the store, with the `approvals` row it asks or answers, in
+/// one transaction; returns the id of an approval asked. A task that ended also triggers
+/// retention (once the change is written).
+pub(super) async fn persist_change(
+    store: &Store,
+    change: &Change,
+    approval: Option<ApprovalWrite>,
+    keep: u32,
+) -> Result<Option<i64>, StoreError> {
+    let (_, asked) =
+        store.transition(change.task, change.state.as_str().into(), change.detail.clone(), approval).await?;
     if change.state.is_terminal() {
         if let Err(e) = store.retain(keep).await {
             tracing::warn!(error = %e, "task retention failed");
         }
     }
+    Ok(asked)
 }
 
 /// A 256-bit random token, hex: from the kernel's CSPRNG (`/dev/urandom` never blocks
@@ -138,15 +145,52 @@ fn redacted_for_agent(kind: &str, mut body: Value) -> Value {
 }
 
 impl Daemon {
-    /// Persists one change under the journal lock (store order = change order) and wakes
-    /// followers.
+    /// Persists one change the daemon made on its own (a lease lost, the device changed,
+    /// a limit reached, a question withdrawn) under the journal lock (store order = change
+    /// order) and wakes followers. Nobody waits for an answer: the change stands in memory
+    /// (a task that ended stays ended), and one the disk refused is logged at error; the
+    /// store still holds the state before it, and a restart marks an unfinished task
+    /// `interrupted`.
     pub(super) async fn persist(&self, change: Change) {
         if change.state.is_terminal() {
             self.flush_refusals(change.task).await;
         }
         let _journal = self.inner.journal.lock().await;
-        persist_change(&self.inner.store, &change, self.inner.tasks_kept).await;
+        if let Err(e) = persist_change(&self.inner.store, &change, None, self.inner.tasks_kept).await {
+            tracing::error!(
+                task = change.task,
+                state = change.state.as_str(),
+                error = %e,
+                "could not record a task transition the daemon made: the journal does not have it"
+            );
+        }
         self.inner.tasks.notify();
+    }
+
+    /// Makes a change someone asked for and waits to hear about: written first (with
+    /// its approval row), applied in memory only once it is on disk. A write the disk
+    /// refused answers `STORAGE_FAILED` and nothing changed. The caller holds the
+    /// journal lock.
+    /// Returns the change applied and the id of the approval row a question got.
+    async fn commit(&self, plan: Plan) -> Result<(Applied, Option<i64>), DaemonError> {
+        let asked = persist_change(&self.inner.store, &plan.change, plan.approval(), self.inner.tasks_kept).await?;
+        let task = plan.change.task;
+        match self.inner.tasks.apply(plan, asked) {
+            Ok(applied) => Ok((applied, asked)),
+            Err(e) => {
+                // Something the daemon did on its own (a lease lost, the device changed)
+                // came between the plan and its write; its own transition follows this one
+                // in the journal, and memory holds it. A question asked meanwhile was not.
+                tracing::warn!(task, error = %e, "a change was written but another came first");
+                if let Some(row) = asked {
+                    let why = "the task changed before the question was asked".to_string();
+                    if let Err(w) = self.inner.store.approval_answered(row, "withdrawn".into(), why).await {
+                        tracing::error!(task, error = %w, "could not record a question withdrawn");
+                    }
+                }
+                Err(e.into())
+            }
+        }
     }
 
     async fn append(&self, task: i64, kind: &str, body: Value) {
@@ -268,9 +312,12 @@ impl Daemon {
         let owner = p.owner.clone().unwrap_or_else(|| session.principal().label());
         let token = new_token()?;
         let scope = serde_json::to_value(&p.scope).unwrap_or(Value::Null);
-        let _journal = self.inner.journal.lock().await;
-        let id = self.inner.store.create_task(p.title.clone(), owner.clone(), scope).await?;
         let device = self.device_identity();
+        let _journal = self.inner.journal.lock().await;
+        // The task and its device are written in one transaction before it exists in
+        // memory: a task_open answered is on disk.
+        let device_event = json!({"device": device, "lease": session.id});
+        let id = self.inner.store.create_task(p.title.clone(), owner.clone(), scope, Some(device_event)).await?;
         let new = NewTask {
             id,
             title: p.title.clone(),
@@ -283,10 +330,11 @@ impl Daemon {
         };
         if let Err(e) = self.inner.tasks.install(new) {
             // Another task won the race between the check and the store write.
-            let _ = self.inner.store.set_state(id, "cancelled".into(), json!({"reason": e.to_string()})).await;
+            if let Err(w) = self.inner.store.set_state(id, "cancelled".into(), json!({"reason": e.to_string()})).await {
+                tracing::error!(task = id, error = %w, "could not record that a task lost the race to open");
+            }
             return Err(e.into());
         }
-        let _ = self.inner.store.append(id, "device".into(), json!({"device": device, "lease": session.id})).await;
         drop(_journal);
         self.inner.tasks.notify();
         tracing::info!(task = id, title = %crate::logtext::capped(&p.title), owner = %owner, session = session.id.0, "task opened");
@@ -458,18 +506,20 @@ impl Daemon {
             detail["reason"] = json!(r);
         }
         let journal = self.inner.journal.lock().await;
-        let change = match self.inner.tasks.control_answering(p.task, p.action, p.end_task, p.question, detail) {
-            Ok(c) => c,
+        let plan = match self.inner.tasks.plan_control(p.task, p.action, p.end_task, p.question, detail) {
+            Ok(plan) => plan,
             Err(TaskError::NoSuch(_)) => {
                 drop(journal);
                 return Err(self.not_active(p.task, p.action.as_str()).await);
             }
             Err(e) => return Err(e.into()),
         };
-        if change.state.is_terminal() {
+        if plan.change.state.is_terminal() {
             self.flush_refusals(p.task).await;
         }
-        persist_change(&self.inner.store, &change, self.inner.tasks_kept).await;
+        // On disk first: a refused write answers STORAGE_FAILED and the task is as it was
+        // (a question stays unanswered, a running task runs).
+        let change = self.commit(plan).await?.0.change;
         drop(journal);
         if p.action == ControlAction::Takeover {
             // What the agent saw before a human took over must not authorize its actions.
@@ -491,14 +541,17 @@ impl Daemon {
         cancel: &CancellationToken,
     ) -> Result<bool, DaemonError> {
         let mut changes = self.inner.tasks.subscribe();
-        let (qid, answer) = loop {
+        let (qid, answer, approval) = loop {
             changes.borrow_and_update();
             let asked = {
                 let _journal = self.inner.journal.lock().await;
-                match self.inner.tasks.ask(id, text.clone(), kind, session.id) {
-                    Ok((qid, rx, change)) => {
-                        persist_change(&self.inner.store, &change, self.inner.tasks_kept).await;
-                        Some((qid, rx))
+                match self.inner.tasks.plan_ask(id, text.clone(), kind, session.id) {
+                    // The question and its approval row are on disk before anyone can
+                    // answer it: a question the disk refused is not asked.
+                    Ok(plan) => {
+                        let (applied, row) = self.commit(plan).await?;
+                        let (qid, rx) = applied.question.ok_or(TaskError::Ended)?;
+                        Some((qid, rx, row))
                     }
                     // Not running (paused, taken over) or another question waits: ask once
                     // the task runs and the other question is answered.
@@ -515,13 +568,8 @@ impl Daemon {
                 () = cancel.cancelled() => return Err(DaemonError::Cancelled),
             }
         };
-        let approval = match self.inner.store.approval_asked(id, text.clone()).await {
-            Ok(a) => Some(a),
-            Err(e) => {
-                tracing::error!(task = id, error = %e, "could not record a question");
-                None
-            }
-        };
+        // An approve or reject wrote its answer into the row with the transition it made
+        // (before the answer reached this asker); a question withdrawn is written here.
         let (outcome, state, who) = tokio::select! {
             answer = answer => match answer {
                 Ok((Some(true), who)) => (Ok(true), "approved", who),
@@ -537,9 +585,9 @@ impl Daemon {
                 (Err(DaemonError::Cancelled), "withdrawn", "the asker cancelled or disconnected".into())
             }
         };
-        if let Some(a) = approval {
+        if let (Some(a), "withdrawn") = (approval, state) {
             if let Err(e) = self.inner.store.approval_answered(a, state.into(), who).await {
-                tracing::error!(task = id, error = %e, "could not record an answer");
+                tracing::error!(task = id, error = %e, "could not record a question withdrawn");
             }
         }
         outcome
@@ -621,12 +669,14 @@ impl Daemon {
         let state = if p.ok { TaskState::Completed } else { TaskState::Failed };
         let detail = json!({"summary": p.summary, "exit_code": p.exit_code, "ok": p.ok, "by": by(session, acting)});
         let journal = self.inner.journal.lock().await;
-        let Some(change) = self.inner.tasks.end(id, state, detail) else {
+        let Some(plan) = self.inner.tasks.plan_end(id, state, detail) else {
             drop(journal);
             return Err(self.not_active(id, "finish").await);
         };
         self.flush_refusals(id).await;
-        persist_change(&self.inner.store, &change, self.inner.tasks_kept).await;
+        // On disk first: a refused write answers STORAGE_FAILED and the task still runs
+        // (its agent may finish it again once the disk takes writes).
+        self.commit(plan).await?;
         drop(journal);
         self.inner.tasks.notify();
         tracing::info!(task = id, state = state.as_str(), "task finished");

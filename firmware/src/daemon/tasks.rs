@@ -217,6 +217,9 @@ pub struct Question {
     pub kind: &'static str,
     /// The connection that asked: the question goes when it does.
     asker: SessionId,
+    /// Its row in the store's `approvals`, when it has one: the answer is written there in
+    /// the transaction of the change that answers it.
+    pub approval: Option<i64>,
     answer: Option<oneshot::Sender<Answer>>,
 }
 
@@ -314,6 +317,76 @@ pub struct Change {
     pub state: TaskState,
     /// Why / by whom.
     pub detail: serde_json::Value,
+}
+
+/// A change worked out under the lock without being made. The daemon writes
+/// [`Plan::change`] to the store first and applies the plan ([`Tasks::apply`]) only once it
+/// is on disk, so the task in memory never claims what the disk does not hold; a plan
+/// whose write failed is dropped and nothing changed. It applies only if the task is
+/// still as it was planned from (same state, same question waiting).
+#[derive(Debug)]
+pub struct Plan {
+    /// The change to write.
+    pub change: Change,
+    from: TaskState,
+    question: Option<u64>,
+    /// The approval row and answer an approve or reject writes with the change.
+    answers: Option<(i64, &'static str)>,
+    effect: Effect,
+}
+
+/// What applying a [`Plan`] does beside setting the state.
+#[derive(Debug)]
+enum Effect {
+    /// A human's control: approve and reject answer the question, handback makes the
+    /// task observe first.
+    Control(ControlAction),
+    /// The task ends (finish).
+    End,
+    /// The task's agent asks a question.
+    Ask {
+        /// The question's id.
+        qid: u64,
+        /// What is asked.
+        text: String,
+        /// `confirm` or `open_app`.
+        kind: &'static str,
+        /// The connection that asks.
+        asker: SessionId,
+    },
+}
+
+impl Plan {
+    /// The `approvals` row to write in the same transaction as the change: a question
+    /// asked, or the answer to one that has a row.
+    pub fn approval(&self) -> Option<super::store::ApprovalWrite> {
+        use super::store::ApprovalWrite;
+        match (&self.effect, self.answers) {
+            (Effect::Ask { text, .. }, _) => Some(ApprovalWrite::Asked(text.clone())),
+            (_, Some((id, state))) => {
+                Some(ApprovalWrite::Answered { id, state, by: self.change.detail["by"].to_string() })
+            }
+            _ => None,
+        }
+    }
+
+    fn action(&self) -> &'static str {
+        match &self.effect {
+            Effect::Control(a) => a.as_str(),
+            Effect::End => "finish",
+            Effect::Ask { .. } => "ask",
+        }
+    }
+}
+
+/// A plan applied: the change made, and for a question asked, its id and where its
+/// answer comes.
+#[derive(Debug)]
+pub struct Applied {
+    /// The change now made in memory.
+    pub change: Change,
+    /// The question asked, when the plan asked one.
+    pub question: Option<(u64, oneshot::Receiver<Answer>)>,
 }
 
 /// What `Tasks::install` needs to know about a new task.
@@ -468,15 +541,24 @@ impl Tasks {
         self.lock().as_ref().filter(|t| t.id == id && !t.state.is_terminal()).map(|t| t.opener.clone())
     }
 
-    /// Ends the active task if `id` is it and it is unfinished.
+    /// Ends the active task if `id` is it and it is unfinished (planned and applied at
+    /// once: for changes the daemon makes on its own, and tests).
     pub fn end(&self, id: i64, state: TaskState, detail: serde_json::Value) -> Option<Change> {
-        let change = {
-            let mut active = self.lock();
-            let t = active.as_mut().filter(|t| t.id == id && !t.state.is_terminal())?;
-            Self::set_state(t, state, detail)
-        };
-        self.notify();
-        Some(change)
+        let plan = self.plan_end(id, state, detail)?;
+        self.apply(plan, None).ok().map(|a| a.change)
+    }
+
+    /// Plans ending the active task if `id` is it and it is unfinished.
+    pub fn plan_end(&self, id: i64, state: TaskState, detail: serde_json::Value) -> Option<Plan> {
+        let active = self.lock();
+        let t = active.as_ref().filter(|t| t.id == id && !t.state.is_terminal())?;
+        Some(Plan {
+            change: Change { task: id, state, detail },
+            from: t.state,
+            question: t.question.as_ref().map(|q| q.id),
+            answers: None,
+            effect: Effect::End,
+        })
     }
 
     /// The lease `session` closed: its task is abandoned.
@@ -485,7 +567,8 @@ impl Tasks {
         self.end(id, TaskState::Abandoned, serde_json::json!({"reason": "the connection that opened the task closed"}))
     }
 
-    /// Applies a human's control to task `id`. `reject` with `end_task` ends it `rejected`.
+    /// Applies a human's control to task `id` at once (tests; the daemon plans, writes,
+    /// then applies). `reject` with `end_task` ends it `rejected`.
     pub fn control(
         &self,
         id: i64,
@@ -496,9 +579,7 @@ impl Tasks {
         self.control_answering(id, action, end_task, None, detail)
     }
 
-    /// [`Tasks::control`], where an approve or reject may name the question it answers:
-    /// refused when another question is the one waiting (the named one was withdrawn or
-    /// answered meanwhile), so a human's answer never lands on a question they did not see.
+    /// [`Tasks::plan_control`] and [`Tasks::apply`] at once.
     pub fn control_answering(
         &self,
         id: i64,
@@ -507,41 +588,54 @@ impl Tasks {
         question: Option<u64>,
         detail: serde_json::Value,
     ) -> Result<Change, TaskError> {
-        let change = {
-            let mut active = self.lock();
-            let t = active.as_mut().filter(|t| t.id == id).ok_or(TaskError::NoSuch(id))?;
-            if let (Some(named), true) = (question, matches!(action, ControlAction::Approve | ControlAction::Reject)) {
-                let waiting = t.question.as_ref().map(|q| q.id);
-                if waiting != Some(named) {
-                    return Err(TaskError::NotWaiting { task: id, question: named, waiting });
-                }
-            }
-            let next = transition(id, t.state, action, t.question.is_some())?;
-            let mut detail = detail;
-            if matches!(action, ControlAction::Approve | ControlAction::Reject) {
-                if let Some(mut q) = t.question.take() {
-                    let approved = action == ControlAction::Approve;
-                    if let Some(obj) = detail.as_object_mut() {
-                        obj.insert("question".into(), serde_json::json!({"id": q.id, "text": q.text}));
-                        obj.insert("approved".into(), approved.into());
-                    }
-                    if let Some(tx) = q.answer.take() {
-                        let _ = tx.send((Some(approved), detail["by"].to_string()));
-                    }
-                }
-            }
-            if action == ControlAction::Handback {
-                t.needs_observation = true;
-            }
-            let next = if action == ControlAction::Reject && end_task { TaskState::Rejected } else { next };
-            Self::set_state(t, next, detail)
-        };
-        self.notify();
-        Ok(change)
+        let plan = self.plan_control(id, action, end_task, question, detail)?;
+        self.apply(plan, None).map(|a| a.change)
     }
 
-    /// Asks a question for task `id` (it must be running); returns the receiver of the
-    /// answer and the state change to persist.
+    /// Plans a human's control of task `id`. An approve or reject may name the question
+    /// it answers: refused when another question is the one waiting (the named one was
+    /// withdrawn or answered meanwhile), so a human's answer never lands on a question
+    /// they did not see. `reject` with `end_task` ends the task `rejected`.
+    pub fn plan_control(
+        &self,
+        id: i64,
+        action: ControlAction,
+        end_task: bool,
+        question: Option<u64>,
+        detail: serde_json::Value,
+    ) -> Result<Plan, TaskError> {
+        let active = self.lock();
+        let t = active.as_ref().filter(|t| t.id == id).ok_or(TaskError::NoSuch(id))?;
+        let answering = matches!(action, ControlAction::Approve | ControlAction::Reject);
+        let waiting = t.question.as_ref().map(|q| q.id);
+        if let (Some(named), true) = (question, answering) {
+            if waiting != Some(named) {
+                return Err(TaskError::NotWaiting { task: id, question: named, waiting });
+            }
+        }
+        let next = transition(id, t.state, action, t.question.is_some())?;
+        let mut detail = detail;
+        let mut answers = None;
+        if let (Some(q), true) = (&t.question, answering) {
+            let approved = action == ControlAction::Approve;
+            if let Some(obj) = detail.as_object_mut() {
+                obj.insert("question".into(), serde_json::json!({"id": q.id, "text": q.text}));
+                obj.insert("approved".into(), approved.into());
+            }
+            answers = q.approval.map(|row| (row, if approved { "approved" } else { "rejected" }));
+        }
+        let next = if action == ControlAction::Reject && end_task { TaskState::Rejected } else { next };
+        Ok(Plan {
+            change: Change { task: id, state: next, detail },
+            from: t.state,
+            question: waiting,
+            answers,
+            effect: Effect::Control(action),
+        })
+    }
+
+    /// Asks a question for task `id` at once (tests; the daemon plans, writes, then
+    /// applies); returns its id, the receiver of the answer and the change.
     pub fn ask(
         &self,
         id: i64,
@@ -549,23 +643,66 @@ impl Tasks {
         kind: &'static str,
         asker: SessionId,
     ) -> Result<(u64, oneshot::Receiver<Answer>, Change), TaskError> {
+        let plan = self.plan_ask(id, text, kind, asker)?;
+        let applied = self.apply(plan, None)?;
+        let (qid, rx) = applied.question.ok_or(TaskError::Ended)?;
+        Ok((qid, rx, applied.change))
+    }
+
+    /// Plans a question for task `id` (it must be running, with no other question).
+    pub fn plan_ask(&self, id: i64, text: String, kind: &'static str, asker: SessionId) -> Result<Plan, TaskError> {
+        let active = self.lock();
+        let t = active.as_ref().filter(|t| t.id == id && !t.state.is_terminal()).ok_or(TaskError::Ended)?;
+        if t.question.is_some() {
+            return Err(TaskError::QuestionPending(id));
+        }
+        if t.state != TaskState::Running {
+            return Err(TaskError::Transition { task: id, action: "ask", state: t.state.as_str() });
+        }
         let qid = self.next_question.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        let change = {
+        let detail = serde_json::json!({"question": {"id": qid, "text": text, "kind": kind}});
+        Ok(Plan {
+            change: Change { task: id, state: TaskState::Waiting, detail },
+            from: t.state,
+            question: None,
+            answers: None,
+            effect: Effect::Ask { qid, text, kind, asker },
+        })
+    }
+
+    /// Makes a planned change, now that it is on disk; `approval` is the row a question
+    /// got in the store. Refused (and nothing changes) when the task changed since the
+    /// plan: another change came first.
+    pub fn apply(&self, plan: Plan, approval: Option<i64>) -> Result<Applied, TaskError> {
+        let applied = {
             let mut active = self.lock();
-            let t = active.as_mut().filter(|t| t.id == id && !t.state.is_terminal()).ok_or(TaskError::Ended)?;
-            if t.question.is_some() {
-                return Err(TaskError::QuestionPending(id));
+            let task = plan.change.task;
+            let t = active.as_mut().filter(|t| t.id == task).ok_or(TaskError::NoSuch(task))?;
+            if t.state != plan.from || t.question.as_ref().map(|q| q.id) != plan.question {
+                return Err(TaskError::Transition { task, action: plan.action(), state: t.state.as_str() });
             }
-            if t.state != TaskState::Running {
-                return Err(TaskError::Transition { task: id, action: "ask", state: t.state.as_str() });
+            let mut question = None;
+            match plan.effect {
+                Effect::Control(action @ (ControlAction::Approve | ControlAction::Reject)) => {
+                    if let Some(mut q) = t.question.take() {
+                        if let Some(tx) = q.answer.take() {
+                            let by = plan.change.detail["by"].to_string();
+                            let _ = tx.send((Some(action == ControlAction::Approve), by));
+                        }
+                    }
+                }
+                Effect::Control(ControlAction::Handback) => t.needs_observation = true,
+                Effect::Control(_) | Effect::End => {}
+                Effect::Ask { qid, text, kind, asker } => {
+                    let (tx, rx) = oneshot::channel();
+                    t.question = Some(Question { id: qid, text, kind, asker, approval, answer: Some(tx) });
+                    question = Some((qid, rx));
+                }
             }
-            let detail = serde_json::json!({"question": {"id": qid, "text": text, "kind": kind}});
-            t.question = Some(Question { id: qid, text, kind, asker, answer: Some(tx) });
-            Self::set_state(t, TaskState::Waiting, detail)
+            Applied { change: Self::set_state(t, plan.change.state, plan.change.detail), question }
         };
         self.notify();
-        Ok((qid, rx, change))
+        Ok(applied)
     }
 
     /// Withdraws question `qid` (its asker went away); the task runs again if it waited.
@@ -919,6 +1056,47 @@ mod tests {
         // A question only while running.
         tasks.control(1, A::Pause, false, serde_json::json!({})).unwrap();
         assert!(matches!(tasks.ask(1, "?".into(), "confirm", SessionId(5)), Err(TaskError::Transition { .. })));
+    }
+
+    #[test]
+    fn a_plan_changes_nothing_until_it_is_applied_and_applies_only_to_what_it_saw() {
+        use crate::daemon::store::ApprovalWrite;
+        let tasks = Tasks::default();
+        open(&tasks, TaskScope::default());
+        // Asking: nothing waits until the plan is applied with the question's row.
+        let ask = tasks.plan_ask(1, "pay?".into(), "confirm", SessionId(5)).unwrap();
+        assert_eq!(ask.approval(), Some(ApprovalWrite::Asked("pay?".into())));
+        assert_eq!(tasks.active(), Some((1, S::Running)), "a plan is not a change");
+        let applied = tasks.apply(ask, Some(42)).unwrap();
+        let (qid, mut answer) = applied.question.unwrap();
+        assert_eq!(applied.change.state, S::Waiting);
+        // Approving: the asker hears nothing until the approval is applied, and the plan
+        // carries the answer for the question's row.
+        let by = serde_json::json!({"by": {"role": "operate"}});
+        let approve = tasks.plan_control(1, A::Approve, false, Some(qid), by).unwrap();
+        assert_eq!(
+            approve.approval(),
+            Some(ApprovalWrite::Answered { id: 42, state: "approved", by: r#"{"role":"operate"}"#.into() })
+        );
+        assert!(answer.try_recv().is_err(), "not answered before the change is on disk");
+        assert_eq!(tasks.active(), Some((1, S::Waiting)));
+        assert_eq!(tasks.apply(approve, None).unwrap().change.state, S::Running);
+        assert!(matches!(answer.try_recv(), Ok((Some(true), _))));
+        // A plan dropped (its write failed) leaves the task as it was.
+        let finish = tasks.plan_end(1, S::Completed, serde_json::json!({})).unwrap();
+        drop(finish);
+        assert_eq!(tasks.active(), Some((1, S::Running)));
+        assert!(tasks.busy().is_some());
+        // Another change between a plan and its apply: the plan is refused, the other
+        // change stands.
+        let finish = tasks.plan_end(1, S::Completed, serde_json::json!({})).unwrap();
+        tasks.control(1, A::Pause, false, serde_json::json!({})).unwrap();
+        let late = tasks.apply(finish, None).unwrap_err();
+        assert_eq!(late, TaskError::Transition { task: 1, action: "finish", state: "paused" });
+        assert_eq!(tasks.active(), Some((1, S::Paused)));
+        let finish = tasks.plan_end(1, S::Completed, serde_json::json!({})).unwrap();
+        assert_eq!(tasks.apply(finish, None).unwrap().change.state, S::Completed);
+        assert!(tasks.plan_end(1, S::Failed, serde_json::json!({})).is_none(), "ended once");
     }
 
     #[test]

@@ -92,6 +92,9 @@ pub struct Pairing {
     pub expires_ms: i64,
 }
 
+/// A `tokens` row: name, role, hash, created, last used.
+type TokenRow = (String, String, Vec<u8>, i64, Option<i64>);
+
 /// The daemon's tokens (a cache of the store's table, written through).
 pub struct Tokens {
     store: Store,
@@ -272,7 +275,12 @@ impl Tokens {
         let fresh_key = random_bytes::<32>()?;
         // The first admin's secret is dropped unseen: tokens are only ever stored hashed.
         let first_hash = sha256(new_secret()?.as_bytes());
-        let (rows, key, minted) = store.run_now(move |conn| {
+        let load = |conn: &rusqlite::Connection| -> Result<Vec<TokenRow>, StoreError> {
+            let mut stmt = conn.prepare("SELECT name, role, hash, created_ms, last_used_ms FROM tokens ORDER BY id")?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?;
+            Ok(rows.collect::<Result<Vec<TokenRow>, _>>()?)
+        };
+        let written = store.run_now(move |conn| {
             let tx = conn.transaction()?;
             tx.execute("INSERT OR IGNORE INTO secrets (name, value) VALUES ('session_key', ?1)", [&fresh_key[..]])?;
             let key: Vec<u8> =
@@ -284,17 +292,25 @@ impl Tokens {
                     params![FIRST_ADMIN, &first_hash[..], now_ms()],
                 )?;
             }
-            let rows = {
-                let mut stmt =
-                    tx.prepare("SELECT name, role, hash, created_ms, last_used_ms FROM tokens ORDER BY id")?;
-                let rows = stmt.query_map([], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, Vec<u8>>(2)?, r.get(3)?, r.get(4)?))
-                })?;
-                rows.collect::<Result<Vec<(String, String, Vec<u8>, i64, Option<i64>)>, _>>()?
-            };
+            let rows = load(&tx)?;
             tx.commit()?;
             Ok((rows, key, count == 0))
-        })?;
+        });
+        let (rows, key, minted) = match written {
+            Ok(loaded) => loaded,
+            // A disk that takes no write: the tokens there are read as they are. Without a
+            // stored session key, browser sessions made now last until the daemon restarts.
+            Err(StoreError::Unwritable(why)) => {
+                tracing::warn!(problem = %why, "the tokens are read-only until the disk takes writes");
+                store.read_now(move |conn| {
+                    let key: Option<Vec<u8>> = conn
+                        .query_row("SELECT value FROM secrets WHERE name = 'session_key'", [], |r| r.get(0))
+                        .optional()?;
+                    Ok((load(conn)?, key.unwrap_or_else(|| fresh_key.to_vec()), false))
+                })?
+            }
+            Err(e) => return Err(e.into()),
+        };
         if minted {
             tracing::info!(
                 "made the first admin token {FIRST_ADMIN:?}; `sudo tether token rotate {FIRST_ADMIN}` shows one"

@@ -163,6 +163,16 @@ impl Daemon {
                     return Err(e);
                 }
             }
+            // A task's every step is journalled before its answer: while the disk takes
+            // no write, a task's input is refused before anything is sent. Journalling the
+            // refusal is itself a write: once one succeeds, input is admitted again.
+            if let (Some(_), Some(why)) = (admission.task(), self.inner.store.health().problem()) {
+                self.inner.tasks.unreserve(&admission);
+                drop(lane);
+                let e = DaemonError::Unwritable(why);
+                self.record_refusal(session, acting, "input", &e).await;
+                return Err(e);
+            }
             // The observation is checked again now: it may have expired or been invalidated
             // (someone else's input, a geometry change) while this request waited.
             if let Some(id) = observation {

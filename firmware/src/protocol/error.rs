@@ -120,6 +120,11 @@ pub enum ErrorCode {
     NoVisibleEffect,
     /// `expect: "no_change"`, and the screen changed; `effect` says where.
     UnexpectedChange,
+    // --- the appliance's disk ---
+    /// The change could not be saved (the appliance's disk is full, or its file system
+    /// refuses writes), so it was not made: nothing changed. Reads still work;
+    /// `status.storage` says why. Retry once space was freed.
+    StorageFailed,
 }
 
 impl ErrorCode {
@@ -144,6 +149,7 @@ impl ErrorCode {
                 | ErrorCode::NeedsObservation
                 | ErrorCode::TaskActive
                 | ErrorCode::RateLimited
+                | ErrorCode::StorageFailed
         )
     }
 
@@ -210,6 +216,7 @@ impl ErrorCode {
             ErrorCode::TicketInvalid => "TICKET_INVALID",
             ErrorCode::NoVisibleEffect => "NO_VISIBLE_EFFECT",
             ErrorCode::UnexpectedChange => "UNEXPECTED_CHANGE",
+            ErrorCode::StorageFailed => "STORAGE_FAILED",
         }
     }
 }
@@ -269,7 +276,7 @@ mod tests {
 
     /// Every variant, in declaration order. A new variant goes here too: the array's length
     /// makes that a deliberate edit, and the test below then checks its wire name.
-    const EVERY: [ErrorCode; 46] = [
+    const EVERY: [ErrorCode; 47] = [
         ErrorCode::InvalidJson,
         ErrorCode::RequestTooLarge,
         ErrorCode::NestingTooDeep,
@@ -316,6 +323,7 @@ mod tests {
         ErrorCode::TicketInvalid,
         ErrorCode::NoVisibleEffect,
         ErrorCode::UnexpectedChange,
+        ErrorCode::StorageFailed,
     ];
 
     #[test]

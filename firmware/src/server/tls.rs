@@ -71,6 +71,19 @@ pub enum TlsError {
     Rustls(#[from] rustls::Error),
 }
 
+impl TlsError {
+    /// Whether the disk refused a write (full, over quota, read-only): the certificates
+    /// could be made but not kept.
+    pub fn refused_by_disk(&self) -> bool {
+        use nix::errno::Errno;
+        matches!(
+            self,
+            TlsError::Io { source, .. }
+                if matches!(source.raw_os_error().map(Errno::from_raw), Some(Errno::ENOSPC | Errno::EDQUOT | Errno::EROFS))
+        )
+    }
+}
+
 /// A SHA-256 certificate fingerprint.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Fingerprint(pub [u8; 32]);
@@ -315,7 +328,11 @@ fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
     let _ = std::fs::remove_file(&tmp);
     let mut file =
         std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp).map_err(io_err(&tmp))?;
-    file.write_all(bytes).and_then(|()| file.sync_all()).map_err(io_err(&tmp))?;
+    if let Err(e) = file.write_all(bytes).and_then(|()| file.sync_all()) {
+        // Half a file only takes space (on a full disk, the space someone is freeing).
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io_err(&tmp)(e));
+    }
     std::fs::rename(&tmp, path).map_err(io_err(path))
 }
 
@@ -469,8 +486,6 @@ pub fn load_or_create(data_dir: &Path, names: &ServerNames) -> Result<TlsMateria
             // record, and the next start issues again instead of pairing a new key with
             // the old certificate.
             let _ = std::fs::remove_file(&record_path);
-            write_atomic(&key_path, key_pem.as_bytes(), 0o600)?;
-            write_atomic(&cert_path, cert_pem.as_bytes(), 0o644)?;
             let record = ServerRecord {
                 dns: held.dns.clone(),
                 ips: held.ips.clone(),
@@ -478,8 +493,18 @@ pub fn load_or_create(data_dir: &Path, names: &ServerNames) -> Result<TlsMateria
                 ca_fingerprint: fingerprint.hex(),
             };
             let json = serde_json::to_vec_pretty(&record).unwrap_or_default();
-            write_atomic(&record_path, &json, 0o644)?;
-            tracing::info!(dns = ?held.dns, ips = ?held.ips, "issued the HTTPS server certificate");
+            let written = write_atomic(&key_path, key_pem.as_bytes(), 0o600)
+                .and_then(|()| write_atomic(&cert_path, cert_pem.as_bytes(), 0o644))
+                .and_then(|()| write_atomic(&record_path, &json, 0o644));
+            match written {
+                Ok(()) => tracing::info!(dns = ?held.dns, ips = ?held.ips, "issued the HTTPS server certificate"),
+                // Signed by the pinned CA, it serves as well from memory; without its
+                // record on disk, the next start issues one again.
+                Err(e) if e.refused_by_disk() => {
+                    tracing::warn!(error = %e, "issued the HTTPS server certificate, but the disk is full: it is kept in memory for this run")
+                }
+                Err(e) => return Err(e),
+            }
             (cert_pem, key_pem, held, true)
         }
     };

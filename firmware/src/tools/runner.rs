@@ -122,6 +122,10 @@ impl ToolError {
                 "The phone is not connected or shows no picture; check the cable, then retry."
             }
             E::Busy | E::Timeout | E::RateLimited => "Retry in a moment.",
+            E::StorageFailed => {
+                "The appliance could not save this (its disk is full): nothing changed. Tell a person; retry once \
+                 space is freed."
+            }
             E::InvalidParams | E::OperationConflict => "Fix the arguments and call again.",
             _ => "See the message.",
         }

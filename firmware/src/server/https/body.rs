@@ -76,6 +76,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         C::TaskEnded | C::PairingInvalid | C::TicketInvalid => StatusCode::GONE,
         C::CalibrationFailed | C::NoVisibleEffect | C::UnexpectedChange => StatusCode::UNPROCESSABLE_ENTITY,
         C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        C::StorageFailed => StatusCode::INSUFFICIENT_STORAGE,
     }
 }
 
