@@ -456,7 +456,9 @@ class Attacks(SharedDaemon):
                                                                    "Cookie": cookie})
         self.assertEqual((status, r), (200, {"logged_out": True}))
         self.assertIn("Max-Age=0", headers["Set-Cookie"])
-        self.assertEqual(d.request("POST", "/logout")[0], 200, "a program sends no Origin")
+        status, _, r = d.request("POST", "/logout", headers={"Cookie": cookie})
+        self.assertEqual(status, 403, "a cookie write needs our Origin, as on every other cookie write")
+        self.assertEqual(d.request("POST", "/logout")[0], 200, "a program with no cookie sends no Origin")
 
     def test_two_hosts_or_a_host_against_the_authority_are_refused(self):
         d = self.d

@@ -77,28 +77,59 @@ pub struct Caller {
     pub role: Role,
     /// Whom it acts as.
     pub principal: Principal,
+    /// The daemon's revocation epoch read just before this caller's credential was
+    /// checked ([`crate::daemon::Daemon::revocation_epoch`]): a credential revoked after
+    /// that takes nothing new, even if it was checked before the revocation.
+    #[serde(skip)]
+    pub credential_epoch: u64,
 }
 
 impl Caller {
     /// A Unix-socket peer, acting as its uid.
     pub fn unix(creds: PeerCredentials, role: Role) -> Caller {
-        Caller { identity: Identity::Unix(creds), role, principal: Principal::Uid { uid: creds.uid } }
+        Caller {
+            identity: Identity::Unix(creds),
+            role,
+            principal: Principal::Uid { uid: creds.uid },
+            credential_epoch: 0,
+        }
     }
 
     /// A network peer that presented the named token `name`.
     pub fn token(name: &str, role: Role, addr: std::net::SocketAddr) -> Caller {
-        Caller { identity: Identity::Remote { addr }, role, principal: Principal::Token { name: name.into() } }
+        Caller {
+            identity: Identity::Remote { addr },
+            role,
+            principal: Principal::Token { name: name.into() },
+            credential_epoch: 0,
+        }
     }
 
     /// A network peer that presented only a task token: the task's agent, whose session
     /// is its principal.
     pub fn remote_agent(addr: std::net::SocketAddr) -> Caller {
-        Caller { identity: Identity::Remote { addr }, role: Role::Agent, principal: Principal::Session { session: 0 } }
+        Caller {
+            identity: Identity::Remote { addr },
+            role: Role::Agent,
+            principal: Principal::Session { session: 0 },
+            credential_epoch: 0,
+        }
+    }
+
+    /// The same caller, whose credential was checked at revocation epoch `epoch`.
+    pub fn checked_at(mut self, epoch: u64) -> Caller {
+        self.credential_epoch = epoch;
+        self
     }
 
     /// An in-process caller: its session is its principal.
     pub fn in_process(role: Role) -> Caller {
-        Caller { identity: Identity::InProcess, role, principal: Principal::Session { session: 0 } }
+        Caller {
+            identity: Identity::InProcess,
+            role,
+            principal: Principal::Session { session: 0 },
+            credential_epoch: 0,
+        }
     }
 }
 

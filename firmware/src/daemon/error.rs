@@ -187,6 +187,9 @@ pub enum DaemonError {
     /// Something asked for does not exist (a step's thumbnail).
     #[error("{0}")]
     NotFound(String),
+    /// The caller's token was revoked or rotated after its credential was checked.
+    #[error("the token this request authenticated with was revoked or rotated: log in again")]
+    CredentialEnded,
     /// A video ticket that cannot be redeemed.
     #[error("the video ticket is {0}: call video_open for a new one")]
     Ticket(&'static str),
@@ -207,7 +210,8 @@ impl DaemonError {
         match self {
             DaemonError::Unwritable(why)
             | DaemonError::Store(StoreError::Unwritable(why))
-            | DaemonError::Token(TokenError::Store(StoreError::Unwritable(why))) => Some(*why),
+            | DaemonError::Token(TokenError::Store(StoreError::Unwritable(why)))
+            | DaemonError::Token(TokenError::NotSaved(StoreError::Unwritable(why))) => Some(*why),
             _ => None,
         }
     }
@@ -247,6 +251,7 @@ impl DaemonError {
             DaemonError::NotAttached(_) => (ErrorCode::NotAttached, false),
             DaemonError::CannotAttach(_) => (ErrorCode::InvalidRequest, false),
             DaemonError::Ticket(_) => (ErrorCode::TicketInvalid, false),
+            DaemonError::CredentialEnded => (ErrorCode::Unauthorized, false),
             DaemonError::NotFound(_) => (ErrorCode::NotFound, false),
             DaemonError::OperationConflict { .. } => (ErrorCode::OperationConflict, false),
             DaemonError::Untypeable(_) => (ErrorCode::UntypeableText, false),
@@ -262,7 +267,7 @@ impl DaemonError {
             DaemonError::Task(e) => (e.code(), false),
             DaemonError::Token(e) => (
                 match e {
-                    TokenError::Store(_) | TokenError::NoRandomness => ErrorCode::Internal,
+                    TokenError::Store(_) | TokenError::NotSaved(_) | TokenError::NoRandomness => ErrorCode::Internal,
                     TokenError::NoSuch(_) => ErrorCode::NoSuchToken,
                     TokenError::Exists(_) => ErrorCode::TokenExists,
                     TokenError::LastAdmin(_) => ErrorCode::LastAdmin,
@@ -276,6 +281,13 @@ impl DaemonError {
 
     /// A message safe to send to a remote caller: no paths, errno details or secrets.
     pub fn public_message(&self) -> String {
+        if let (DaemonError::Token(TokenError::NotSaved(_)), Some(why)) = (self, self.unwritable()) {
+            return format!(
+                "the token no longer works on this appliance, but the change could not be saved: {}; then run the \
+                 same command again (until then, a restart would bring the old secret back)",
+                why.advice()
+            );
+        }
         if let Some(why) = self.unwritable() {
             return format!("this change could not be saved, so it was not made: {}; then retry", why.advice());
         }
@@ -289,7 +301,7 @@ impl DaemonError {
                  that the phone is unlocked, then retry"
                     .to_string()
             }
-            DaemonError::Store(_) | DaemonError::Token(TokenError::Store(_)) => {
+            DaemonError::Store(_) | DaemonError::Token(TokenError::Store(_) | TokenError::NotSaved(_)) => {
                 "the task store failed; the request was not recorded. See the daemon's log".into()
             }
             other => other.to_string(),

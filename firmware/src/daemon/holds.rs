@@ -138,6 +138,9 @@ pub enum HoldRefused {
         /// The share.
         limit: usize,
     },
+    /// The credential was revoked or rotated after it was checked.
+    #[error("the token this request authenticated with was revoked or rotated: log in again")]
+    CredentialEnded,
     /// Everyone together holds all of this kind that non-administrators may.
     #[error("the appliance's {} are full ({total}, the last {reserved} kept for administrators); retry shortly", .kind.noun())]
     Full {
@@ -152,15 +155,19 @@ pub enum HoldRefused {
 
 impl HoldRefused {
     /// The kind refused.
-    pub fn kind(&self) -> HoldKind {
+    pub fn kind(&self) -> Option<HoldKind> {
         match self {
-            HoldRefused::Share { kind, .. } | HoldRefused::Full { kind, .. } => *kind,
+            HoldRefused::Share { kind, .. } | HoldRefused::Full { kind, .. } => Some(*kind),
+            HoldRefused::CredentialEnded => None,
         }
     }
 
     /// A fixed message for `BUSY` (the daemon's error carries static text).
     pub fn message(&self) -> &'static str {
         match self {
+            HoldRefused::CredentialEnded => {
+                "the token this request authenticated with was revoked or rotated: log in again"
+            }
             HoldRefused::Share { kind: HoldKind::Session, .. } => {
                 "this token (or user) already has its share of connections and requests open: close some first"
             }
@@ -195,6 +202,10 @@ struct State {
     holders: HashMap<Holder, HolderState>,
     totals: [usize; 3],
     next: u64,
+    /// Revocations so far.
+    epoch: u64,
+    /// Each principal ended, with the revocation epoch its end made (see [`Holds::epoch`]).
+    ended: HashMap<Principal, u64>,
 }
 
 /// The table (see the module's documentation).
@@ -311,6 +322,13 @@ impl Holds {
         let limit = self.limits.of(kind);
         let i = kind.index();
         let mut state = self.state.lock_plain();
+        if let Holder::Principal(p) = &holder {
+            // Checked before the revocation, taking after it: refused (the end already
+            // fired for everything held then; this would escape it).
+            if state.ended.get(p).is_some_and(|at| *at > caller.credential_epoch) {
+                return Err(HoldRefused::CredentialEnded);
+            }
+        }
         let total = state.totals[i];
         let room = if admin { limit.total } else { limit.total.saturating_sub(limit.reserved_for_admin) };
         if total >= room {
@@ -337,7 +355,10 @@ impl Holds {
     /// end fires. The holds stay counted until whoever serves them lets go. Returns how many
     /// holds were ended.
     pub fn end(&self, principal: &Principal) -> usize {
-        let state = self.state.lock_plain();
+        let mut state = self.state.lock_plain();
+        state.epoch += 1;
+        let epoch = state.epoch;
+        state.ended.insert(principal.clone(), epoch);
         let Some(h) = state.holders.get(&Holder::Principal(principal.clone())) else { return 0 };
         for (end, revoked) in h.ends.values() {
             // Set before the cancel: whoever wakes on it reads why.
@@ -345,6 +366,13 @@ impl Holds {
             end.cancel();
         }
         h.ends.len()
+    }
+
+    /// The revocation epoch: read it before checking a credential and give it to the
+    /// caller ([`Caller::checked_at`]); a revocation after the read refuses what the caller
+    /// would take.
+    pub fn epoch(&self) -> u64 {
+        self.state.lock_plain().epoch
     }
 
     /// What `caller`'s holder holds of `kind` now.
@@ -457,6 +485,10 @@ mod tests {
         assert!(other.ended().is_cancelled(), "shutdown ends every hold");
         assert!(!other.revoked(), "and says it was not a revocation");
         drop((s, m, other));
+        // Checked before the end, taking after it: refused; checked after: taken.
+        assert_eq!(t.take(&laptop, HoldKind::Session).unwrap_err(), HoldRefused::CredentialEnded);
+        let after = laptop.clone().checked_at(t.epoch());
+        assert!(t.take(&after, HoldKind::Session).is_ok(), "the token made again, or its new secret");
         assert_eq!(t.status().iter().map(|k| k.held).sum::<usize>(), 0);
         assert!(t.state.lock_plain().holders.is_empty(), "no holder is remembered once it holds nothing");
     }

@@ -332,10 +332,19 @@ impl Daemon {
     /// caller at debug (a flood must not fill the log) and counted in `status.limits`.
     pub fn take_hold(&self, caller: &Caller, kind: HoldKind) -> Result<Hold, DaemonError> {
         self.inner.holds.take(caller, kind).map_err(|refused| {
-            self.count_busy();
             tracing::debug!(caller = %caller.principal.label(), "refused: {refused}");
+            if refused == HoldRefused::CredentialEnded {
+                return DaemonError::CredentialEnded;
+            }
+            self.count_busy();
             DaemonError::Busy(refused.message())
         })
+    }
+
+    /// The revocation epoch, read by a transport just before it checks a credential
+    /// ([`Caller::checked_at`]).
+    pub fn revocation_epoch(&self) -> u64 {
+        self.inner.holds.epoch()
     }
 
     /// The limits of what each principal may hold.

@@ -21,15 +21,16 @@ impl Daemon {
                 let secret = tokens.add(name, role).await?;
                 json!({"name": name, "role": role, "token": secret})
             }
+            // Everything the old secret opened ends as soon as it stops authenticating, before
+            // the change is written (and whether or not the disk takes it).
             TokenAction::Rotate => {
-                let secret = tokens.rotate(name).await?;
-                // Everything the old secret opened ends now, not at its next request.
-                self.end_principal(&Principal::Token { name: name.to_string() });
+                let principal = Principal::Token { name: name.to_string() };
+                let secret = tokens.rotate(name, || self.end_principal(&principal)).await?;
                 json!({"name": name, "token": secret})
             }
             TokenAction::Revoke => {
-                tokens.revoke(name).await?;
-                self.end_principal(&Principal::Token { name: name.to_string() });
+                let principal = Principal::Token { name: name.to_string() };
+                tokens.revoke(name, || self.end_principal(&principal)).await?;
                 json!({"name": name, "revoked": true})
             }
         })

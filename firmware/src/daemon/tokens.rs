@@ -41,6 +41,12 @@ pub enum TokenError {
     /// A token with that name exists.
     #[error("a token named {0:?} exists: pick another name, or `tether token rotate {0}`")]
     Exists(String),
+    /// The change took effect in memory (the old secret no longer works on this appliance)
+    /// but could not be saved: after a restart the saved secret would work again.
+    #[error(
+        "the token no longer works on this appliance, but the change could not be saved ({0}): free space and run          the same command again, or the old secret works again after a restart"
+    )]
+    NotSaved(#[source] StoreError),
     /// Refused: it is the last admin token.
     #[error("{0:?} is the last admin token; add another admin token before revoking it")]
     LastAdmin(String),
@@ -77,6 +83,9 @@ struct Entry {
     hash: [u8; 32],
     /// When the last use was last written to the store.
     stored_use_ms: i64,
+    /// Revoked in memory, not yet on disk (the disk refused): it authenticates nothing,
+    /// and revoking it again tries the write again.
+    revoked: bool,
 }
 
 /// A pairing code just made.
@@ -322,7 +331,7 @@ impl Tokens {
                 let role = Role::from_name(&role)?;
                 let hash: [u8; 32] = hash.try_into().ok()?;
                 let info = TokenInfo { name, role, created_ms, last_used_ms };
-                Some(Entry { info, hash, stored_use_ms: last_used_ms.unwrap_or(0) })
+                Some(Entry { info, hash, stored_use_ms: last_used_ms.unwrap_or(0), revoked: false })
             })
             .collect();
         Ok(Tokens { store, entries: Mutex::new(entries), cookie_key: hmac::Key::new(hmac::HMAC_SHA256, &key) })
@@ -335,7 +344,7 @@ impl Tokens {
         // Every entry is compared, so the time taken does not say which one matched.
         let mut found = None;
         for (i, e) in entries.iter().enumerate() {
-            if same_hash(&e.hash, &hash) {
+            if same_hash(&e.hash, &hash) && !e.revoked {
                 found = Some(i);
             }
         }
@@ -359,7 +368,7 @@ impl Tokens {
 
     /// Every token, oldest first.
     pub fn list(&self) -> Vec<TokenInfo> {
-        self.entries.lock_plain().iter().map(|e| e.info.clone()).collect()
+        self.entries.lock_plain().iter().filter(|e| !e.revoked).map(|e| e.info.clone()).collect()
     }
 
     /// Makes token `name` with `role`; returns its secret (shown once).
@@ -388,45 +397,59 @@ impl Tokens {
             return Err(TokenError::Exists(name.into()));
         }
         let info = TokenInfo { name: name.into(), role, created_ms, last_used_ms: None };
-        self.entries.lock_plain().push(Entry { info, hash, stored_use_ms: 0 });
+        self.entries.lock_plain().push(Entry { info, hash, stored_use_ms: 0, revoked: false });
         tracing::info!(token = name, role = %role, "token added");
         Ok(secret)
     }
 
-    /// Replaces token `name`'s secret (its sessions end); returns the new one.
-    pub async fn rotate(&self, name: &str) -> Result<String, TokenError> {
+    /// Replaces token `name`'s secret; returns the new one. The old secret stops working in
+    /// memory first, then `ended` runs (the daemon ends what the old secret opened), then
+    /// the new hash is written: whatever the disk does, the old secret is dead on this run
+    /// ([`TokenError::NotSaved`] when the write failed).
+    pub async fn rotate(&self, name: &str, ended: impl FnOnce()) -> Result<String, TokenError> {
         let secret = new_secret()?;
         let hash = sha256(secret.as_bytes());
+        {
+            let mut entries = self.entries.lock_plain();
+            let Some(entry) = entries.iter_mut().find(|e| e.info.name == name && !e.revoked) else {
+                return Err(TokenError::NoSuch(name.into()));
+            };
+            entry.hash = hash;
+        }
+        ended();
         let owned = name.to_string();
-        let changed = self
-            .store
+        self.store
             .run(
                 move |conn| Ok(conn.execute("UPDATE tokens SET hash = ?1 WHERE name = ?2", params![&hash[..], owned])?),
             )
-            .await?;
-        let mut entries = self.entries.lock_plain();
-        match entries.iter_mut().find(|e| e.info.name == name) {
-            Some(e) if changed > 0 => e.hash = hash,
-            _ => return Err(TokenError::NoSuch(name.into())),
-        }
+            .await
+            .map_err(TokenError::NotSaved)?;
         tracing::info!(token = name, "token rotated");
         Ok(secret)
     }
 
-    /// Deletes token `name` (its sessions end). The last admin token cannot go.
-    pub async fn revoke(&self, name: &str) -> Result<(), TokenError> {
+    /// Deletes token `name`. The last admin token cannot go. It stops authenticating in
+    /// memory first, then `ended` runs (the daemon ends what it opened), then the row is
+    /// deleted: a failed write leaves it dead on this run ([`TokenError::NotSaved`]), and
+    /// revoking it again retries the write.
+    pub async fn revoke(&self, name: &str, ended: impl FnOnce()) -> Result<(), TokenError> {
         {
-            let entries = self.entries.lock_plain();
-            let Some(entry) = entries.iter().find(|e| e.info.name == name) else {
+            let mut entries = self.entries.lock_plain();
+            let admins = entries.iter().filter(|e| e.info.role == Role::Admin && !e.revoked).count();
+            let Some(entry) = entries.iter_mut().find(|e| e.info.name == name) else {
                 return Err(TokenError::NoSuch(name.into()));
             };
-            let admins = entries.iter().filter(|e| e.info.role == Role::Admin).count();
-            if entry.info.role == Role::Admin && admins <= 1 {
+            if entry.info.role == Role::Admin && !entry.revoked && admins <= 1 {
                 return Err(TokenError::LastAdmin(name.into()));
             }
+            entry.revoked = true;
         }
+        ended();
         let owned = name.to_string();
-        self.store.run(move |conn| Ok(conn.execute("DELETE FROM tokens WHERE name = ?1", [owned])?)).await?;
+        self.store
+            .run(move |conn| Ok(conn.execute("DELETE FROM tokens WHERE name = ?1", [owned])?))
+            .await
+            .map_err(TokenError::NotSaved)?;
         self.entries.lock_plain().retain(|e| e.info.name != name);
         tracing::info!(token = name, "token revoked");
         Ok(())
@@ -465,7 +488,7 @@ impl Tokens {
         }
         let mac = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(mac).ok()?;
         let entries = self.entries.lock_plain();
-        let entry = entries.iter().find(|e| e.info.name == name)?;
+        let entry = entries.iter().find(|e| e.info.name == name && !e.revoked)?;
         // hmac::verify compares in constant time.
         hmac::verify(&self.cookie_key, &Self::cookie_data(name, issued, &entry.hash), &mac).ok()?;
         Some((entry.info.name.clone(), entry.info.role))
@@ -584,27 +607,29 @@ mod tests {
         assert_eq!(t.authenticate(&secret), Some(("ci".into(), Role::View)));
         let cookie = t.session_cookie(&secret).unwrap();
         assert_eq!(t.verify_cookie(&cookie), Some(("ci".into(), Role::View)));
-        let new = t.rotate("ci").await.unwrap();
+        let mut ended = false;
+        let new = t.rotate("ci", || ended = true).await.unwrap();
+        assert!(ended, "what the old secret opened is ended");
         assert_eq!(t.authenticate(&secret), None);
         assert_eq!(t.authenticate(&new), Some(("ci".into(), Role::View)));
         assert_eq!(t.verify_cookie(&cookie), None, "rotation ends sessions");
-        assert!(matches!(t.rotate("nobody").await, Err(TokenError::NoSuch(_))));
+        assert!(matches!(t.rotate("nobody", || ()).await, Err(TokenError::NoSuch(_))));
     }
 
     #[tokio::test]
     async fn the_last_admin_stays_and_names_are_checked() {
         let (_dir, t) = tokens().await;
-        assert!(matches!(t.revoke(FIRST_ADMIN).await, Err(TokenError::LastAdmin(_))));
+        assert!(matches!(t.revoke(FIRST_ADMIN, || ()).await, Err(TokenError::LastAdmin(_))));
         let second = t.add("root2", Role::Admin).await.unwrap();
-        t.revoke(FIRST_ADMIN).await.unwrap();
-        assert!(matches!(t.revoke("root2").await, Err(TokenError::LastAdmin(_))));
+        t.revoke(FIRST_ADMIN, || ()).await.unwrap();
+        assert!(matches!(t.revoke("root2", || ()).await, Err(TokenError::LastAdmin(_))));
         assert!(matches!(t.add("root2", Role::View).await, Err(TokenError::Exists(_))));
         assert!(matches!(t.add("bad name", Role::View).await, Err(TokenError::BadName(_))));
         assert!(matches!(t.add("", Role::View).await, Err(TokenError::BadName(_))));
         assert!(matches!(t.add("a", Role::Agent).await, Err(TokenError::BadRole)));
         let v = t.add("viewer", Role::View).await.unwrap();
         let cookie = t.session_cookie(&v).unwrap();
-        t.revoke("viewer").await.unwrap();
+        t.revoke("viewer", || ()).await.unwrap();
         assert_eq!(t.authenticate(&v), None);
         assert_eq!(t.verify_cookie(&cookie), None, "revocation ends sessions");
         assert!(t.authenticate(&second).is_some());

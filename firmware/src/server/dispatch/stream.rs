@@ -171,14 +171,35 @@ enum Ending {
 /// place in the caller's share until then.
 async fn pump<S>(
     session: S,
-    mut events: mpsc::Receiver<SessionMessage>,
+    events: mpsc::Receiver<SessionMessage>,
     tx: mpsc::Sender<Bytes>,
     keepalive: Duration,
-    mut ending: Option<Ending>,
+    ending: Option<Ending>,
     held: Hold,
 ) where
     S: std::borrow::Borrow<Session> + Send + 'static,
 {
+    tokio::select! {
+        biased;
+        // Also while a send waits for a reader that stopped reading: a revoked stream
+        // ends now, not when the connection's idle rule notices.
+        () = held.revocation() => {
+            let _ = tx.try_send(line(&json!({"error": credential_ended()})));
+        }
+        () = forward(events, &tx, keepalive, ending) => {}
+    }
+    session.borrow().close();
+    drop(session);
+}
+
+/// Forwards a session's events as lines (see [`pump`]) until the task ends, the request
+/// finishes or the reader goes away.
+async fn forward(
+    mut events: mpsc::Receiver<SessionMessage>,
+    tx: &mpsc::Sender<Bytes>,
+    keepalive: Duration,
+    mut ending: Option<Ending>,
+) {
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
     loop {
         if let Some(Ending::Done(last)) = &mut ending {
@@ -203,10 +224,6 @@ async fn pump<S>(
         let answer = tokio::select! {
             biased;
             () = tx.closed() => break,
-            () = held.revocation() => {
-                let _ = tx.send(line(&json!({"error": credential_ended()}))).await;
-                break;
-            }
             message = events.recv() => match message {
                 Some(SessionMessage::Event(event)) => {
                     let last = !follows && ends_task(&event);
@@ -238,6 +255,4 @@ async fn pump<S>(
             ending = Some(Ending::Done(Some(last)));
         }
     }
-    session.borrow().close();
-    drop(session);
 }

@@ -23,13 +23,15 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Every open connection, oldest first, with whom it proved to be (if it did) and whether
 /// it is answering a request: what the server drops when it is full.
 ///
-/// When full, the server drops, in this order:
-/// 1. the oldest connection that has not yet authenticated, of the address with the most
-///    such connections (a flood of idle sockets costs its own address first);
-/// 2. else the oldest idle connection (no request being answered, no stream open: a lease
-///    is never dropped while an idle one is there) of whoever holds the most connections
-///    (a principal that fills the table loses its own first);
-/// 3. else the oldest connection of whoever holds the most.
+/// When full, the server drops one connection of the biggest group, where a group is
+/// either the unauthenticated connections of one address or the authenticated connections
+/// of one principal (on a tie, the unauthenticated group):
+/// - of an address: its oldest unauthenticated connection (a flood of idle sockets costs
+///   its own address first);
+/// - of a principal: its oldest idle connection (no request being answered, no stream
+///   open: a lease is never dropped while an idle one is there), else its oldest (a
+///   principal that fills the table loses its own first, even while a newcomer from the
+///   same address is still in its TLS handshake).
 ///
 /// So no client, with or without credentials, can keep every connection: a new one always
 /// gets in, and the one it replaces belongs to the biggest holder.
@@ -114,15 +116,19 @@ impl ConnTable {
             counts.into_iter().max_by_key(|(_, n)| *n).map(|(k, _)| k)
         }
         let unproven = most(entries.iter().filter(|e| e.holder.is_none()).map(|e| e.addr));
-        if let Some(addr) = unproven {
-            return entries.iter().position(|e| e.holder.is_none() && e.addr == addr);
-        }
-        let biggest = most(entries.iter().filter_map(|e| e.holder.as_deref()))?;
+        let proven = most(entries.iter().filter_map(|e| e.holder.as_deref()));
+        let count_unproven = |addr: IpAddr| entries.iter().filter(|e| e.holder.is_none() && e.addr == addr).count();
+        let count_proven = |h: &str| entries.iter().filter(|e| e.holder.as_deref() == Some(h)).count();
+        let biggest = match (unproven, proven) {
+            (None, None) => return None,
+            (Some(addr), Some(holder)) if count_unproven(addr) >= count_proven(holder) => {
+                return entries.iter().position(|e| e.holder.is_none() && e.addr == addr)
+            }
+            (Some(addr), None) => return entries.iter().position(|e| e.holder.is_none() && e.addr == addr),
+            (_, Some(holder)) => holder,
+        };
         let theirs = |e: &Entry| e.holder.as_deref() == Some(biggest);
-        entries
-            .iter()
-            .position(|e| theirs(e) && e.busy.idle())
-            .or_else(|| entries.iter().position(theirs))
+        entries.iter().position(|e| theirs(e) && e.busy.idle()).or_else(|| entries.iter().position(theirs))
     }
 }
 
@@ -353,6 +359,22 @@ mod tests {
         assert!(tokens[1].is_cancelled(), "the flood's oldest");
         assert!(!tokens[0].is_cancelled() && !tokens[4].is_cancelled());
         assert_eq!(t.len(), 4);
+    }
+
+    #[test]
+    fn a_newcomer_in_its_handshake_outlasts_the_principal_that_fills_the_table() {
+        let t = ConnTable::default();
+        let tokens: Vec<CancellationToken> = (0..5).map(|_| CancellationToken::new()).collect();
+        for (i, token) in tokens.iter().enumerate() {
+            t.add(i as u64, ip(1), token.clone());
+        }
+        for i in 1..4 {
+            t.prove(i, "token:viewer");
+        }
+        // 0 is the admin's new connection, still unauthenticated; 4 the viewer's newest, too.
+        assert!(t.evict());
+        assert!(tokens[1].is_cancelled(), "the viewer's oldest, not an unauthenticated one");
+        assert!(!tokens[0].is_cancelled() && !tokens[4].is_cancelled());
     }
 
     #[test]

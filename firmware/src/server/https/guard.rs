@@ -213,12 +213,15 @@ pub fn authenticate(
         }
     };
     let tokens = daemon.tokens();
+    // Read before the check: a revocation between the check and what the caller then
+    // takes (a WebSocket's session, an MCP session) refuses it.
+    let epoch = daemon.revocation_epoch();
     let human = if let Some(secret) = bearer(headers) {
         let (name, role) = tokens.authenticate(secret).ok_or_else(|| wrong("the Bearer token is not valid"))?;
-        Some((Caller::token(&name, role, peer), Auth::Bearer))
+        Some((Caller::token(&name, role, peer).checked_at(epoch), Auth::Bearer))
     } else if let Some(value) = cookie_value(headers, &cookie_name(port)) {
         let (name, role) = tokens.verify_cookie(value).ok_or_else(|| wrong("the session has ended"))?;
-        Some((Caller::token(&name, role, peer), Auth::Cookie))
+        Some((Caller::token(&name, role, peer).checked_at(epoch), Auth::Cookie))
     } else {
         None
     };

@@ -83,6 +83,8 @@ pub struct Sessions {
     manager: Arc<LocalSessionManager>,
     server: McpServer<InProcess>,
     owned: Mutex<HashMap<String, Owned>>,
+    /// Sessions rmcp had and nobody owned at the last prune.
+    unowned: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Sessions {
@@ -95,13 +97,30 @@ impl Sessions {
         true
     }
 
-    /// Drops the entries of sessions rmcp no longer has (idle ones it reaped).
+    /// Drops the entries of sessions rmcp no longer has (idle ones it reaped), and closes
+    /// sessions rmcp has that nobody owns, once seen so on two prunes in a row (a session
+    /// being made is registered within one): none escapes the count.
     async fn prune(&self) {
         let ids: Vec<String> = self.owned.lock_plain().keys().cloned().collect();
         for id in ids {
             if !self.manager.has_session(&Arc::from(id.as_str())).await.unwrap_or(false) {
                 self.owned.lock_plain().remove(&id);
             }
+        }
+        let live: Vec<String> = self.manager.sessions.read().await.keys().map(|k| k.to_string()).collect();
+        let unowned: std::collections::HashSet<String> = {
+            let owned = self.owned.lock_plain();
+            live.into_iter().filter(|id| !owned.contains_key(id)).collect()
+        };
+        let stale: Vec<String> = {
+            let mut seen = self.unowned.lock_plain();
+            let stale = unowned.intersection(&seen).cloned().collect();
+            *seen = unowned;
+            stale
+        };
+        for id in stale {
+            tracing::debug!("closed an MCP session nobody owns");
+            let _ = self.manager.close_session(&Arc::from(id.as_str())).await;
         }
     }
 
@@ -172,7 +191,12 @@ pub fn service(daemon: Daemon, session_idle: Duration, shutdown: &CancellationTo
     // One server for all sessions: rmcp clones it per session (or per request).
     let server = McpServer::new(make, identity_of);
     let for_sessions = server.clone();
-    let sessions = Arc::new(Sessions { manager: manager.clone(), server: server.clone(), owned: Mutex::default() });
+    let sessions = Arc::new(Sessions {
+        manager: manager.clone(),
+        server: server.clone(),
+        owned: Mutex::default(),
+        unowned: Mutex::default(),
+    });
     // Sessions rmcp reaped for idleness give their places back within PRUNE_EVERY.
     let weak = Arc::downgrade(&sessions);
     let stop = shutdown.clone();
@@ -223,37 +247,30 @@ pub async fn handle(
     let owner = identity(&auth);
     let session_id = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
     let mut held = None;
-    let mut initializing = None;
-    match &session_id {
-        Some(id) => {
-            if !service.sessions.check(id, &owner) {
-                return no_such_session();
-            }
-            if req.method() == hyper::Method::DELETE {
-                // The session's calls in flight end now, not when rmcp's drain gives up on
-                // them; its place is given back.
-                service.sessions.close(id).await;
-                return Response::builder()
-                    .status(hyper::StatusCode::NO_CONTENT)
-                    .body(body::full(Bytes::new()))
-                    .unwrap_or_else(|_| body::refuse(ErrorCode::Internal, "could not build the answer"));
-            }
-            if req.method() == hyper::Method::GET {
-                // A standalone stream: one of the caller's share of streams.
-                match service.daemon.take_hold(&auth.caller, HoldKind::Stream) {
-                    Ok(h) => held = Some(h),
-                    Err(e) => return body::error(ErrorBody::from(&e)),
-                }
+    if let Some(id) = &session_id {
+        if !service.sessions.check(id, &owner) {
+            return no_such_session();
+        }
+        if req.method() == hyper::Method::DELETE {
+            // The session's calls in flight end now, not when rmcp's drain gives up on
+            // them; its place is given back.
+            service.sessions.close(id).await;
+            return Response::builder()
+                .status(hyper::StatusCode::NO_CONTENT)
+                .body(body::full(Bytes::new()))
+                .unwrap_or_else(|_| body::refuse(ErrorCode::Internal, "could not build the answer"));
+        }
+        if req.method() == hyper::Method::GET {
+            // A standalone stream: one of the caller's share of streams.
+            match service.daemon.take_hold(&auth.caller, HoldKind::Stream) {
+                Ok(h) => held = Some(h),
+                Err(e) => return body::error(ErrorBody::from(&e)),
             }
         }
-        None if req.method() == hyper::Method::POST => match make_room(service, &auth).await {
-            Ok(hold) => initializing = Some(hold),
-            Err(e) => return body::error(e),
-        },
-        None => {}
     }
     // A POSTed message is read here and checked by our parser first (rmcp's keeps the
     // last of two keys): one meaning per message, on every transport.
+    let mut initialize = false;
     let req = if req.method() == hyper::Method::POST {
         let (parts, incoming) = req.into_parts();
         let bytes = match super::routes::read_limited(MAX_MCP_BODY, &parts.headers, incoming).await {
@@ -263,19 +280,45 @@ pub async fn handle(
         if let Err(e) = check_document(&bytes) {
             return body::error(e);
         }
+        initialize = session_id.is_none() && is_initialize(&bytes);
         Request::from_parts(parts, Full::new(bytes).map_err(|never| match never {}).boxed())
     } else {
         req.map(|b| b.boxed())
     };
     let mut req: Request<http_body_util::combinators::BoxBody<Bytes, hyper::Error>> = req;
     req.extensions_mut().insert(auth.clone());
-    let response = service.http.handle(req).await;
-    if let Some(hold) = initializing {
-        register(service, &auth, &owner, hold, &response);
-    }
-    if session_id.is_some() && response.status() == hyper::StatusCode::NOT_FOUND {
-        // rmcp forgot it (idle): so do we.
+    let response = if initialize {
+        // Room first (the caller's own least recently used session may go), then the
+        // session is made and registered on a task of its own: it runs to its end even if
+        // this request's future is dropped (the client went), so every session rmcp makes
+        // is counted and owned.
+        let hold = match make_room(service, &auth).await {
+            Ok(hold) => hold,
+            Err(e) => return body::error(e),
+        };
+        let (svc, who, owner) = (service.clone(), auth.clone(), owner.clone());
+        let made = tokio::spawn(async move {
+            let response = svc.http.handle(req).await;
+            register(&svc, &who, &owner, hold, &response);
+            response
+        });
+        match made.await {
+            Ok(response) => response,
+            Err(_) => return body::refuse(ErrorCode::Internal, "the MCP session could not be made; retry"),
+        }
+    } else {
+        let response = service.http.handle(req).await;
+        if session_id.is_none() {
+            if let Some(id) = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
+                // A session made by anything but an initialize we counted: not kept.
+                let _ = service.sessions.manager.close_session(&Arc::from(id)).await;
+            }
+        }
+        response
+    };
+    if response.status() == hyper::StatusCode::NOT_FOUND {
         if let Some(id) = &session_id {
+            // rmcp forgot it (idle): so do we.
             service.sessions.owned.lock_plain().remove(id);
         }
     }
@@ -283,6 +326,12 @@ pub async fn handle(
     // an open stream of its connection, like a task's lease, and a standalone stream as one
     // of its caller's share.
     response.map(|b| Guarded { body: b, _stream: stream, _held: held }.boxed_unsync())
+}
+
+/// Whether a checked MCP message is an `initialize` request.
+fn is_initialize(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(bytes)
+        .is_ok_and(|v| v.get("method").and_then(serde_json::Value::as_str) == Some("initialize"))
 }
 
 /// Room for a new session of `auth`'s principal: at its share, its own least recently used
@@ -307,25 +356,27 @@ fn register(service: &McpService, auth: &Authenticated, owner: &str, hold: Hold,
     };
     let gone = CancellationToken::new();
     let watch = hold.watch();
-    let (sessions, stop, closing) = (Arc::downgrade(&service.sessions), gone.clone(), id.clone());
-    tokio::spawn(async move {
-        tokio::select! {
-            () = stop.cancelled() => {}
-            () = watch.revocation() => {
-                if let Some(sessions) = sessions.upgrade() {
-                    sessions.close(&closing).await;
-                }
-            }
-        }
-    });
     let entry = Owned {
         owner: owner.to_string(),
         holder: Holder::of(&auth.caller),
         used: Instant::now(),
         _hold: hold,
-        _watcher: gone.drop_guard(),
+        _watcher: gone.clone().drop_guard(),
     };
-    service.sessions.owned.lock_plain().insert(id, entry);
+    // Registered before the watcher starts: a revocation that already happened closes it
+    // at once.
+    service.sessions.owned.lock_plain().insert(id.clone(), entry);
+    let sessions = Arc::downgrade(&service.sessions);
+    tokio::spawn(async move {
+        tokio::select! {
+            () = gone.cancelled() => {}
+            () = watch.revocation() => {
+                if let Some(sessions) = sessions.upgrade() {
+                    sessions.close(&id).await;
+                }
+            }
+        }
+    });
 }
 
 /// A body that holds its connection's stream guard while it streams.

@@ -204,14 +204,8 @@ impl HttpsListener {
             tracing::debug!(peer = %addr, id, "accepted a connection");
             let cancel = shutdown.child_token();
             let busy = table.add(id, addr.ip(), cancel.clone());
-            let conn = Connection {
-                id,
-                addr,
-                shared: shared.clone(),
-                acceptor: acceptor.clone(),
-                table: table.clone(),
-                busy,
-            };
+            let conn =
+                Connection { id, addr, shared: shared.clone(), acceptor: acceptor.clone(), table: table.clone(), busy };
             let table = table.clone();
             tokio::spawn(async move {
                 tokio::select! {

@@ -8,8 +8,9 @@
 //! - an `Origin` that is not our own is refused: a page elsewhere cannot drive the phone
 //!   through a visitor's browser, whatever credential the browser would attach;
 //! - a session cookie from another site (`Sec-Fetch-Site: cross-site`) is refused;
-//! - a session cookie on a write or a stream (WebSocket, MCP) must come with our Origin: the
-//!   cookie is the one credential a browser sends by itself.
+//! - a session cookie on a write, a stream (WebSocket, MCP) or a form that sets or clears it
+//!   (`/logout`) must come with our Origin: the cookie is the one credential a browser sends
+//!   by itself.
 //!
 //! Header values are compared as browsers may send them: trimmed and ASCII
 //! case-insensitive; a header given twice counts if either copy says "foreign".
@@ -65,7 +66,7 @@ impl OwnOrigin {
                 Entry::Stream => "this stream takes only the console's own Origin",
                 Entry::Read | Entry::Write => "requests from another site's pages are refused (Origin is not ours)",
             }),
-            None if cookie && matches!(entry, Entry::Write | Entry::Stream) => {
+            None if cookie && matches!(entry, Entry::Write | Entry::Stream | Entry::Form) => {
                 refuse("a session cookie needs the console's own Origin header (programs: use a Bearer token)")
             }
             None => Ok(()),
@@ -108,6 +109,8 @@ mod tests {
         assert!(own.check(&none, Entry::Read, true).is_ok());
         assert!(own.check(&none, Entry::Write, true).is_err());
         assert!(own.check(&none, Entry::Stream, true).is_err());
+        assert!(own.check(&none, Entry::Form, true).is_err(), "a logout with the cookie and no Origin");
+        assert!(own.check(&none, Entry::Form, false).is_ok(), "a program's login");
         for entry in ALL {
             assert!(own.check(&none, entry, false).is_ok(), "programs send no Origin: {entry:?}");
         }

@@ -176,6 +176,8 @@ async fn serve(daemon: Daemon, upgraded: hyper::upgrade::Upgraded, slot: Pending
     let viewer = match authorized {
         Ok(v) => Arc::new(v),
         Err((code, reason)) => {
+            // Its waiting place goes now, not after the close and the linger.
+            drop(slot);
             tracing::debug!(code, reason = %crate::logtext::capped(&reason), "video socket refused");
             let close = websocket::close_message(code, &reason);
             if websocket::send_with_progress(&mut sink, close, &progress, SEND_STALL).await.is_ok() {
