@@ -169,6 +169,14 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
             "the data directory was open to other users: made it private (directories 0700, files 0600)"
         );
     }
+    if !data_lock.left_alone().is_empty() {
+        let left: Vec<String> = data_lock.left_alone().iter().map(|p| p.display().to_string()).collect();
+        tracing::warn!(
+            dir = %config.data_dir.display(),
+            left = ?left,
+            "left open to other users: owned by another user, not the daemon's to change (the data directory itself is 0700)"
+        );
+    }
     let agent_uid = agent_uid(&config)?;
     let service_uid = Uid::effective().as_raw();
     if agent_uid == Some(service_uid) || agent_uid == Some(0) {

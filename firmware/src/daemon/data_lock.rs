@@ -73,6 +73,7 @@ pub struct DataDirLock {
     _held: Flock<File>,
     path: PathBuf,
     fixed: Vec<PathBuf>,
+    left_alone: Vec<PathBuf>,
 }
 
 impl DataDirLock {
@@ -122,8 +123,9 @@ impl DataDirLock {
             tracing::warn!(path = %path.display(), error = %e, "the data directory is locked, but the disk is full: who holds it is not written");
         }
         // Only once the lock is ours: a running daemon's files are not touched by a refused one.
-        make_private(dir, &mut fixed).map_err(io)?;
-        Ok(DataDirLock { _held: held, path, fixed })
+        let mut left_alone = Vec::new();
+        make_private(dir, &mut fixed, &mut left_alone).map_err(io)?;
+        Ok(DataDirLock { _held: held, path, fixed, left_alone })
     }
 
     /// The lock file.
@@ -136,6 +138,12 @@ impl DataDirLock {
     pub fn fixed(&self) -> &[PathBuf] {
         &self.fixed
     }
+
+    /// What is below the directory, open to other users, and owned by another user (so
+    /// not the daemon's to change): left as it is, and named so the start says so.
+    pub fn left_alone(&self) -> &[PathBuf] {
+        &self.left_alone
+    }
 }
 
 /// Removes group and other bits from everything below `dir` that this process owns: files
@@ -143,7 +151,7 @@ impl DataDirLock {
 /// owned by someone else (the appliance's root-owned `ssh/`, `lost+found`) are not entered or
 /// changed: they are not the daemon's, and it cannot read them anyway. Symbolic links are not
 /// followed.
-fn make_private(dir: &Path, fixed: &mut Vec<PathBuf>) -> std::io::Result<()> {
+fn make_private(dir: &Path, fixed: &mut Vec<PathBuf>, left_alone: &mut Vec<PathBuf>) -> std::io::Result<()> {
     let me = nix::unistd::Uid::effective().as_raw();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
@@ -153,7 +161,13 @@ fn make_private(dir: &Path, fixed: &mut Vec<PathBuf>) -> std::io::Result<()> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e),
         };
-        if meta.file_type().is_symlink() || meta.uid() != me {
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        if meta.uid() != me {
+            if meta.mode() & 0o077 != 0 {
+                left_alone.push(entry.path());
+            }
             continue;
         }
         let mode = meta.mode() & 0o7777;
@@ -163,7 +177,7 @@ fn make_private(dir: &Path, fixed: &mut Vec<PathBuf>) -> std::io::Result<()> {
             fixed.push(entry.path());
         }
         if meta.is_dir() {
-            make_private(&entry.path(), fixed)?;
+            make_private(&entry.path(), fixed, left_alone)?;
         }
     }
     Ok(())
@@ -240,6 +254,28 @@ mod tests {
         drop(lock);
         // Already private: nothing to say the second time.
         assert!(DataDirLock::acquire(&data, Path::new("/s")).unwrap().fixed().is_empty());
+    }
+
+    #[test]
+    fn what_another_user_owns_is_left_alone_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        let theirs = data.join("ssh");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Only root can give a file away; as anyone else the directory is simply ours.
+        let given = nix::unistd::chown(&theirs, Some(nix::unistd::Uid::from_raw(65534)), None).is_ok();
+        let lock = DataDirLock::acquire(&data, Path::new("/s")).unwrap();
+        let mode = std::fs::metadata(&theirs).unwrap().permissions().mode() & 0o777;
+        if given {
+            assert_eq!(mode, 0o755, "not the daemon's to change");
+            assert_eq!(lock.left_alone(), [theirs.clone()]);
+            assert!(!lock.fixed().contains(&theirs));
+        } else {
+            assert_eq!(mode, 0o700);
+            assert!(lock.left_alone().is_empty());
+        }
     }
 
     #[test]

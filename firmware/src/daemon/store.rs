@@ -290,11 +290,20 @@ fn file_uri(path: &Path, query: &str) -> Option<String> {
 /// Opens the database at `path` only to read it, for a start on a disk that takes no
 /// write: first as usual but read-only (which reads a journal a crash left behind), then
 /// as immutable (which needs no shared-memory index: SQLite cannot make one on a full
-/// disk; the last shutdown left the journal empty), and when neither reads anything, an
-/// empty store in memory (reads answer "nothing yet"; writes are still refused).
+/// disk), but only when the write-ahead log is empty (immutable ignores it: what a crash
+/// left there, a revoked token say, would read as never having happened), and when neither
+/// reads anything, an empty store in memory (reads answer "nothing yet"; writes are still
+/// refused).
 fn open_read_only(path: &Path) -> Result<Connection, StoreError> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let wal_empty = std::fs::metadata(&wal).map_or(true, |m| m.len() == 0);
     for query in ["mode=ro", "immutable=1"] {
+        if query == "immutable=1" && !wal_empty {
+            tracing::warn!("the task store's journal holds changes it cannot read without space: not read");
+            break;
+        }
         let Some(uri) = file_uri(path, query) else { break };
         let read = Connection::open_with_flags(&uri, flags)
             .and_then(|conn| conn.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0)).map(|v| (conn, v)));
