@@ -270,7 +270,7 @@ mod tests {
         let mode = std::fs::metadata(&theirs).unwrap().permissions().mode() & 0o777;
         if given {
             assert_eq!(mode, 0o755, "not the daemon's to change");
-            assert_eq!(lock.left_alone(), [theirs.clone()]);
+            assert_eq!(lock.left_alone(), std::slice::from_ref(&theirs));
             assert!(!lock.fixed().contains(&theirs));
         } else {
             assert_eq!(mode, 0o700);
