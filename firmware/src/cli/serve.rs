@@ -288,6 +288,8 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
         if !daemon.input_released(std::time::Duration::from_secs(2)).await {
             tracing::warn!("input was still being played at exit");
         }
+        // Everything journalled so far is in the database file, and its journal is gone.
+        daemon.close_store().await;
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)

@@ -208,6 +208,14 @@ impl Daemon {
             None => std::path::PathBuf::from(":memory:"),
         };
         let (store, interrupted) = Store::open(&db)?;
+        if let Some(dir) = options.data_dir.as_deref() {
+            // SQLite may open for writing on a full disk (its journal files left by an
+            // earlier run need no new space): say read-only from the start all the same.
+            // The first write that succeeds says otherwise.
+            if nix::sys::statvfs::statvfs(dir).is_ok_and(|fs| fs.blocks_available() == 0) {
+                store.health().failed(Unwritable::Full);
+            }
+        }
         if !interrupted.is_empty() {
             tracing::warn!(tasks = ?interrupted, "tasks unfinished at the last shutdown are now interrupted");
         }
@@ -426,6 +434,12 @@ impl Daemon {
     pub fn shutdown(&self) {
         self.inner.shutdown.cancel();
         self.inner.video.shutdown();
+    }
+
+    /// Closes the task store after what was queued for it (see [`Store::close`]): the last
+    /// step of a stop, after [`Daemon::input_released`].
+    pub async fn close_store(&self) {
+        self.inner.store.close().await;
     }
 
     /// Waits (at most `limit`) until no input is being played: after [`Daemon::shutdown`],

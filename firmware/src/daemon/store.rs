@@ -197,6 +197,9 @@ pub enum ApprovalWrite {
 struct Job {
     write: bool,
     run: Box<dyn FnOnce(Conn<'_>) + Send>,
+    /// The last job: the thread closes the connection (SQLite checkpoints its journal into
+    /// the database and removes it) and then answers here.
+    close: Option<oneshot::Sender<()>>,
 }
 
 /// What a job is given: the connection, or why there is none that may write.
@@ -397,12 +400,29 @@ impl Store {
         std::thread::Builder::new()
             .name("task-store".into())
             .spawn(move || {
-                while let Some(job) = rx.blocking_recv() {
+                while let Some(mut job) = rx.blocking_recv() {
+                    if let Some(closed) = job.close.take() {
+                        drop(db);
+                        let _ = closed.send(());
+                        return;
+                    }
                     db.serve(job);
                 }
             })
             .map_err(|_| StoreError::Closed)?;
         Ok((Store { jobs, health, dir }, interrupted))
+    }
+
+    /// Closes the database after every job queued before this one: the last connection's
+    /// close folds the write-ahead log into the database and removes it and its index, so a
+    /// stopped daemon leaves one file (and the next start on a full disk finds no journal
+    /// to reuse). Later jobs fail with [`StoreError::Closed`].
+    pub async fn close(&self) {
+        let (tx, rx) = oneshot::channel();
+        let job = Job { write: false, run: Box::new(|_| {}), close: Some(tx) };
+        if self.jobs.send(job).await.is_ok() {
+            let _ = rx.await;
+        }
     }
 
     /// Whether the data directory takes writes (shared with the daemon).
@@ -442,7 +462,7 @@ impl Store {
             };
             reply(result);
         };
-        Job { write, run: Box::new(run) }
+        Job { write, run: Box::new(run), close: None }
     }
 
     /// Runs the write `f` on the store thread and blocks the calling thread for its
@@ -776,6 +796,24 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[tokio::test]
+    async fn a_closed_store_leaves_one_file_with_everything_in_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.db");
+        let (store, _) = Store::open(&db).unwrap();
+        let id = store.create_task("t".into(), "me".into(), json!({}), None).await.unwrap();
+        store.append(id, "note".into(), json!({"text": "kept"})).await.unwrap();
+        assert!(dir.path().join("t.db-wal").exists(), "a journal while open");
+        store.close().await;
+        assert!(!dir.path().join("t.db-wal").exists(), "folded in and removed");
+        assert!(!dir.path().join("t.db-shm").exists());
+        assert!(matches!(store.append(id, "note".into(), json!({})).await, Err(StoreError::Closed)));
+        let (again, _) = Store::open(&db).unwrap();
+        // (The reopen marks the unfinished task interrupted after it.)
+        let events = again.events_after(id, 0, 10).await.unwrap();
+        assert!(events.iter().any(|e| e.kind == "note" && e.body["text"] == json!("kept")), "{events:?}");
+    }
 
     #[tokio::test]
     async fn steps_and_approvals_have_their_rows() {
