@@ -214,6 +214,9 @@ pub struct Holds {
     limits: HoldLimits,
     /// Parent of every hold's end: the daemon's shutdown.
     shutdown: CancellationToken,
+    /// Not the phone's state (nothing about the phone is decided here): who holds what is
+    /// asked by every transport before it serves, in sections that never await, so one
+    /// plain mutex of its own rather than a trip through the phone's owner.
     state: Mutex<State>,
 }
 

@@ -37,6 +37,7 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// gets in, and the one it replaces belongs to the biggest holder.
 #[derive(Debug, Default)]
 pub(super) struct ConnTable {
+    /// Transport bookkeeping, not the phone's state: a plain mutex, never held across an await.
     entries: Mutex<VecDeque<Entry>>,
 }
 

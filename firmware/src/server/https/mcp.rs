@@ -82,6 +82,8 @@ struct Owned {
 pub struct Sessions {
     manager: Arc<LocalSessionManager>,
     server: McpServer<InProcess>,
+    /// Transport bookkeeping (which MCP session is whose), not the phone's state: a plain
+    /// mutex, never held across an await.
     owned: Mutex<HashMap<String, Owned>>,
     /// Sessions rmcp had and nobody owned at the last prune.
     unowned: Mutex<std::collections::HashSet<String>>,

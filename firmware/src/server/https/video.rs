@@ -45,7 +45,8 @@ pub const ACK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a frame's send may make no progress before the viewer counts as gone.
 const SEND_STALL: Duration = Duration::from_secs(10);
 
-/// The sockets waiting for their ticket, oldest first, by address.
+/// The sockets waiting for their ticket, oldest first, by address (transport bookkeeping
+/// before any credential, not the phone's state: a plain mutex, never held across an await).
 #[derive(Debug, Default, Clone)]
 pub struct Pending(Arc<Mutex<PendingInner>>);
 
