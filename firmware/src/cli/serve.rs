@@ -267,9 +267,16 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
         let server = UnixServer::bind(server_config, daemon.clone())?;
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
+        let stopping = daemon.clone();
         tokio::spawn(async move {
             wait_for_signal().await;
             tracing::info!("shutting down");
+            // The daemon first: every request is cancelled, ends on its own and journals
+            // what it did; only then are the connections dropped (their requests with them).
+            stopping.shutdown();
+            if !stopping.requests_ended(std::time::Duration::from_secs(2)).await {
+                tracing::warn!("requests still being answered after 2 s; ending them");
+            }
             stop.cancel();
         });
         if let (Some(dir), Some(port)) = (config.mdns_dir.clone().filter(|d| d.is_dir()), https_port) {

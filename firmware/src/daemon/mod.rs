@@ -162,6 +162,10 @@ struct Inner {
     sessions: AtomicUsize,
     next_session: AtomicU64,
     shutdown: CancellationToken,
+    /// Requests being answered: a stop waits for them ([`Daemon::requests_ended`]), so
+    /// what each journals after its input (the step, once verified) is written before the
+    /// store closes. A count, not state anyone decides on.
+    answering: tokio::sync::watch::Sender<usize>,
     sim: Option<SimPhone>,
     timings: InputTimings,
     keymap: Keymap,
@@ -186,6 +190,22 @@ struct Inner {
     /// What each principal holds open ([`holds`]): admission by share and total, and
     /// what a revocation ends.
     holds: Arc<holds::Holds>,
+}
+
+/// One request being answered, counted in [`Inner::answering`] until dropped.
+struct Answering<'a>(&'a tokio::sync::watch::Sender<usize>);
+
+impl<'a> Answering<'a> {
+    fn begin(count: &'a tokio::sync::watch::Sender<usize>) -> Answering<'a> {
+        count.send_modify(|n| *n += 1);
+        Answering(count)
+    }
+}
+
+impl Drop for Answering<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 /// Handle to the daemon; clones share it.
@@ -262,6 +282,7 @@ impl Daemon {
                 sessions: AtomicUsize::new(0),
                 next_session: AtomicU64::new(1),
                 shutdown,
+                answering: tokio::sync::watch::Sender::new(0),
                 sim: devices.sim,
                 timings,
                 keymap,
@@ -436,6 +457,15 @@ impl Daemon {
         self.inner.video.shutdown();
     }
 
+    /// Waits (at most `limit`) until no request is being answered: after
+    /// [`Daemon::shutdown`] every request is cancelled and ends on its own, journalling
+    /// what it did. A stop waits for this before it drops the connections, whose requests
+    /// would otherwise be aborted between their input's release and their journal.
+    pub async fn requests_ended(&self, limit: std::time::Duration) -> bool {
+        let mut answering = self.inner.answering.subscribe();
+        tokio::time::timeout(limit, answering.wait_for(|n| *n == 0)).await.is_ok_and(|r| r.is_ok())
+    }
+
     /// Closes the task store after what was queued for it (see [`Store::close`]): the last
     /// step of a stop, after [`Daemon::input_released`].
     pub async fn close_store(&self) {
@@ -474,6 +504,9 @@ impl Daemon {
         call: &Call,
         cancel: &CancellationToken,
     ) -> Result<Value, DaemonError> {
+        // Counted before the shutdown check: a stop that saw no request answering cannot
+        // miss one that started before the shutdown was signalled.
+        let _answering = Answering::begin(&self.inner.answering);
         if self.inner.shutdown.is_cancelled() {
             return Err(DaemonError::ShuttingDown);
         }
