@@ -11,7 +11,11 @@
 //! - [`protocol`]: the tether/1 wire types, limits and error codes shared by every transport.
 //! - [`device`]: the phone as the appliance sees it (HID reports, video frames, the sim).
 //! - [`daemon`]: the single execution point: identities, input serialization, status.
-//! - [`server`]: transports (today the Unix control socket).
+//! - [`server`]: transports: the Unix control socket (SO_PEERCRED), HTTPS (REST, `/api/ws`,
+//!   `/api/video`, MCP at `/mcp`, the console) and mDNS announcements.
+//! - [`tools`]: the one catalog of phone tools the CLI verbs and MCP share, and their runner.
+//! - [`board`]: what each supported board has (UDC, capture, codecs), from `board/*/board.toml`.
+//! - [`sync`]: the plain-mutex helper (a poisoned lock is recovered, never a panic).
 //! - [`client`]: the remote side used by the CLI.
 //! - [`config`]: the one typed configuration struct (TOML + flags).
 //! - [`logtext`]: client-supplied text capped and escaped before it reaches a log.

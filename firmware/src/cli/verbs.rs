@@ -98,12 +98,12 @@ fn command(tool: &ToolDef, verb: &'static str) -> Command {
 }
 
 fn long_about(tool: &ToolDef) -> String {
-    let pointer = tool.params.iter().any(|p| p.name == "observation_id");
     let mut text = tool.about.to_string();
-    if pointer {
+    if tool.points() {
+        // Each CLI run is a new process: there is no "latest" screenshot to refer to.
         text.push_str(
             "\n\nCoordinates are pixels of a screenshot at the default size (what `tether screenshot` \
-             writes); without --observation-id a fresh screenshot is taken first.",
+             writes): of the one --observation-id names, or else of a fresh one this command takes first.",
         );
     }
     text.push_str("\n\nThe same tool is `");
@@ -126,7 +126,7 @@ fn arguments(tool: &ToolDef, m: &ArgMatches) -> anyhow::Result<Map<String, Value
             ParamKind::Number => {
                 Value::from(one().parse::<f64>().with_context(|| format!("{name} must be a number, not {:?}", one()))?)
             }
-            ParamKind::Integer => Value::from(
+            ParamKind::Integer { .. } => Value::from(
                 one().parse::<u64>().with_context(|| format!("{name} must be a whole number, not {:?}", one()))?,
             ),
             ParamKind::Text | ParamKind::Choice(_) => Value::from(one()),

@@ -178,7 +178,7 @@ impl<B: Backend> McpServer<B> {
 pub fn tool_of(def: &ToolDef) -> Tool {
     let annotations =
         ToolAnnotations::new().read_only(def.read_only).destructive(false).idempotent(def.read_only).open_world(false);
-    Tool::new(def.name, def.about, def.input_schema()).with_annotations(annotations)
+    Tool::new(def.name, def.mcp_description(), def.input_schema()).with_annotations(annotations)
 }
 
 fn text_result(out: ToolOutput) -> CallToolResult {

@@ -4,6 +4,8 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::protocol::host_params::MAX_MESSAGES_WAIT_MS;
+use crate::protocol::params::{MAX_EDGE_LIMIT, QUIET_MS_RANGE, WAIT_MS_RANGE};
 use crate::protocol::Method;
 
 /// What one parameter holds.
@@ -11,8 +13,14 @@ use crate::protocol::Method;
 pub enum ParamKind {
     /// A number (pixels, fractions).
     Number,
-    /// A whole number (milliseconds, sequence numbers).
-    Integer,
+    /// A whole number (milliseconds, sequence numbers) in `min..=max`, the range the
+    /// daemon accepts (the schema says it, so a client can check before it asks).
+    Integer {
+        /// Smallest accepted.
+        min: u64,
+        /// Largest accepted.
+        max: u64,
+    },
     /// Text.
     Text,
     /// One of the listed words.
@@ -60,13 +68,14 @@ const fn p(name: &'static str, kind: ParamKind, required: bool, about: &'static 
     Param { name, kind, required, about }
 }
 
-const X: Param = p("x", ParamKind::Number, true, "X in pixels of the latest screenshot (0 = left edge).");
-const Y: Param = p("y", ParamKind::Number, true, "Y in pixels of the latest screenshot (0 = top edge).");
+const X: Param = p("x", ParamKind::Number, true, "X in pixels of the screenshot acted on (0 = left edge).");
+const Y: Param = p("y", ParamKind::Number, true, "Y in pixels of the screenshot acted on (0 = top edge).");
 const OBSERVATION: Param = p(
     "observation_id",
     ParamKind::Text,
     false,
-    "The screenshot the coordinates refer to. Omit it to use the latest screenshot taken here.",
+    "The screenshot the coordinates refer to. Omit it to use the latest screenshot of this session \
+     (the CLI takes a fresh one).",
 );
 const OPERATION: Param = p(
     "operation_id",
@@ -89,8 +98,16 @@ const RETURN_IMAGE: Param = p(
     false,
     "A picture with the answer: none (default), region (what changed) or full (the screen).",
 );
-const DURATION: Param =
-    p("duration_ms", ParamKind::Integer, false, "How long the gesture takes, 100..5000 ms (default about 700).");
+/// No upper bound but the journal's own (sequence numbers are `i64`).
+const UNBOUNDED: u64 = i64::MAX as u64;
+const WAIT_MS: ParamKind = ParamKind::Integer { min: *WAIT_MS_RANGE.start(), max: *WAIT_MS_RANGE.end() };
+const QUIET_MS: ParamKind = ParamKind::Integer { min: *QUIET_MS_RANGE.start(), max: *QUIET_MS_RANGE.end() };
+const DURATION: Param = p(
+    "duration_ms",
+    ParamKind::Integer { min: 100, max: 5000 },
+    false,
+    "How long the gesture takes, 100..5000 ms (default about 700).",
+);
 
 /// Every tool, in the order `tools/list` shows them.
 pub const TOOLS: &[ToolDef] = &[
@@ -102,7 +119,10 @@ pub const TOOLS: &[ToolDef] = &[
         in_task: false,
         about: "Take a screenshot of the iPhone's screen. Coordinates for tap, swipe and the other \
                 pointer tools are pixels of this image; its observation id is in the text.",
-        params: &[p("max_edge", ParamKind::Integer, false, "Longest edge of the image in pixels, 64..4096 (default 1568).")],
+        params: &[p(
+            "max_edge",
+            ParamKind::Integer { min: 64, max: MAX_EDGE_LIMIT as u64 },
+            false, "Longest edge of the image in pixels, 64..4096 (default 1568).")],
     },
     ToolDef {
         name: "tap",
@@ -110,7 +130,7 @@ pub const TOOLS: &[ToolDef] = &[
         method: Method::Action,
         read_only: false,
         in_task: false,
-        about: "Tap a point on the screen (pixels of the latest screenshot).",
+        about: "Tap a point on the screen.",
         params: &[X, Y, OBSERVATION, OPERATION, EXPECT, RETURN_IMAGE],
     },
     ToolDef {
@@ -119,7 +139,7 @@ pub const TOOLS: &[ToolDef] = &[
         method: Method::Action,
         read_only: false,
         in_task: false,
-        about: "Double-tap a point on the screen (pixels of the latest screenshot).",
+        about: "Double-tap a point on the screen.",
         params: &[X, Y, OBSERVATION, OPERATION, EXPECT, RETURN_IMAGE],
     },
     ToolDef {
@@ -137,7 +157,7 @@ pub const TOOLS: &[ToolDef] = &[
         method: Method::Action,
         read_only: false,
         in_task: false,
-        about: "Swipe in a straight line from one point to another (pixels of the latest screenshot).",
+        about: "Swipe in a straight line from one point to another.",
         params: &[
             p("from_x", ParamKind::Number, true, "Start X."),
             p("from_y", ParamKind::Number, true, "Start Y."),
@@ -158,7 +178,7 @@ pub const TOOLS: &[ToolDef] = &[
         in_task: false,
         about: "Press, move along a path of points, and release (sliders, drawing, moving things).",
         params: &[
-            p("path", ParamKind::Points, true, "2 to 128 points {x, y} in pixels of the latest screenshot."),
+            p("path", ParamKind::Points, true, "2 to 128 points {x, y} in pixels of the screenshot acted on."),
             DURATION,
             OBSERVATION,
             OPERATION,
@@ -268,7 +288,7 @@ pub const TOOLS: &[ToolDef] = &[
                 loads, a message arrives), then until it settles, or until the timeout passes. The \
                 answer has a fresh observation for the next action.",
         params: &[
-            p("timeout_ms", ParamKind::Integer, false, "How long to wait for a change, 0..30000 ms (default 5000)."),
+            p("timeout_ms", WAIT_MS, false, "How long to wait for a change, 0..30000 ms (default 5000)."),
             RETURN_IMAGE,
         ],
     },
@@ -281,8 +301,8 @@ pub const TOOLS: &[ToolDef] = &[
         about: "Wait until the screen stops changing (animations end, a spinner goes away). \
                 Actions already wait for this; use it after something you did not do.",
         params: &[
-            p("timeout_ms", ParamKind::Integer, false, "Longest wait, 0..30000 ms (default 3000)."),
-            p("quiet_ms", ParamKind::Integer, false, "Settled after this long without a change, 50..5000 ms (default 300)."),
+            p("timeout_ms", WAIT_MS, false, "Longest wait, 0..30000 ms (default 3000)."),
+            p("quiet_ms", QUIET_MS, false, "Settled after this long without a change, 50..5000 ms (default 300)."),
             RETURN_IMAGE,
         ],
     },
@@ -314,8 +334,8 @@ pub const TOOLS: &[ToolDef] = &[
         in_task: true,
         about: "Read what humans sent to this task (only inside a task).",
         params: &[
-            p("after_seq", ParamKind::Integer, false, "Only messages after this seq (the last one you read)."),
-            p("wait_ms", ParamKind::Integer, false, "Wait up to this long for one, 0..30000 ms (default 0)."),
+            p("after_seq", ParamKind::Integer { min: 0, max: UNBOUNDED }, false, "Only messages after this seq (the last one you read)."),
+            p("wait_ms", ParamKind::Integer { min: 0, max: MAX_MESSAGES_WAIT_MS }, false, "Wait up to this long for one, 0..30000 ms (default 0)."),
         ],
     },
 ];
@@ -334,7 +354,8 @@ impl ParamKind {
     fn schema(self) -> Value {
         match self {
             ParamKind::Number => json!({"type": "number"}),
-            ParamKind::Integer => json!({"type": "integer", "minimum": 0}),
+            ParamKind::Integer { min, max } if max >= UNBOUNDED => json!({"type": "integer", "minimum": min}),
+            ParamKind::Integer { min, max } => json!({"type": "integer", "minimum": min, "maximum": max}),
             ParamKind::Text => json!({"type": "string"}),
             ParamKind::Choice(words) => json!({"type": "string", "enum": words}),
             ParamKind::Points => json!({
@@ -375,6 +396,22 @@ impl ToolDef {
         schema
     }
 
+    /// Whether the tool takes coordinates (pixels of a screenshot).
+    pub fn points(&self) -> bool {
+        self.params.iter().any(|p| p.name == "observation_id")
+    }
+
+    /// The MCP description: `about`, and for a tool that takes coordinates which picture
+    /// they are pixels of (an MCP session remembers its latest screenshot; the CLI says
+    /// what it does instead, see `cli::verbs`).
+    pub fn mcp_description(&self) -> String {
+        let mut text = self.about.to_string();
+        if self.points() {
+            text.push_str(" Coordinates are pixels of the latest screenshot (or of `observation_id`'s).");
+        }
+        text
+    }
+
     /// The first sentence of `about`: the CLI's one-line help.
     pub fn summary(&self) -> &'static str {
         let about: &'static str = self.about;
@@ -413,7 +450,7 @@ impl ParamKind {
     fn accepts(self, v: &Value) -> bool {
         match self {
             ParamKind::Number => v.is_number(),
-            ParamKind::Integer => v.is_u64(),
+            ParamKind::Integer { min, max } => v.as_u64().is_some_and(|n| (min..=max).contains(&n)),
             ParamKind::Text => v.is_string(),
             ParamKind::Choice(words) => v.as_str().is_some_and(|s| words.contains(&s)),
             ParamKind::Points => v.as_array().is_some_and(|a| {
@@ -432,7 +469,8 @@ impl ParamKind {
     pub fn describe(self) -> String {
         match self {
             ParamKind::Number => "a number".into(),
-            ParamKind::Integer => "a whole number ≥ 0".into(),
+            ParamKind::Integer { min, max } if max >= UNBOUNDED => format!("a whole number ≥ {min}"),
+            ParamKind::Integer { min, max } => format!("a whole number {min}..{max}"),
             ParamKind::Text => "a string".into(),
             ParamKind::Choice(words) => format!("one of {}", words.join(", ")),
             ParamKind::Points => "2 to 128 points {x, y}".into(),
@@ -444,6 +482,48 @@ impl ParamKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_whole_number_range_in_a_description_is_the_schemas() {
+        let mut ranged = 0;
+        for tool in TOOLS {
+            let schema = tool.input_schema();
+            for param in tool.params {
+                let ParamKind::Integer { min, max } = param.kind else { continue };
+                let prop = &schema["properties"][param.name];
+                assert_eq!(prop["minimum"], json!(min), "{}.{}", tool.name, param.name);
+                // The description's "A..B" is the range the schema states.
+                let Some(range) = param.about.split_whitespace().find(|w| w.contains("..")) else { continue };
+                let range = range.trim_end_matches([',', '.']);
+                let (a, b) = range.split_once("..").unwrap();
+                assert_eq!(
+                    (a.parse::<u64>().unwrap(), b.parse::<u64>().unwrap()),
+                    (min, max),
+                    "{}.{}",
+                    tool.name,
+                    param.name
+                );
+                assert_eq!(prop["maximum"], json!(max), "{}.{}", tool.name, param.name);
+                ranged += 1;
+            }
+        }
+        assert!(ranged >= 6, "the ranged parameters were found ({ranged})");
+        let shot = tool("screenshot").unwrap().input_schema();
+        assert_eq!(shot["properties"]["max_edge"]["minimum"], json!(64));
+        assert_eq!(shot["properties"]["max_edge"]["maximum"], json!(4096));
+        let mut args = Map::new();
+        args.insert("max_edge".into(), json!(10));
+        let refused = tool("screenshot").unwrap().check_args(&args).unwrap_err();
+        assert!(refused.contains("64..4096"), "{refused}");
+    }
+
+    #[test]
+    fn a_pointer_tool_says_which_picture_its_coordinates_are_pixels_of() {
+        let tap = tool("tap").unwrap();
+        assert!(tap.mcp_description().contains("latest screenshot"));
+        assert!(!tap.about.contains("latest"), "the CLI's help has no latest screenshot: {}", tap.about);
+        assert!(!tool("home").unwrap().mcp_description().contains("Coordinates"));
+    }
 
     #[test]
     fn names_and_verbs_are_unique_and_schemas_list_every_required_param() {
@@ -463,7 +543,7 @@ mod tests {
         assert_eq!(schema["properties"]["x"]["type"], "number");
         assert!(tool("home").unwrap().input_schema().get("required").is_none());
         assert_eq!(verb("type").unwrap().name, "type_text");
-        assert_eq!(tap.summary(), "Tap a point on the screen (pixels of the latest screenshot).");
+        assert_eq!(tap.summary(), "Tap a point on the screen.");
         assert!(tool("screenshot").unwrap().summary().ends_with("screen."));
     }
 
