@@ -25,10 +25,10 @@ export function accessPage(app) {
       const p = await control.call('pair', params);
       const img = p.qr_svg ? el('img', { class: 'qr', alt: 'Pairing QR code', width: '256', height: '256',
         src: `data:image/svg+xml;base64,${btoa(p.qr_svg)}` }) : null;
-      pairing.replaceChildren(img, el('p', {}, 'Scan with the phone or tablet, or open on the laptop (one use, until ',
+      pairing.replaceChildren(...[img, el('p', {}, 'Scan with the phone or tablet, or open on the laptop (one use, until ',
         new Date(p.expires_ms).toLocaleTimeString(), '):'),
       el('input', { type: 'text', readonly: true, value: p.url || p.code, id: 'pair-url', class: 'url' }),
-      el('p', { class: 'note' }, `Role ${p.role}, token name ${p.name}.`));
+      el('p', { class: 'note' }, `Role ${p.role}, token name ${p.name}.`)].filter(Boolean));
       load();
     } catch (e) { fail(e); }
   } },

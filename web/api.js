@@ -160,12 +160,20 @@ export class Control {
   get role() {
     return this.hello && this.hello.caller ? this.hello.caller.role : null;
   }
+
+  /** Whom this login acts as: the token's name (`uid:N` for a Unix user), or null. */
+  get name() {
+    const p = this.hello && this.hello.caller && this.hello.caller.principal;
+    if (!p) return null;
+    if (p.kind === 'token') return p.name;
+    return p.kind === 'uid' ? `uid:${p.uid}` : null;
+  }
 }
 
 /** What a person should read for an error. */
 export function explain(e) {
   const why = {
-    TASK_RUNNING: 'A task is running: take over to drive.',
+    TASK_RUNNING: 'A task is running: its agent drives. Press Take over to drive yourself.',
     PERMISSION_DENIED: 'Your login may not do that.',
     STALE_OBSERVATION: 'The screen changed; try again.',
     BUSY: 'The phone is busy; try again.',

@@ -11,7 +11,18 @@ import { tasksPage } from './tasks.js';
 const PAGES = { live: livePage, tasks: tasksPage, access: accessPage, device: devicePage };
 const main = document.getElementById('main');
 const bar = document.getElementById('bar');
-const app = { control: null, page: null, statusTimer: null };
+// `app.onStatus(fn)`: pages hear each `status` the shell polls (the running task, its
+// question); `app.refreshStatus()` polls at once (after a task control, say).
+const statusListeners = new Set();
+const app = {
+  control: null, page: null, statusTimer: null, status: null,
+  onStatus(fn) {
+    statusListeners.add(fn);
+    if (app.status) fn(app.status);
+    return () => statusListeners.delete(fn);
+  },
+  refreshStatus: async () => {},
+};
 
 function pageName() {
   const name = location.pathname.replace(/^\//, '');
@@ -38,6 +49,7 @@ function loggedOut(reason) {
   if (app.control) app.control.close();
   app.control = null;
   clearInterval(app.statusTimer);
+  app.status = null;
   if (app.page) app.page.stop();
   app.page = null;
   bar.hidden = true;
@@ -75,7 +87,11 @@ async function start() {
   }
   const role = control.role;
   document.body.dataset.role = role;
-  document.getElementById('who').textContent = role;
+  // Who is logged in: the token's name, its role beside it.
+  const who = document.getElementById('who');
+  who.replaceChildren(...[control.name && el('span', { id: 'who-name', class: 'who-name' }, control.name),
+    el('span', { id: 'who-role', class: 'role' }, role)].filter(Boolean));
+  who.title = `Logged in as ${control.name || 'this browser'}, role ${role}`;
   for (const node of document.querySelectorAll('[data-role]')) {
     node.hidden = node.dataset.role === 'admin' && role !== 'admin';
   }
@@ -105,6 +121,10 @@ function watchApproval() {
     if (!app.control) return;
     let s;
     try { s = await app.control.call('status'); } catch { return; }
+    app.status = s;
+    for (const fn of statusListeners) {
+      try { fn(s); } catch (e) { console.warn('status listener failed', e); }
+    }
     const q = s.task && s.task.question;
     if (q && (!asked || asked.id !== q.id)) {
       asked = { id: q.id, task: s.task.id };
@@ -119,6 +139,7 @@ function watchApproval() {
       document.title = 'tether';
     }
   };
+  app.refreshStatus = tick;
   clearInterval(app.statusTimer);
   app.statusTimer = setInterval(tick, 1000);
   tick();

@@ -17,13 +17,21 @@ export function livePage(app) {
   const stats = el('div', { id: 'stats', class: 'stats', 'aria-live': 'off' }, 'connecting…');
   const note = el('p', { id: 'note', class: 'note', role: 'status' });
   const problem = el('p', { id: 'problem', class: 'problem', role: 'alert', hidden: true });
-  const phone = el('div', { class: 'phone' }, canvas, stats);
+  const task = taskBar(app);
+  const phone = el('div', { class: 'phone' }, canvas);
+  // The numbers go under the picture, not on it: on the phone they would hide its clock.
+  const frame = el('div', { class: 'phone-frame' }, phone, stats);
   let geometry = null;
 
   const say = (text) => { note.textContent = text; };
   const refuse = (e) => {
     problem.hidden = false;
-    problem.textContent = explain(e);
+    // Refused because a task's agent drives: point at the Take over button here (or
+    // say who may press it).
+    problem.textContent = e.code === 'TASK_RUNNING' && !task.mayControl
+      ? `A task is running: its agent drives, and your login may not take over. (${e.code}: ${e.message})`
+      : explain(e);
+    if (e.code === 'TASK_RUNNING') task.node.classList.add('attention');
     clearTimeout(refuse.timer);
     refuse.timer = setTimeout(() => { problem.hidden = true; }, 8000);
   };
@@ -188,7 +196,7 @@ export function livePage(app) {
     act(() => ({ type: 'type_text', text }));
   } }, typeField, el('button', { type: 'submit', 'data-control': true }, 'Type')) : null;
 
-  const page = el('section', { class: 'live' }, phone, el('div', { class: 'side' }, keys, typeForm, problem, note));
+  const page = el('section', { class: 'live' }, frame, el('div', { class: 'side' }, task.node, keys, typeForm, problem, note));
   // The first observation sets the geometry; the video follows it.
   observe().catch((e) => {
     // A view login may still look: it is the picture we need, not the observation.
@@ -196,7 +204,60 @@ export function livePage(app) {
   }).finally(() => video.start());
   // A new video generation (a new resolution) means a new geometry.
   const watch = setInterval(() => observe().catch(() => {}), 10000);
-  return { node: page, stop: () => { video.stop(); clearInterval(watch); } };
+  return { node: page, stop: () => { video.stop(); clearInterval(watch); task.stop(); } };
+}
+
+const ACTIVE = ['running', 'paused', 'waiting', 'taken_over'];
+
+/**
+ * The task on the phone, beside the picture: who drives, and (for a login that may) Take
+ * over, Hand back and Resume, so a person can drive without going to the Tasks page.
+ */
+function taskBar(app) {
+  const { control } = app;
+  const mayControl = control.may('task_control');
+  const text = el('span', { id: 'task-bar-text' });
+  const buttons = el('span', { class: 'controls', role: 'group', 'aria-label': 'Task controls' });
+  const problem = el('span', { class: 'problem', role: 'alert', hidden: true });
+  const node = el('div', { id: 'task-bar', class: 'task-bar', role: 'status', hidden: true }, text, buttons, problem);
+  let shown = '';
+  const render = (s) => {
+    const t = s.task && ACTIVE.includes(s.task.state) ? s.task : null;
+    const key = t ? `${t.id}/${t.state}` : '';
+    if (key === shown) return;
+    shown = key;
+    node.hidden = !t;
+    node.classList.remove('attention');
+    problem.hidden = true;
+    if (!t) { buttons.replaceChildren(); return; }
+    node.dataset.state = t.state;
+    text.textContent = {
+      running: `Task #${t.id} “${t.title}” is running: its agent drives.`,
+      waiting: `Task #${t.id} “${t.title}” waits for an answer.`,
+      paused: `Task #${t.id} “${t.title}” is paused.`,
+      taken_over: `Task #${t.id} “${t.title}” is taken over: people drive, its agent waits.`,
+    }[t.state];
+    const b = (label, action, title) => el('button', { type: 'button', 'data-control': true, dataset: { action }, title,
+      onclick: async () => {
+        try {
+          await control.call('task_control', { task: t.id, action });
+          problem.hidden = true;
+        } catch (e) {
+          problem.hidden = false;
+          problem.textContent = explain(e);
+        }
+        app.refreshStatus();
+      } }, label);
+    const list = [];
+    if (mayControl) {
+      if (t.state !== 'taken_over') list.push(b('Take over', 'takeover', 'Drive the phone yourself; the agent waits'));
+      if (t.state === 'taken_over') list.push(b('Hand back', 'handback', 'Give the phone back to the agent'));
+      if (t.state === 'paused') list.push(b('Resume', 'resume', 'Let the agent carry on'));
+    }
+    buttons.replaceChildren(...list);
+  };
+  const off = app.onStatus(render);
+  return { node, mayControl, stop: off };
 }
 
 /** At most `n` points of `path`, first and last kept. */

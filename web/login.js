@@ -52,10 +52,12 @@ export async function pairingPage(onIn) {
         el('li', {}, 'Settings → General → VPN & Device Management: install “tether”.'),
         el('li', {}, 'Settings → General → About → Certificate Trust Settings: turn on full trust for it.'),
         el('li', {}, 'Come back here and continue.'))) : null;
-    box.replaceChildren(el('h1', {}, 'Paired'),
+    // (replaceChildren, unlike el, would print a missing node as the text "null".)
+    box.replaceChildren(...[el('h1', {}, 'Paired'),
       el('p', { id: 'paired' }, `This browser is logged in as “${r.name}” (${r.role}).`),
-      el('p', { class: 'note' }, `Certificate fingerprint: ${r.fingerprint}`),
-      steps, el('button', { type: 'button', onclick: () => { history.replaceState(null, '', '/live'); onIn(); } }, 'Continue'));
+      el('p', { class: 'note fingerprint' }, 'Certificate fingerprint: ', el('code', { id: 'fingerprint' }, r.fingerprint)),
+      steps, el('button', { type: 'button', onclick: () => { history.replaceState(null, '', '/live'); onIn(); } }, 'Continue')]
+      .filter(Boolean));
   } catch (e) {
     box.replaceChildren(el('h1', {}, 'Pairing failed'),
       el('p', { class: 'problem', role: 'alert' }, e.code === 'PAIRING_INVALID'

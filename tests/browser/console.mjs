@@ -120,6 +120,52 @@ async function loggedIn(label, token, options = DESKTOP, setup = async () => {})
   return { ctx, p };
 }
 
+/** Whether boxes `a` and `b` ({x, y, width, height}) overlap. */
+function intersects(a, b) {
+  return a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height;
+}
+
+/**
+ * The pairing landing, as a person reads it: no stray "null" (a missing node printed as
+ * text) and the whole fingerprint inside its card, found by its text whatever the markup.
+ */
+async function checkPairingPage(page, fingerprint) {
+  const seen = await page.evaluate((fp) => {
+    const card = document.querySelector('#main .center');
+    const walker = document.createTreeWalker(card, NodeFilter.SHOW_TEXT);
+    let node;
+    while ((node = walker.nextNode()) && !node.data.includes(fp)) { /* next */ }
+    if (!node) return { text: card.innerText, missing: true };
+    const range = document.createRange();
+    const start = node.data.indexOf(fp);
+    range.setStart(node, start);
+    range.setEnd(node, start + fp.length);
+    const r = range.getBoundingClientRect();
+    const c = card.getBoundingClientRect();
+    return { text: card.innerText, fp: { left: r.left, right: r.right }, card: { left: c.left, right: c.right },
+      pageWidth: document.documentElement.scrollWidth, viewport: window.innerWidth };
+  }, fingerprint);
+  if (seen.missing) throw new Error(`no fingerprint on the pairing page: ${seen.text}`);
+  // (The names and the hex fingerprint this suite uses never contain "null".)
+  if (seen.text.includes('null')) throw new Error(`the pairing page says "null": ${JSON.stringify(seen.text)}`);
+  if (seen.fp.left < seen.card.left || seen.fp.right > seen.card.right + 0.5) {
+    throw new Error(`the fingerprint runs out of its card: ${JSON.stringify(seen)}`);
+  }
+  if (seen.pageWidth > seen.viewport) throw new Error(`the page scrolls sideways: ${JSON.stringify(seen)}`);
+}
+
+/** The fps line must leave the phone's status bar (its clock) uncovered. */
+async function checkStatsClearOfStatusBar(page) {
+  const stats = await page.locator('#stats').boundingBox();
+  const canvas = await page.locator('#screen').boundingBox();
+  if (!stats || !canvas) throw new Error(`no box: stats ${JSON.stringify(stats)}, canvas ${JSON.stringify(canvas)}`);
+  // An iPhone's status bar is its top ~7% (54 of 844 points); 10% to be safe.
+  const band = { x: canvas.x, y: canvas.y, width: canvas.width, height: canvas.height * 0.1 };
+  if (intersects(stats, band)) {
+    throw new Error(`the fps overlay ${JSON.stringify(stats)} covers the status bar ${JSON.stringify(band)}`);
+  }
+}
+
 /** The page position of a sim element's centre, through the canvas's box. */
 async function onCanvas(page, id) {
   const s = await sim();
@@ -171,14 +217,39 @@ try {
     await page.goto(pairing.url);
     await page.locator('#paired').waitFor();
     if (page.url().includes('code=')) throw new Error(`the code stayed in the address bar: ${page.url()}`);
-    await shot(page, '01-paired');
+    // Chromium on Linux: not an Apple device, so no trust steps (and no "null" in their place).
+    if (await page.locator('#ios-trust').count()) throw new Error('iOS trust steps shown to Chromium on Linux');
+    await checkPairingPage(page, status.https.fingerprint);
+    await shot(page, 'page-pair');
     await page.getByRole('button', { name: 'Continue' }).click();
     await page.locator('#screen').waitFor();
+    // The header names the login (the token's name), its role beside it.
+    await page.locator('#who').filter({ hasText: 'browser-pair' }).filter({ hasText: 'operate' }).waitFor({ timeout: 5000 });
     expectedErrors.push('desktop: Failed to load resource: the server responded with a status of 410');
     const again = await page.evaluate(async (code) => (await fetch('/api/pair', { method: 'POST',
       headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ code }) })).status,
     new URL(pairing.url).hash.match(/code=([^&]+)/)[1]);
     if (again !== 410) throw new Error(`a used pairing code answered ${again}`);
+  });
+
+  await step('at 390 px the pairing page fits (Android and iPhone)', async () => {
+    const phones = [
+      ['android', 'Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0 Mobile Safari/537.36', false],
+      ['iphone', 'Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1', true],
+    ];
+    for (const [name, userAgent, apple] of phones) {
+      const pairing = JSON.parse(cli('pair', '--role', 'view', '--name', `pair-${name}`, '--host', 'localhost', '--json'));
+      const ctx = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 390, height: 844 },
+        hasTouch: true, isMobile: true, deviceScaleFactor: 3, userAgent });
+      const p = await ctx.newPage();
+      watchConsole(p, `pair-${name}`);
+      await p.goto(pairing.url);
+      await p.locator('#paired').waitFor();
+      if ((await p.locator('#ios-trust').count() > 0) !== apple) throw new Error(`${name}: trust steps shown: ${!apple}`);
+      await checkPairingPage(p, status.https.fingerprint);
+      await shot(p, `page-pair-390-${name}`);
+      await ctx.close();
+    }
   });
 
   await step('the canvas shows the sim at >= 20 fps and matches a screenshot', async () => {
@@ -187,7 +258,8 @@ try {
       const v = Number(await page.locator('#stats').getAttribute('data-fps'));
       return v >= 20 ? v : false;
     }, 30000);
-    await shot(page, '02-live');
+    await checkStatsClearOfStatusBar(page);
+    await shot(page, 'page-phone');
     const diff = await page.evaluate(async () => {
       const canvas = document.getElementById('screen');
       const shotPng = await (await fetch('/api/screenshot?max_edge=256')).blob();
@@ -313,24 +385,51 @@ try {
       const r = await agent('task_messages', { after_seq: 0 });
       return r.ok && JSON.stringify(r.result).includes('use the blue button');
     });
-    // The person's input is refused while the agent drives, and the page says why.
+    // The person's input is refused while the agent drives; the page says why and points
+    // at the Take over button beside the phone.
     await page.getByRole('link', { name: 'Phone' }).click();
     await framesDrawn(page, 1);
+    const takeOver = page.locator('#task-bar [data-action="takeover"]');
+    await takeOver.waitFor();
     const box = await page.locator('#screen').boundingBox();
     await page.mouse.click(box.x + box.width / 2, box.y + box.height / 2);
-    await page.locator('#problem').filter({ hasText: 'take over' }).waitFor();
+    await page.locator('#problem').filter({ hasText: 'Take over' }).waitFor();
     await shot(page, '06-refused');
-    await page.getByRole('link', { name: 'Tasks' }).click();
-    await page.locator(`[data-task="${opened.id}"]`).click();
-    await page.locator('#journal li[data-kind="step"]').first().waitFor();
-    // A question: the banner shows on the page, Approve answers it.
+    // A question: the banner shows over the page without moving the phone, Approve answers it.
     const asked = agent('task_confirm', { question: 'delete the album?' });
     await page.locator('#approval').filter({ hasText: 'delete the album?' }).waitFor();
     if (!(await page.title()).includes('approval')) throw new Error(`no title badge: ${await page.title()}`);
-    await shot(page, '07-approval');
+    const moved = await page.locator('#screen').boundingBox();
+    if (['x', 'y', 'width', 'height'].some((k) => Math.abs(moved[k] - box[k]) > 0.5)) {
+      throw new Error(`the approval banner moved the phone from ${JSON.stringify(box)} to ${JSON.stringify(moved)}`);
+    }
+    const banner = await page.locator('#approval').boundingBox();
+    if (intersects(banner, moved)) throw new Error(`the banner ${JSON.stringify(banner)} covers the phone ${JSON.stringify(moved)}`);
+    await shot(page, 'page-approval');
     await page.locator('#approval-yes').click();
     const answer = await asked;
     if (!answer.ok || !JSON.stringify(answer.result).includes('approved')) throw new Error(JSON.stringify(answer));
+    // Take over from the Phone page: the person's clicks now drive; Hand back returns it.
+    await waitFor('running again', async () => (await call('status')).task.state === 'running');
+    await takeOver.click();
+    await waitFor('taken over', async () => (await call('status')).task.state === 'taken_over');
+    await page.locator('#task-bar[data-state="taken_over"] [data-action="handback"]').waitFor();
+    const icon = await onCanvas(page, 'app0');
+    await page.mouse.click(icon.x, icon.y);
+    await waitFor('the demo app, opened by the person', async () => { const s = await sim(); return s.screen === 'app' && !s.animating; });
+    await shot(page, 'phone-taken-over');
+    await page.getByRole('button', { name: 'Home', exact: true }).click();
+    await waitFor('home', async () => { const s = await sim(); return s.screen === 'home' && !s.animating; });
+    await page.locator('#task-bar [data-action="handback"]').click();
+    await waitFor('handed back', async () => (await call('status')).task.state === 'running');
+    await page.locator('#task-bar[data-state="running"] [data-action="takeover"]').waitFor();
+    // The phone changed under the agent: it looks again before it acts.
+    const looked = await agent('screenshot', { max_edge: 256 });
+    if (!looked.ok) throw new Error(JSON.stringify(looked));
+    await page.getByRole('link', { name: 'Tasks' }).click();
+    await page.locator(`[data-task="${opened.id}"]`).click();
+    await page.locator('#journal li[data-kind="step"]').first().waitFor();
+    await shot(page, 'page-tasks');
     // Pause in the page: the agent's next action waits until resume.
     await page.locator('[data-action="pause"]').click();
     await waitFor('paused', async () => (await call('status')).task.state === 'paused');
@@ -341,10 +440,11 @@ try {
     await new Promise((r) => setTimeout(r, 1000));
     if (answered) throw new Error(`the action ran while paused: ${JSON.stringify(await waiting)}`);
     await shot(page, '08-paused');
+    const steps = await page.locator('#journal li[data-kind="step"]').count();
     await page.locator('[data-action="resume"]').click();
     const done = await waiting;
     if (!done.ok) throw new Error(`after resume: ${JSON.stringify(done)}`);
-    await page.locator('#journal li[data-kind="step"]').nth(2).waitFor();
+    await page.locator('#journal li[data-kind="step"]').nth(steps).waitFor();
     lease.close();
     await page.locator('#task-state').filter({ hasText: 'abandoned' }).waitFor();
   });
@@ -360,10 +460,10 @@ try {
     await p.locator('#pairing img.qr').waitFor();
     const url = await p.locator('#pair-url').inputValue();
     if (!url.includes('/pair#code=')) throw new Error(url);
-    await shot(p, '09-access');
+    await shot(p, 'page-access');
     await p.getByRole('link', { name: 'Device' }).click();
     await p.locator('#facts').filter({ hasText: status.https.fingerprint }).waitFor();
-    await shot(p, '10-device');
+    await shot(p, 'page-device');
     await ctx.close();
   });
 
@@ -400,7 +500,8 @@ try {
     await p.touchscreen.tap(icon.x, icon.y);
     await waitFor('the demo app', async () => (await sim()).screen === 'app');
     await waitFor('the page to count the action', async () => (await actionsDone(p)) > done);
-    await shot(p, '12-touch');
+    await checkStatsClearOfStatusBar(p);
+    await shot(p, 'page-phone-390');
     await ctx.close();
   });
 
@@ -467,7 +568,7 @@ try {
     await page.reload();
     await page.locator('#token').waitFor();
     await page.locator('.problem').filter({ hasText: 'session ended' }).waitFor();
-    await shot(page, '16-logged-out');
+    await shot(page, 'page-login');
   });
 
   await step('no errors in the browser console', async () => {

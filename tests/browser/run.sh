@@ -2,7 +2,10 @@
 # The web console in a real browser: Playwright (playwright-core from npm) driving
 # Debian's Chromium, headless, against `tether serve --sim` over HTTPS. Exit 0 = pass.
 # Installs what it needs. Screenshots of every page state go to $TETHER_BROWSER_OUT
-# (default: a fresh directory, printed at the end).
+# (default: a fresh directory, printed at the end), one per page named page-*.png
+# (page-pair, page-phone, page-tasks, page-approval, page-access, page-device, page-login)
+# and the other states numbered; the PNGs of an earlier run there are removed first, so a
+# step that failed cannot leave an old picture standing in for its page.
 #
 #   tests/browser/run.sh                    # uses target/debug/tether (built if missing)
 #   TETHER_BIN=target/release/tether tests/browser/run.sh
@@ -25,5 +28,6 @@ bin="${TETHER_BIN:-$PWD/target/debug/tether}"
 [ -x "$bin" ] || cargo build -p tether --locked
 out="${TETHER_BROWSER_OUT:-$(mktemp -d /tmp/tether-browser-XXXXXX)}"
 mkdir -p "$out"
+rm -f "$out"/*.png
 TETHER_NODE_MODULES="$npm_dir/node_modules" TETHER_BIN="$bin" TETHER_BROWSER_OUT="$out" \
     timeout 600 node tests/browser/console.mjs
