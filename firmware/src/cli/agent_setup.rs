@@ -160,7 +160,13 @@ fn user_name(uid: u32) -> String {
 fn describe(path: &Path) -> String {
     match std::fs::metadata(path) {
         Ok(m) => {
-            format!("{} (mode {:04o}, {}:{})", path.display(), m.mode() & 0o7777, user_name(m.uid()), group_name(m.gid()))
+            format!(
+                "{} (mode {:04o}, {}:{})",
+                path.display(),
+                m.mode() & 0o7777,
+                user_name(m.uid()),
+                group_name(m.gid())
+            )
         }
         Err(e) => format!("{} ({e})", path.display()),
     }
@@ -270,11 +276,9 @@ pub fn check_socket(setup: &Setup, agent: &Agent) -> Finding {
     if std::fs::symlink_metadata(socket).is_err() {
         return Finding::unchecked("socket", format!("no daemon on {} to check against", socket.display()));
     }
-    let Some(reach) = as_agent(agent, || {
-        match blocked_at(socket, AccessFlags::W_OK) {
-            Some(at) => Reach::Blocked(at),
-            None => hello(socket),
-        }
+    let Some(reach) = as_agent(agent, || match blocked_at(socket, AccessFlags::W_OK) {
+        Some(at) => Reach::Blocked(at),
+        None => hello(socket),
     }) else {
         return Finding::unchecked("socket", "checked as root only (`sudo tether doctor`)".into());
     };
@@ -318,10 +322,7 @@ pub fn check_socket(setup: &Setup, agent: &Agent) -> Finding {
             let meta = std::fs::metadata(socket).ok();
             let socket_gid = meta.as_ref().map(MetadataExt::gid);
             let configured = Group::from_name(group).ok().flatten();
-            let detail = format!(
-                "{name} cannot connect to {}: it is not in the socket's group",
-                describe(socket)
-            );
+            let detail = format!("{name} cannot connect to {}: it is not in the socket's group", describe(socket));
             match (&configured, socket_gid) {
                 // The group the daemon set: joining it is enough (`task run` gives the agent
                 // its groups at each run).
@@ -329,12 +330,9 @@ pub fn check_socket(setup: &Setup, agent: &Agent) -> Finding {
                     Finding::fail("socket", detail, format!("sudo usermod -aG {group} {name}"), false)
                 }
                 // The daemon set another (named) group: its configuration differs from ours.
-                (_, Some(gid)) if gid != 0 && gid != nix::unistd::getegid().as_raw() => Finding::fail(
-                    "socket",
-                    detail,
-                    format!("sudo usermod -aG {} {name}", group_name(gid)),
-                    false,
-                ),
+                (_, Some(gid)) if gid != 0 && gid != nix::unistd::getegid().as_raw() => {
+                    Finding::fail("socket", detail, format!("sudo usermod -aG {} {name}", group_name(gid)), false)
+                }
                 // The socket kept the daemon's own group: the group was missing at its start.
                 (Some(_), _) => Finding::fail("socket", detail, format!("sudo usermod -aG {group} {name}"), true),
                 (None, _) => Finding::fail(
@@ -356,11 +354,7 @@ pub fn check_cwd(agent: &Agent, cwd: &Path) -> Finding {
         Some(None) => Finding::ok("cwd", format!("{name} can enter {}", cwd.display())),
         Some(Some(at)) => Finding::fail(
             "cwd",
-            format!(
-                "{name} cannot enter the working directory {}: {} is closed to it",
-                cwd.display(),
-                describe(&at)
-            ),
+            format!("{name} cannot enter the working directory {}: {} is closed to it", cwd.display(), describe(&at)),
             format!("run it from a directory {name} can enter, e.g. `cd /tmp`"),
             false,
         ),

@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use super::agent_setup::State;
 use serde_json::json;
 use tether::board::Board;
 use tether::client::ControlClient;
-use super::agent_setup::State;
 use tether::config::{Config, Profile, DEFAULT_AGENT_USER};
 use tether::device::inventory::Inventory;
 use tether::server::tls::Fingerprint;

@@ -268,8 +268,10 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
             },
         )
         .context("start daemon")?;
-        let mut server_config =
-            UnixServerConfig::new(config.socket.clone(), RolePolicy { service_uid, agent_uid, agent_name, operator_gid });
+        let mut server_config = UnixServerConfig::new(
+            config.socket.clone(),
+            RolePolicy { service_uid, agent_uid, agent_name, operator_gid },
+        );
         server_config.group = operator_gid;
         let server = UnixServer::bind(server_config, daemon.clone())?;
         let shutdown = CancellationToken::new();

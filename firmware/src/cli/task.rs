@@ -280,7 +280,8 @@ fn check_agent(setup: &agent_setup::Setup, program: &str, on_socket: bool) -> an
     let no_task = "no task was opened";
     let agent = agent_setup::lookup(setup).map_err(|f| anyhow::anyhow!("{}\n{no_task}", f.explain()))?;
     let cwd = std::env::current_dir().context("the working directory")?;
-    let mut findings = vec![agent_setup::check_cwd(&agent, &cwd), agent_setup::check_program(&agent, program, &cwd, "program")];
+    let mut findings =
+        vec![agent_setup::check_cwd(&agent, &cwd), agent_setup::check_program(&agent, program, &cwd, "program")];
     if on_socket {
         findings.push(agent_setup::check_socket(setup, &agent));
     }

@@ -220,11 +220,10 @@ async fn identify(stream: &UnixStream, policy: &RolePolicy) -> io::Result<(PeerC
     let cred = stream.peer_cred()?;
     let creds = PeerCredentials { pid: cred.pid(), uid: cred.uid(), gid: cred.gid() };
     let name = policy.agent_name.clone();
-    let (groups, agent_now) = tokio::task::spawn_blocking(move || {
-        (groups_of(creds.uid, creds.gid), agent_uid_now(name.as_deref()))
-    })
-    .await
-    .unwrap_or_else(|_| (vec![creds.gid], None));
+    let (groups, agent_now) =
+        tokio::task::spawn_blocking(move || (groups_of(creds.uid, creds.gid), agent_uid_now(name.as_deref())))
+            .await
+            .unwrap_or_else(|_| (vec![creds.gid], None));
     let caller = policy.role_for(&creds, &groups, agent_now).map(|role| Caller::unix(creds, role));
     Ok((creds, caller))
 }
