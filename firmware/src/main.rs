@@ -117,6 +117,10 @@ enum TaskCommand {
         /// else tether-agent).
         #[arg(long, value_name = "NAME|UID")]
         agent_user: Option<String>,
+        /// The daemon's config file, for its socket, agent user and socket group (default:
+        /// the one `serve` reads by default).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
         /// A variable for CMD when it runs as the agent user, whose environment otherwise
         /// holds only PATH, LANG, LC_ALL, TERM, TZ, HOME, USER and the TETHER_* ones
         /// (repeatable; `NAME` copies it from here).
@@ -405,6 +409,10 @@ struct DoctorArgs {
     /// Control socket to probe for a running daemon.
     #[arg(long, value_name = "PATH", env = "TETHER_SOCKET")]
     socket: Option<PathBuf>,
+    /// The daemon's config file, for its socket, agent user and socket group (default:
+    /// the one `serve` reads by default).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Board file whose statement of what works to print. Default: /etc/tether/board.toml
     /// if it exists.
     #[arg(long, value_name = "FILE")]
@@ -450,7 +458,7 @@ fn main() -> ExitCode {
             GadgetCommand::Status { json } => cli::gadget::run_gadget_status(json),
         },
         Command::Calibrate(args) => cli::calibrate::run_calibrate(args.socket, args.grid, args.reset, args.json),
-        Command::Doctor(args) => cli::doctor::run_doctor(args.socket, args.board, args.json),
+        Command::Doctor(args) => cli::doctor::run_doctor(args.socket, args.config, args.board, args.json),
         Command::Task(cmd) => run_task_command(cmd),
         Command::Token(cmd) => run_token_command(cmd),
         Command::Pair(a) => match a.offline {
@@ -493,7 +501,7 @@ fn run_task_command(cmd: TaskCommand) -> anyhow::Result<ExitCode> {
         task::run_control(Endpoint::resolve(a.socket, &a.remote)?, a.id, action, a.reason, end)
     };
     match cmd {
-        TaskCommand::Run { socket, remote, title, apps, max_steps, max_duration, agent_user, env, command } => {
+        TaskCommand::Run { socket, remote, title, apps, max_steps, max_duration, agent_user, config, env, command } => {
             task::run_task(task::RunOptions {
                 socket,
                 remote,
@@ -502,6 +510,7 @@ fn run_task_command(cmd: TaskCommand) -> anyhow::Result<ExitCode> {
                 max_steps,
                 max_duration_s: max_duration,
                 agent_user,
+                config,
                 env,
                 command,
             })

@@ -63,7 +63,7 @@ impl SimDaemon {
             Devices { hid: Box::new(phone.hid()), video: Box::new(phone.display()), sim: Some(phone.clone()) },
             DaemonOptions { sim: true, layout: sim.layout, data_dir: Some(dir.path().join("data")), ..options },
         )?;
-        let policy = RolePolicy { service_uid: nix_uid(), agent_uid: None, operator_gid: None };
+        let policy = RolePolicy { service_uid: nix_uid(), agent_uid: None, agent_name: None, operator_gid: None };
         let mut config = UnixServerConfig::new(socket.clone(), policy);
         adjust(&mut config);
         let server = UnixServer::bind(config, daemon.clone())?;

@@ -153,7 +153,7 @@ async fn socket_is_0660_and_a_second_daemon_is_refused() {
     let second = tether::server::UnixServer::bind(
         tether::server::UnixServerConfig::new(
             d.socket().to_path_buf(),
-            tether::server::RolePolicy { service_uid: 0, agent_uid: None, operator_gid: None },
+            tether::server::RolePolicy { service_uid: 0, agent_uid: None, agent_name: None, operator_gid: None },
         ),
         d.daemon.clone(),
     );
@@ -171,7 +171,7 @@ async fn a_stale_socket_from_a_crashed_daemon_is_replaced() {
         Default::default(),
     )
     .unwrap();
-    let policy = tether::server::RolePolicy { service_uid: 0, agent_uid: None, operator_gid: None };
+    let policy = tether::server::RolePolicy { service_uid: 0, agent_uid: None, agent_name: None, operator_gid: None };
     let server = tether::server::UnixServer::bind(tether::server::UnixServerConfig::new(path.clone(), policy), daemon);
     assert!(server.is_ok());
     drop(server);

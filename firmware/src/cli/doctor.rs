@@ -3,22 +3,36 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use super::agent_setup::State;
 use serde_json::json;
 use tether::board::Board;
 use tether::client::ControlClient;
-use tether::config::{Config, Profile};
+use tether::config::{Config, Profile, DEFAULT_AGENT_USER};
 use tether::device::inventory::Inventory;
 use tether::server::tls::Fingerprint;
 
 /// Prints what hardware and capabilities this machine has.
-pub fn run_doctor(socket: Option<PathBuf>, board: Option<PathBuf>, as_json: bool) -> anyhow::Result<ExitCode> {
+pub fn run_doctor(
+    socket: Option<PathBuf>,
+    config: Option<PathBuf>,
+    board: Option<PathBuf>,
+    as_json: bool,
+) -> anyhow::Result<ExitCode> {
     let profile = Profile::detect();
     // The board's own statement of what works with the kernel the image ships.
     let board = match Board::find(board.as_deref()) {
         Some(path) => Some(Board::load(&path)?),
         None => None,
     };
-    let path = super::client_socket(socket);
+    // The daemon's configuration (`--config`, else its default file): its socket and agent.
+    let daemon_config = super::daemon_config(config.as_deref())?;
+    let path = socket.unwrap_or_else(|| daemon_config.socket.clone());
+    let (agent, agent_findings) = super::agent_setup::report(&super::agent_setup::Setup {
+        agent_name: daemon_config.agent_user.clone().unwrap_or_else(|| DEFAULT_AGENT_USER.to_string()),
+        socket: path.clone(),
+        socket_group: daemon_config.socket_group.clone(),
+        config_file: super::config_file_for_advice(config.as_deref()),
+    });
     let inventory = Inventory::probe();
     let daemon = super::client_runtime()?.block_on(async {
         match ControlClient::connect(&path).await {
@@ -36,6 +50,7 @@ pub fn run_doctor(socket: Option<PathBuf>, board: Option<PathBuf>, as_json: bool
         "profile": format!("{profile:?}").to_lowercase(),
         "socket": path,
         "daemon": daemon,
+        "agent": agent,
         "hardware": inventory,
         "https": https_report(profile, &daemon),
         "storage": storage_report(profile, &daemon),
@@ -90,6 +105,21 @@ pub fn run_doctor(socket: Option<PathBuf>, board: Option<PathBuf>, as_json: bool
     match daemon["reachable"].as_bool() {
         Some(true) => println!("  daemon: answering on {}", path.display()),
         _ => println!("  daemon: not reachable on {}", path.display()),
+    }
+    // What `task run` as root needs: the agent user, its way to the socket, this binary.
+    for f in &agent_findings {
+        let state = match f.state {
+            State::Ok => "ok",
+            State::Fail => "FAILS",
+            State::Unchecked => "unchecked",
+        };
+        println!("  agent:  {:<7} {state}: {}", f.check, f.detail);
+        if let Some(fix) = &f.fix {
+            println!("          fix: {fix}");
+        }
+        if f.restart {
+            println!("          then restart the daemon (`tether serve`): it reads this only when it starts");
+        }
     }
     let storage = &report["storage"];
     let dir = storage["data_dir"].as_str().unwrap_or("?");

@@ -93,7 +93,10 @@ fn agent_uid(config: &Config) -> anyhow::Result<Option<u32>> {
             bail!("agent user {name:?} does not exist (create it, or pass a numeric uid)")
         }
         None => {
-            tracing::info!(user = name, "agent user does not exist; no connection gets the agent role");
+            tracing::info!(
+                user = name,
+                "agent user does not exist yet; it is looked up at each connection, so creating it needs no restart"
+            );
             Ok(None)
         }
     }
@@ -185,6 +188,10 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
             config.agent_user.as_deref().unwrap_or(DEFAULT_AGENT_USER)
         );
     }
+    // A name (not a uid) is looked up again at each connection (RolePolicy::agent_name).
+    let agent_name = Some(config.agent_user.as_deref().unwrap_or(DEFAULT_AGENT_USER))
+        .filter(|n| n.parse::<u32>().is_err())
+        .map(str::to_string);
     let operator_gid = Group::from_name(&config.socket_group).ok().flatten().map(|g| g.gid.as_raw());
     if operator_gid.is_none() {
         tracing::info!(group = %config.socket_group, "operators' group does not exist; only admins can connect");
@@ -261,8 +268,10 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
             },
         )
         .context("start daemon")?;
-        let mut server_config =
-            UnixServerConfig::new(config.socket.clone(), RolePolicy { service_uid, agent_uid, operator_gid });
+        let mut server_config = UnixServerConfig::new(
+            config.socket.clone(),
+            RolePolicy { service_uid, agent_uid, agent_name, operator_gid },
+        );
         server_config.group = operator_gid;
         let server = UnixServer::bind(server_config, daemon.clone())?;
         let shutdown = CancellationToken::new();

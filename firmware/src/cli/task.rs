@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use nix::sys::signal::{killpg, Signal};
-use nix::unistd::{Pid, User};
+use nix::unistd::Pid;
 use serde_json::{json, Value};
 use tether::client::ControlClient;
 
+use super::agent_setup;
 use super::lease::Lease;
 use super::remote::{client_error, Endpoint};
 use tether::config::DEFAULT_AGENT_USER;
@@ -39,6 +40,8 @@ pub struct RunOptions {
     pub max_duration_s: Option<u64>,
     /// The agent user (when run as root).
     pub agent_user: Option<String>,
+    /// The daemon's config file (default: the one `serve` reads by default).
+    pub config: Option<PathBuf>,
     /// Variables passed to CMD when it runs as the agent user (`NAME` or `NAME=VALUE`).
     pub env: Vec<String>,
     /// The command and its arguments.
@@ -59,25 +62,22 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
     let Some((program, args)) = opts.command.split_first() else {
         bail!("nothing to run: give the command after `--`, e.g. `tether task run -- ./agent.sh`");
     };
+    // The daemon's own configuration (`--config`, else its default file): the socket and
+    // the agent user must be the ones it uses.
+    let config = super::daemon_config(opts.config.as_deref())?;
+    let socket = opts.socket.clone().unwrap_or_else(|| config.socket.clone());
     let agent = if nix::unistd::geteuid().is_root() {
-        // The flag, else the daemon's config (so both agree on who the agent is).
-        let configured = || {
-            let profile = tether::config::Profile::detect();
-            let file = tether::config::default_config_file(profile)?;
-            tether::config::Config::load(profile, &file).ok()?.agent_user
+        let setup = agent_setup::Setup {
+            agent_name: opts
+                .agent_user
+                .clone()
+                .or_else(|| config.agent_user.clone())
+                .unwrap_or_else(|| DEFAULT_AGENT_USER.to_string()),
+            socket: socket.clone(),
+            socket_group: config.socket_group.clone(),
+            config_file: super::config_file_for_advice(opts.config.as_deref()),
         };
-        let name = opts.agent_user.clone().or_else(configured).unwrap_or_else(|| DEFAULT_AGENT_USER.to_string());
-        let user = match name.parse::<u32>() {
-            Ok(uid) => User::from_uid(uid.into())?,
-            Err(_) => User::from_name(&name)?,
-        };
-        let user = user.with_context(|| {
-            format!("agent user {name:?} does not exist: create it (`useradd --system {name}`) or pass --agent-user")
-        })?;
-        if user.uid.is_root() {
-            bail!("the agent user must not be root");
-        }
-        Some(user)
+        Some(check_agent(&setup, program, opts.remote.url.is_none())?)
     } else {
         eprintln!(
             "tether: not root, so the command runs under your own uid; on the appliance run as root to \
@@ -110,7 +110,7 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
     if let Some(s) = opts.max_duration_s {
         scope.insert("max_duration_s".into(), json!(s));
     }
-    let endpoint = super::remote::Endpoint::resolve(opts.socket.clone(), &opts.remote)?;
+    let endpoint = super::remote::Endpoint::resolve(Some(socket), &opts.remote)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async move {
         let scope = Value::Object(scope);
@@ -140,14 +140,22 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
             cmd.envs(passed.iter().map(|(k, v)| (k, v)));
             cmd.env(ENV_TOKEN, &token).env(ENV_ID, id.to_string());
             cmd.envs(reach.iter().map(|(k, v)| (k, v)));
-            cmd.uid(user.uid.as_raw()).gid(user.gid.as_raw()).env("HOME", &user.dir).env("USER", &user.name);
+            cmd.env("HOME", &user.user.dir).env("USER", &user.user.name);
         }
-        // SAFETY: the closure runs in the forked child before exec and makes two raw system
-        // calls, setsid(2) and close_range(2), both async-signal-safe; it allocates nothing and
-        // touches no memory shared with the parent.
+        // The agent's uid, gid and all its groups (a login's, `getgrouplist`), taken in the
+        // child: std's `uid()` would drop the supplementary groups, and with them the
+        // socket's group that lets the agent connect.
+        let ids = agent.as_ref().map(|a| (a.user.uid.as_raw(), a.user.gid.as_raw(), a.groups.clone()));
+        // SAFETY: the closure runs in the forked child before exec and makes only raw system
+        // calls (setsid(2), setgroups(2), setresgid(2), setresuid(2), close_range(2)), all
+        // async-signal-safe; it allocates nothing (the groups were collected before the fork)
+        // and touches no memory shared with the parent.
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 nix::unistd::setsid().map_err(std::io::Error::from)?;
+                if let Some((uid, gid, groups)) = &ids {
+                    agent_setup::become_user(*uid, *gid, groups)?;
+                }
                 // Whatever this process inherited without close-on-exec (fds of the shell or
                 // service that started it) must not reach the agent: mark every fd above
                 // stderr close-on-exec. std's own error pipe already is, so spawn errors still
@@ -263,6 +271,38 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
             }
         }
     })
+}
+
+/// The agent user, checked as that user before any task opens: it exists, can enter the
+/// working directory, can run `program`, and (on the socket) reaches the daemon and gets
+/// the agent role there. Else one error naming the fix of each problem.
+fn check_agent(setup: &agent_setup::Setup, program: &str, on_socket: bool) -> anyhow::Result<agent_setup::Agent> {
+    let no_task = "no task was opened";
+    let agent = agent_setup::lookup(setup).map_err(|f| anyhow::anyhow!("{}\n{no_task}", f.explain()))?;
+    let cwd = std::env::current_dir().context("the working directory")?;
+    let mut findings =
+        vec![agent_setup::check_cwd(&agent, &cwd), agent_setup::check_program(&agent, program, &cwd, "program")];
+    if on_socket {
+        findings.push(agent_setup::check_socket(setup, &agent));
+    }
+    let failing: Vec<String> = findings
+        .iter()
+        .filter(|f| f.state == agent_setup::State::Fail)
+        .map(|f| f.explain().replace('\n', "\n  "))
+        .collect();
+    if !failing.is_empty() {
+        bail!(
+            "the command cannot run as the agent user {:?}, so {no_task}:\n- {}",
+            agent.user.name,
+            failing.join("\n- ")
+        );
+    }
+    let binary = agent_setup::check_binary(&agent);
+    if binary.state == agent_setup::State::Fail {
+        // Not fatal: the command may not call tether at all.
+        eprintln!("tether: note: commands calling tether will fail: {}", binary.explain());
+    }
+    Ok(agent)
 }
 
 /// How long a command that ended its own task may take to exit before it is stopped.

@@ -30,16 +30,24 @@ pub struct RolePolicy {
     pub service_uid: u32,
     /// The dedicated agent uid: agent-only, whatever groups it has.
     pub agent_uid: Option<u32>,
+    /// The agent user's name, looked up again at each connection: a user created (or
+    /// made again) after the daemon started is the agent at once, without a restart, and
+    /// is never taken for an operator through the socket's group meanwhile.
+    pub agent_name: Option<String>,
     /// Members of this group operate.
     pub operator_gid: Option<u32>,
 }
 
 impl RolePolicy {
     /// The role of a peer with `creds` whose user belongs to `groups` (supplementary groups
-    /// plus primary). `None`: the peer has no role and is refused.
-    pub fn role_for(&self, creds: &PeerCredentials, groups: &[u32]) -> Option<Role> {
+    /// plus primary) and whose agent user has the uid `agent_now` at this connection (see
+    /// [`RolePolicy::agent_name`]). `None`: the peer has no role and is refused.
+    pub fn role_for(&self, creds: &PeerCredentials, groups: &[u32], agent_now: Option<u32>) -> Option<Role> {
         // The agent check comes first: the agent uid must never gain more through groups.
-        if self.agent_uid == Some(creds.uid) {
+        // Both the uid known at start and the name's uid now are agent-only: a lookup can
+        // only ever take rights away. Root and the daemon's own uid never become agents.
+        let agent_now = agent_now.filter(|&uid| uid != 0 && uid != self.service_uid);
+        if self.agent_uid == Some(creds.uid) || agent_now == Some(creds.uid) {
             return Some(Role::Agent);
         }
         if creds.uid == 0 || creds.uid == self.service_uid {
@@ -203,12 +211,20 @@ fn groups_of(uid: u32, gid: u32) -> Vec<u32> {
         .unwrap_or_else(|_| vec![gid])
 }
 
+/// The uid the agent user's name has now, from the user database.
+fn agent_uid_now(name: Option<&str>) -> Option<u32> {
+    User::from_name(name?).ok().flatten().map(|u| u.uid.as_raw())
+}
+
 async fn identify(stream: &UnixStream, policy: &RolePolicy) -> io::Result<(PeerCredentials, Option<Caller>)> {
     let cred = stream.peer_cred()?;
     let creds = PeerCredentials { pid: cred.pid(), uid: cred.uid(), gid: cred.gid() };
-    let groups =
-        tokio::task::spawn_blocking(move || groups_of(creds.uid, creds.gid)).await.unwrap_or_else(|_| vec![creds.gid]);
-    let caller = policy.role_for(&creds, &groups).map(|role| Caller::unix(creds, role));
+    let name = policy.agent_name.clone();
+    let (groups, agent_now) =
+        tokio::task::spawn_blocking(move || (groups_of(creds.uid, creds.gid), agent_uid_now(name.as_deref())))
+            .await
+            .unwrap_or_else(|_| (vec![creds.gid], None));
+    let caller = policy.role_for(&creds, &groups, agent_now).map(|role| Caller::unix(creds, role));
     Ok((creds, caller))
 }
 
@@ -318,4 +334,24 @@ async fn read_requests(
         () = peer_hung_up(stream) => {}
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_agent_name_looked_up_now_is_agent_only_and_never_root() {
+        let policy = RolePolicy { service_uid: 500, agent_uid: None, agent_name: None, operator_gid: Some(600) };
+        let peer = |uid| PeerCredentials { pid: None, uid, gid: 600 };
+        // A user made after the start, in the socket's group: agent, not operate.
+        assert_eq!(policy.role_for(&peer(700), &[600], None), Some(Role::Operate));
+        assert_eq!(policy.role_for(&peer(700), &[600], Some(700)), Some(Role::Agent));
+        // The uid known at start stays agent-only whatever the name says now.
+        let known = RolePolicy { agent_uid: Some(701), ..policy.clone() };
+        assert_eq!(known.role_for(&peer(701), &[600], Some(702)), Some(Role::Agent));
+        // A name that now resolves to root or the daemon's uid takes nothing from them.
+        assert_eq!(policy.role_for(&peer(0), &[], Some(0)), Some(Role::Admin));
+        assert_eq!(policy.role_for(&peer(500), &[], Some(500)), Some(Role::Admin));
+    }
 }
