@@ -352,7 +352,9 @@ async fn screenshots_beyond_the_work_limit_are_busy() {
     assert!(codes.iter().all(|c| c == "OK" || c == "BUSY"), "{codes:?}");
     let st = c.ok("status", json!({})).await;
     assert_eq!(st["limits"]["screenshots_in_flight"], 0, "{st}");
-    assert_eq!(st["limits"]["max_screenshots_in_flight"], 2);
+    assert_eq!(st["limits"]["max_screenshots_in_flight"], 1);
+    assert_eq!(st["limits"]["max_screenshots_waiting"], 1);
+    assert_eq!(st["limits"]["screenshots_waiting"], 0, "{st}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -161,14 +161,24 @@ impl WorkLimiter {
         self.running.clone().acquire_owned().await.ok().map(|p| WorkSlot { _permit: p })
     }
 
-    /// Work running or waiting now.
-    pub fn in_flight(&self) -> usize {
-        self.max_running.saturating_sub(self.running.available_permits()) + self.waiting.load(Ordering::Acquire)
+    /// Work running now.
+    pub fn running(&self) -> usize {
+        self.max_running.saturating_sub(self.running.available_permits())
     }
 
-    /// The most work that can be running or waiting at once.
-    pub fn capacity(&self) -> usize {
-        self.max_running + self.max_waiting
+    /// Work waiting for a slot now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Acquire)
+    }
+
+    /// The most work running at once (`max_screenshots_in_flight`).
+    pub fn max_running(&self) -> usize {
+        self.max_running
+    }
+
+    /// The most work waiting (`max_screenshots_waiting`).
+    pub fn max_waiting(&self) -> usize {
+        self.max_waiting
     }
 }
 
@@ -179,10 +189,16 @@ pub struct LimitsStatus {
     pub connections: usize,
     /// See [`DaemonLimits::max_sessions`].
     pub max_connections: usize,
-    /// Screenshots being produced or waiting.
+    /// Screenshots being produced now.
     pub screenshots_in_flight: usize,
-    /// Running plus waiting screenshots allowed.
+    /// See [`DaemonLimits::max_screenshots_in_flight`] (`[limits]` in the config).
     pub max_screenshots_in_flight: usize,
+    /// Screenshots waiting for a slot now.
+    pub screenshots_waiting: usize,
+    /// See [`DaemonLimits::max_screenshots_waiting`]: more than these waiting are `BUSY`.
+    pub max_screenshots_waiting: usize,
+    /// How long an action waits for the device before `BUSY` (`queue_timeout_ms`).
+    pub queue_timeout_ms: u64,
     /// Output bytes queued for peers.
     pub queued_output_bytes: usize,
     /// See [`DaemonLimits::max_queued_output_bytes`].
@@ -200,19 +216,19 @@ mod tests {
     #[tokio::test]
     async fn work_limiter_runs_some_queues_some_refuses_the_rest() {
         let w = WorkLimiter::new(1, 1);
-        assert_eq!(w.capacity(), 2);
+        assert_eq!((w.max_running(), w.max_waiting()), (1, 1));
         let first = w.enter().await.unwrap();
-        assert_eq!(w.in_flight(), 1);
+        assert_eq!((w.running(), w.waiting()), (1, 0));
         let w = Arc::new(w);
         let w2 = w.clone();
         let queued = tokio::spawn(async move { w2.enter().await.is_some() });
-        while w.in_flight() < 2 {
+        while w.waiting() < 1 {
             tokio::task::yield_now().await;
         }
         assert!(w.enter().await.is_none(), "a third is refused");
         drop(first);
         assert!(queued.await.unwrap());
-        assert_eq!(w.in_flight(), 0);
+        assert_eq!((w.running(), w.waiting()), (0, 0));
     }
 
     #[tokio::test]

@@ -421,8 +421,11 @@ impl Daemon {
         LimitsStatus {
             connections: self.inner.sessions.load(Ordering::Relaxed),
             max_connections: l.max_sessions,
-            screenshots_in_flight: self.inner.screenshots.in_flight(),
-            max_screenshots_in_flight: self.inner.screenshots.capacity(),
+            screenshots_in_flight: self.inner.screenshots.running(),
+            max_screenshots_in_flight: self.inner.screenshots.max_running(),
+            screenshots_waiting: self.inner.screenshots.waiting(),
+            max_screenshots_waiting: self.inner.screenshots.max_waiting(),
+            queue_timeout_ms: u64::try_from(self.inner.queue_timeout.as_millis()).unwrap_or(u64::MAX),
             queued_output_bytes: self.inner.output.queued(),
             max_queued_output_bytes: self.inner.output.max(),
             refused_busy: self.inner.refused_busy.load(Ordering::Relaxed),
