@@ -80,5 +80,177 @@ class ClosedPipe(unittest.TestCase):
         self.assertIsNone(self.d.proc.poll(), "the daemon still runs")
 
 
+def plain_hex(fingerprint):
+    """A fingerprint in either form (`ab…` or `AB:…`) as lowercase hex."""
+    return fingerprint.replace(":", "").lower()
+
+
+class RemoteVerbs(unittest.TestCase):
+    """Hints that name the real problem, wait-for-change's exit status and `status --url`,
+    against an HTTPS daemon."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = HttpsDaemon()
+        cls.url = f"https://localhost:{cls.d.port}"
+        # A laptop: no socket, its own config directory.
+        cls.env = dict(cls.d.env(), XDG_CONFIG_HOME=tempfile.mkdtemp(prefix="tether-home-"),
+                       TETHER_SOCKET="/nonexistent")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.d.stop()
+
+    def tether(self, *args, **env):
+        return subprocess.run([TETHER, *args], capture_output=True, text=True, env=dict(self.env, **env),
+                              timeout=120)
+
+    def test_an_unknown_token_is_not_called_a_role_problem(self):
+        r = self.tether("screenshot", "-o", os.devnull, "--url", self.url, "--fingerprint", self.d.fingerprint,
+                        TETHER_TOKEN="not-a-token-anyone-made")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("UNAUTHORIZED", r.stderr)
+        self.assertIn("does not know this token", r.stderr)
+        self.assertIn("tether login", r.stderr)
+        self.assertNotIn("role", r.stderr)
+        # A known token whose role is too small is the role problem.
+        view = self.d.cli("token", "add", "hint-view", "--role", "view").stdout.strip()
+        r = self.tether("home", "--url", self.url, "--fingerprint", self.d.fingerprint, TETHER_TOKEN=view)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("PERMISSION_DENIED", r.stderr)
+        self.assertIn("role does not allow", r.stderr)
+
+    def test_a_wrong_pin_says_the_fingerprint_differs_and_shows_both(self):
+        wrong = "ab" * 32
+        for args in (["screenshot", "-o", os.devnull], ["task", "list"]):
+            r = self.tether(*args, "--url", self.url, "--fingerprint", wrong, TETHER_TOKEN=self.d.admin)
+            self.assertNotEqual(r.returncode, 0, args)
+            self.assertNotIn("cannot be reached", r.stderr, args)
+            self.assertIn("not from the pinned certificate authority", r.stderr, args)
+            shown = {plain_hex(f) for f in re.findall(r"(?:[0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2}", r.stderr)}
+            self.assertEqual(shown, {wrong, plain_hex(self.d.fingerprint)}, r.stderr)
+            self.assertIn("tether pair", r.stderr, args)
+
+    def test_wait_for_change_exits_124_when_nothing_changed(self):
+        auth = dict(TETHER_TOKEN=self.d.admin)
+        pin = ["--url", self.url, "--fingerprint", self.d.fingerprint]
+        self.assertIn("124", self.tether("wait-for-change", "--help").stdout)
+        # Let the screen come to rest first: then a short wait sees nothing.
+        self.tether("wait-for-settle", *pin, **auth)
+        r = self.tether("wait-for-change", "--timeout-ms", "300", *pin, **auth)
+        self.assertEqual(r.returncode, 124, r.stdout + r.stderr)
+        self.assertIn("did not change", r.stdout)
+        # A change seen: 0 (the app switcher and the home screen, in turn, while it waits).
+        waiting = subprocess.Popen([TETHER, "wait-for-change", "--timeout-ms", "20000", *pin],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env=dict(self.env, **auth))
+        self.addCleanup(waiting.kill)
+        # Change the screen until the waiter has seen it (its first look may come after a change).
+        verbs = iter(["app-switcher", "home"] * 20)
+
+        def seen():
+            self.tether(next(verbs), "--expect", "any", *pin, **auth)
+            try:
+                waiting.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+        wait_for("wait-for-change to see a change", seen, timeout=30)
+        out, err = waiting.communicate()
+        self.assertEqual(waiting.returncode, 0, out + err)
+        self.assertIn("changed", out)
+
+    def test_a_tap_on_an_inert_control_says_one_thing_and_prints_the_id_it_names(self):
+        from test_mcp import APP0, DEAD, find_colour  # the sim's colours and a PNG reader
+        auth = dict(TETHER_TOKEN=self.d.admin)
+        pin = ["--url", self.url, "--fingerprint", self.d.fingerprint]
+        shot = os.path.join(tempfile.mkdtemp(), "shot.png")
+
+        def screenshot():
+            r = self.tether("screenshot", "-o", shot, *pin, **auth)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(shot, "rb") as f:
+                return f.read()
+        self.tether("home", "--expect", "any", *pin, **auth)
+        self.tether("wait-for-settle", *pin, **auth)
+        x, y = find_colour(screenshot(), APP0, tolerance=10)
+        r = self.tether("tap", str(x), str(y), *pin, **auth)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        dx, dy = find_colour(screenshot(), DEAD, tolerance=6)
+        r = self.tether("tap", str(dx), str(dy), *pin, **auth)
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        self.assertIn("NO_VISIBLE_EFFECT", r.stderr)
+        self.assertEqual(r.stderr.count("did not change"), 1, r.stderr)
+        self.assertNotIn("still changing", r.stderr)
+        self.assertNotIn("effect.", r.stderr, "a field the CLI never prints")
+        named = re.search(r"`--observation-id ([^`\s]+)` aims", r.stderr)
+        self.assertTrue(named, r.stderr)
+        # The id it prints is real: a verb aims at it.
+        r = self.tether("tap", str(dx), str(dy), "--observation-id", named.group(1), "--expect", "any", *pin, **auth)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_status_takes_a_url_with_a_stored_login(self):
+        made = json.loads(self.d.cli("pair", "--role", "view", "--name", "status-laptop", "--host", "localhost",
+                                     "--json").stdout)
+        r = self.tether("login", made["url"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = self.tether("status", "--url", self.url)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("virtual iPhone", r.stdout)
+        self.assertIn("view (token status-laptop)", r.stdout)
+        r = self.tether("status", "--url", self.url, "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout)["hid"]["backend"], "sim")
+        # A token and a pin without a login work as for the other verbs.
+        r = self.tether("status", "--url", self.url, "--fingerprint", self.d.fingerprint,
+                        XDG_CONFIG_HOME=tempfile.mkdtemp(), TETHER_TOKEN=self.d.admin)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("admin (token admin)", r.stdout)
+
+
+class JournalText(unittest.TestCase):
+    """`tether task events` says who acted, as `--json`'s `by` does."""
+
+    def setUp(self):
+        self.d = Daemon()
+        self.addCleanup(self.d.stop)
+        self.env = dict(os.environ, TETHER_SOCKET=self.d.socket)
+        self.env.pop("TETHER_TASK_TOKEN", None)
+
+    def test_an_agents_step_and_a_humans_tap_during_a_takeover_read_apart(self):
+        lease, task, token = open_task(self.d.socket, "who acted")
+        self.addCleanup(lease.close)
+        agent = Client(self.d.socket, timeout=30)
+        self.addCleanup(agent.close)
+        r = agent.call({"id": 1, "method": "screenshot", "task_token": token})
+        self.assertTrue(r["ok"], r)
+        r = agent.call({"id": 2, "method": "action", "task_token": token, "operation_id": "agent-home",
+                        "action": {"type": "home"}, "expect": "any"})
+        self.assertTrue(r["ok"], r)
+        r = subprocess.run([TETHER, "task", "takeover", str(task)], capture_output=True, text=True, env=self.env,
+                           timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        human = Client(self.d.socket, timeout=30)
+        self.addCleanup(human.close)
+        r = human.call({"id": 3, "method": "action", "operation_id": "human-switcher",
+                        "action": {"type": "app_switcher"}, "expect": "any"})
+        self.assertTrue(r["ok"], r)
+        r = subprocess.run([TETHER, "task", "events", str(task)], capture_output=True, text=True, env=self.env,
+                           timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        steps = [line for line in r.stdout.splitlines() if " step " in line]
+        self.assertEqual(len(steps), 2, r.stdout)
+        self.assertIn("agent: ", steps[0])
+        self.assertIn(f"human (uid {os.geteuid()}): ", steps[1])
+        self.assertNotIn("agent", steps[1])
+        takeover = [line for line in r.stdout.splitlines() if "taken_over" in line]
+        self.assertTrue(takeover and "human (uid" in takeover[0], r.stdout)
+        # The same people as --json's `by`.
+        r = subprocess.run([TETHER, "task", "events", str(task), "--json"], capture_output=True, text=True,
+                           env=self.env, timeout=60)
+        bys = [json.loads(line)["data"]["by"] for line in r.stdout.splitlines() if '"kind":"step"' in line]
+        self.assertEqual([b["with_task_token"] for b in bys], [True, False])
+
+
 if __name__ == "__main__":
     unittest.main()
