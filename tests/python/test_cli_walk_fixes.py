@@ -252,5 +252,71 @@ class JournalText(unittest.TestCase):
         self.assertEqual([b["with_task_token"] for b in bys], [True, False])
 
 
+class ServeOnABusyPort(unittest.TestCase):
+    def test_one_message_a_failure_and_nothing_made_in_the_data_directory(self):
+        import socket
+        busy = socket.socket()
+        self.addCleanup(busy.close)
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        base = tempfile.mkdtemp(prefix="tether-busy-")
+        data = os.path.join(base, "data")  # does not exist yet: serve would make it
+        sock = os.path.join(base, "control.sock")
+        r = subprocess.run([TETHER, "serve", "--sim", "--data-dir", data, "--socket", sock,
+                            "--listen", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, RUST_LOG="info"))
+        self.assertNotEqual(r.returncode, 0)
+        said = r.stdout + r.stderr
+        self.assertEqual(said.count("already in use"), 1, said)
+        self.assertIn(f"127.0.0.1:{port}", said)
+        self.assertIn("--listen", said)
+        self.assertNotIn("below 1024", said, "not a privileged port")
+        self.assertFalse(os.path.exists(os.path.join(data, "tls")), "no CA made")
+        made = os.listdir(data) if os.path.exists(data) else []
+        self.assertEqual(made, [], "nothing made in the data directory")
+        self.assertFalse(os.path.exists(sock))
+
+
+class AdvertisedAddresses(unittest.TestCase):
+    """`status` and `doctor` offer only URLs that reach the listener."""
+
+    def doctor_urls(self, d):
+        r = subprocess.run([TETHER, "doctor", "--json"], capture_output=True, text=True, env=d.env(), timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)["https"]["urls"]
+
+    def test_loopback_only_offers_loopback(self):
+        d = HttpsDaemon(listen="127.0.0.1:0")
+        self.addCleanup(d.stop)
+        self.assertEqual(d.status()["https"]["hosts"], ["localhost", "127.0.0.1"])
+        urls = [f"https://localhost:{d.port}", f"https://127.0.0.1:{d.port}"]
+        self.assertEqual(self.doctor_urls(d), urls)
+        r = subprocess.run([TETHER, "doctor"], capture_output=True, text=True, env=d.env(), timeout=60)
+        https = next(line for line in r.stdout.splitlines() if line.strip().startswith("https:"))
+        self.assertNotIn(".local", https)
+        # And each one answers.
+        for url in urls:
+            host = url.split("//")[1].rsplit(":", 1)[0]
+            status, _, _ = d.request("GET", "/api/status", token=d.admin, host=f"{host}:{d.port}")
+            self.assertEqual(status, 200, url)
+
+    def test_a_wildcard_offers_the_mdns_name_never_the_bare_hostname(self):
+        d = HttpsDaemon(listen="0.0.0.0:0")
+        self.addCleanup(d.stop)
+        hosts = d.status()["https"]["hosts"]
+        short = socket_hostname()
+        self.assertEqual(hosts[0], f"{short}.local", hosts)
+        self.assertNotIn(short, hosts, "a bare hostname is not offered")
+        self.assertNotIn("127.0.0.1", hosts)
+        self.assertEqual(hosts[-1], "localhost")
+        self.assertTrue(all(":" not in h for h in hosts), f"0.0.0.0 takes no IPv6: {hosts}")
+
+
+def socket_hostname():
+    import socket
+    return socket.gethostname().split(".")[0].lower()
+
+
 if __name__ == "__main__":
     unittest.main()

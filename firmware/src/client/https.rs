@@ -247,12 +247,7 @@ impl HttpsClient {
             .with_custom_certificate_verifier(verifier)
             .with_no_client_auth();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(HttpsClient {
-            target,
-            connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
-            credentials,
-            pin,
-        })
+        Ok(HttpsClient { target, connector: tokio_rustls::TlsConnector::from(Arc::new(config)), credentials, pin })
     }
 
     /// The appliance's address.

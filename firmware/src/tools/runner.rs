@@ -576,9 +576,11 @@ mod tests {
                         ErrorCode::NoVisibleEffect,
                         "the input was sent but the screen did not change within 3000 ms",
                     )
-                    .with_effect(Some(&json!({"verified": true, "changed": false, "settled": false,
+                    .with_effect(Some(
+                        &json!({"verified": true, "changed": false, "settled": false,
                             "settled_ms": null, "after_observation_id": "obs-9",
-                            "image_size": {"width": 200, "height": 400}})))),
+                            "image_size": {"width": 200, "height": 400}}),
+                    ))),
                     Some("double_tap") => Ok(json!({"status": "submitted", "verified": false})),
                     _ => Ok(json!({
                         "status": "submitted", "verified": true, "changed": true, "settled": true,
@@ -670,7 +672,10 @@ mod tests {
         assert!(!unknown.contains("role"), "{unknown}");
         assert!(step(ErrorCode::PermissionDenied.into()).contains("role does not allow"));
         let pin = step(ToolCode::FingerprintMismatch);
-        assert!(pin.contains("answered") && pin.contains("tether doctor") && !pin.contains("cannot be reached"), "{pin}");
+        assert!(
+            pin.contains("answered") && pin.contains("tether doctor") && !pin.contains("cannot be reached"),
+            "{pin}"
+        );
         assert!(step(ToolCode::Unavailable).contains("cannot be reached"));
     }
 
