@@ -352,6 +352,8 @@ struct StatusArgs {
     /// Control socket path (default: the one `tether serve` uses on this machine).
     #[arg(long, value_name = "PATH", env = "TETHER_SOCKET")]
     socket: Option<PathBuf>,
+    #[command(flatten)]
+    remote: RemoteArgs,
     /// Print the raw `status` result as JSON.
     #[arg(long)]
     json: bool,
@@ -451,7 +453,9 @@ fn main() -> ExitCode {
             hid: args.hid,
             video: args.video,
         }),
-        Command::Status(args) => cli::status::run_status(args.socket, args.json),
+        Command::Status(args) => {
+            Endpoint::resolve(args.socket, &args.remote).and_then(|e| cli::status::run_status(e, args.json))
+        }
         Command::Gadget(cmd) => match cmd {
             GadgetCommand::Up { udc, config, board } => cli::gadget::run_gadget_up(udc, config, board),
             GadgetCommand::Down => cli::gadget::run_gadget_down(),
@@ -476,7 +480,7 @@ fn finish(result: anyhow::Result<ExitCode>) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("tether: {e:#}");
+            cli::out::stderr(format_args!("tether: {e:#}\n"));
             ExitCode::FAILURE
         }
     }

@@ -160,6 +160,13 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
         tracing::warn!("could not fix the allocator's mmap threshold; large buffers may stay resident");
     }
     let config = resolve_config(&opts)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // The HTTPS address first, before anything is made in the data directory (its lock,
+    // a CA): a port in use must leave a fresh data directory as it was, with one message.
+    let reserved = match config.https.enabled {
+        true => Some(runtime.block_on(tether::server::https::reserve(config.listen))?),
+        false => None,
+    };
     // Before anything in the data directory is read or written (certificates, the task
     // store's crash recovery): a second daemon here would mark the first's tasks interrupted.
     let data_lock = DataDirLock::acquire(&config.data_dir, &config.socket)?;
@@ -226,20 +233,20 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
         EncoderKind::Hardware(node) => tracing::info!(node = %node.display(), "H.264 for viewers: hardware (V4L2 M2M)"),
         EncoderKind::Software => tracing::info!("H.264 for viewers: software (openh264)"),
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         let (devices, all_sim) = open_devices(&config)?;
         // Bound before the daemon starts, so `status` and pairing URLs carry the real port.
-        let listener = match &tls {
-            Some((material, hostname)) => {
+        // HTTPS serves only with its certificates (none on a disk that refused them).
+        let listener = match (&tls, reserved) {
+            (Some((material, hostname)), Some(reserved)) => {
                 let mut https = HttpsConfig::new(config.listen, material.clone(), hostname.clone());
                 https.max_body = config.https.max_body_bytes;
                 // Zero would reap a session between its own messages: one second at least.
                 https.mcp_session_idle = std::time::Duration::from_secs(config.https.mcp_session_idle_s.max(1));
                 https.max_connections = raise_fd_limit(config.https.max_connections);
-                Some(HttpsListener::bind(https).await?)
+                Some(HttpsListener::from_bound(reserved, https))
             }
-            None => None,
+            _ => None,
         };
         let https_info = listener.as_ref().map(|l| HttpsInfo {
             port: l.port(),

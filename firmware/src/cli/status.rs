@@ -1,18 +1,16 @@
 //! `tether status`.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
-use tether::client::ControlClient;
 
-/// Prints the daemon's status.
-pub fn run_status(socket: Option<PathBuf>, as_json: bool) -> anyhow::Result<ExitCode> {
-    let path = super::client_socket(socket);
+use super::remote::Endpoint;
+
+/// Prints the daemon's status, from the local socket or an appliance (`--url`).
+pub fn run_status(endpoint: Endpoint, as_json: bool) -> anyhow::Result<ExitCode> {
     let status = super::client_runtime()?.block_on(async {
-        let mut client = ControlClient::connect(&path).await?;
-        let hello = client.call("hello", json!({"protocol": "tether/1", "client": "tether status"})).await?;
-        let status = client.call("status", json!({})).await?;
+        let hello = endpoint.call("hello", json!({"protocol": "tether/1", "client": "tether status"})).await?;
+        let status = endpoint.call("status", json!({})).await?;
         anyhow::Ok(json!({"hello": hello, "status": status}))
     })?;
     if as_json {
@@ -21,6 +19,16 @@ pub fn run_status(socket: Option<PathBuf>, as_json: bool) -> anyhow::Result<Exit
         print!("{}", render(&status["hello"], &status["status"]));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Who the daemon says the caller is: its role and principal (a uid on the socket, a
+/// token's name over HTTPS).
+fn render_caller(caller: &Value) -> String {
+    let role = caller["role"].as_str().unwrap_or("?");
+    match super::task::principal(&caller["principal"]) {
+        Some(who) => format!("{role} ({who})"),
+        None => role.to_string(),
+    }
 }
 
 fn render_task(t: &Value) -> String {
@@ -51,11 +59,10 @@ fn render(hello: &Value, st: &Value) -> String {
     };
     let age = st["video"]["frame_age_ms"].as_u64().map_or("-".into(), |a| format!("{a} ms"));
     format!(
-        "tether {} ({})\n  you:    {} (uid {})\n  hid:    {} host={}\n  video:  {} signal={} size={} generation={} frame age={}\n  input:  {}\n  task:   {}\n",
+        "tether {} ({})\n  you:    {}\n  hid:    {} host={}\n  video:  {} signal={} size={} generation={} frame age={}\n  input:  {}\n  task:   {}\n",
         st["daemon"]["version"].as_str().unwrap_or("?"),
         if st["daemon"]["sim"] == json!(true) { "virtual iPhone" } else { "hardware" },
-        hello["caller"]["role"].as_str().unwrap_or("?"),
-        hello["caller"]["identity"]["uid"],
+        render_caller(&hello["caller"]),
         st["hid"]["backend"].as_str().unwrap_or("?"),
         st["hid"]["host"].as_str().unwrap_or("?"),
         st["video"]["backend"].as_str().unwrap_or("?"),

@@ -361,9 +361,6 @@ fn print_event(task: &Value, seq: &Value, kind: &str, data: &Value, as_json: boo
             if let Some(r) = data["detail"]["reason"].as_str() {
                 s += &format!(" ({r})");
             }
-            if let Some(uid) = data["detail"]["by"]["identity"]["uid"].as_u64() {
-                s += &format!(" by uid {uid}");
-            }
             s
         }
         "device" => {
@@ -392,7 +389,35 @@ fn print_event(task: &Value, seq: &Value, kind: &str, data: &Value, as_json: boo
         "refused" => format!("{}: {}", data["code"].as_str().unwrap_or("?"), data["what"].as_str().unwrap_or("?")),
         _ => data.to_string(),
     };
-    println!("{seq:>5}  {kind:<8} {what}");
+    match who(data) {
+        Some(who) => println!("{seq:>5}  {kind:<8} {who}: {what}"),
+        None => println!("{seq:>5}  {kind:<8} {what}"),
+    }
+}
+
+/// Who made a journal event, from its `by` (steps, notes, refusals) or its state change's
+/// `detail.by`: `agent` for the task's own token, else `human (token NAME)` or
+/// `human (uid N)`, so a person's tap during a takeover never reads like the agent's step.
+/// None for what the daemon did on its own (a lease lost, a device bound).
+fn who(data: &Value) -> Option<String> {
+    let by = [&data["by"], &data["detail"]["by"]].into_iter().find(|b| b.is_object())?;
+    if by["with_task_token"] == json!(true) {
+        return Some("agent".into());
+    }
+    Some(match principal(&by["principal"]) {
+        Some(p) => format!("human ({p})"),
+        None => "human".into(),
+    })
+}
+
+/// A principal as the daemon serializes it, for people: `uid 1000`, `token laptop`.
+pub(super) fn principal(p: &Value) -> Option<String> {
+    match p["kind"].as_str()? {
+        "uid" => Some(format!("uid {}", p["uid"])),
+        "token" => Some(format!("token {}", p["name"].as_str()?)),
+        "session" => Some(format!("session {}", p["session"])),
+        _ => None,
+    }
 }
 
 /// `tether task events ID [--follow] [--after SEQ]`.
@@ -484,4 +509,23 @@ pub fn run_finish(
     let r = endpoint.call_once("task_finish", json!({"task": task, "ok": !failed, "summary": summary}))?;
     println!("task {}: {}", r["id"], r["state"].as_str().unwrap_or("?"));
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_journal_says_who_acted() {
+        let agent = json!({"tool": "tap", "by": {"role": "operate", "with_task_token": true,
+            "principal": {"kind": "token", "name": "ci"}}});
+        let human = json!({"tool": "tap", "by": {"role": "admin", "with_task_token": false,
+            "principal": {"kind": "token", "name": "admin"}}});
+        let takeover = json!({"state": "taken_over", "detail": {"by": {"role": "admin", "with_task_token": false,
+            "principal": {"kind": "uid", "uid": 1000}}}});
+        assert_eq!(who(&agent).as_deref(), Some("agent"));
+        assert_eq!(who(&human).as_deref(), Some("human (token admin)"));
+        assert_eq!(who(&takeover).as_deref(), Some("human (uid 1000)"));
+        assert_eq!(who(&json!({"state": "abandoned", "detail": {"reason": "lease lost"}})), None, "the daemon itself");
+    }
 }

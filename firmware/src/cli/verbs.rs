@@ -15,6 +15,10 @@ use tether::tools::{Backend, NoScreenshot, Runner, ToolError};
 
 use super::remote::{Endpoint, RemoteArgs};
 
+/// `wait-for-change`'s exit status when the timeout passed with no change: scripts must tell
+/// "it changed" from "it did not" (`timeout(1)` uses the same number for the same case).
+pub const NO_CHANGE_STATUS: u8 = 124;
+
 /// Where a verb's calls go.
 enum CliBackend {
     Socket(SocketBackend),
@@ -106,6 +110,12 @@ fn long_about(tool: &ToolDef) -> String {
              writes): of the one --observation-id names, or else of a fresh one this command takes first.",
         );
     }
+    if tool.name == "wait_for_change" {
+        text.push_str(&format!(
+            "\n\nExit status: 0 when the screen changed, {NO_CHANGE_STATUS} (as timeout(1)) when nothing changed \
+             before the timeout, 1 on an error."
+        ));
+    }
     text.push_str("\n\nThe same tool is `");
     text.push_str(tool.name);
     text.push_str("` over MCP (`tether mcp`).");
@@ -184,7 +194,7 @@ pub fn run(tool: &'static ToolDef, m: &ArgMatches) -> anyhow::Result<ExitCode> {
                 } else {
                     println!("{}", out.text);
                 }
-                Ok(ExitCode::SUCCESS)
+                Ok(exit_status(tool, &out.result))
             }
             Err(e) => {
                 eprintln!("tether {}: {}: {}\n{}", tool.verb.unwrap_or(tool.name), e.code, e.message, e.next_step());
@@ -192,4 +202,32 @@ pub fn run(tool: &'static ToolDef, m: &ArgMatches) -> anyhow::Result<ExitCode> {
             }
         }
     })
+}
+
+/// A verb's exit status after a successful call: `wait-for-change` that saw no change
+/// answers [`NO_CHANGE_STATUS`].
+fn exit_status(tool: &ToolDef, result: &Value) -> ExitCode {
+    if tool.name == "wait_for_change" && result["changed"] != Value::Bool(true) {
+        ExitCode::from(NO_CHANGE_STATUS)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether::tools::catalog::tool;
+
+    #[test]
+    fn wait_for_change_tells_no_change_apart_and_says_so_in_its_help() {
+        let wait = tool("wait_for_change").expect("in the catalog");
+        let changed = serde_json::json!({"changed": true});
+        let unchanged = serde_json::json!({"changed": false});
+        assert_eq!(exit_status(wait, &changed), ExitCode::SUCCESS);
+        assert_eq!(exit_status(wait, &unchanged), ExitCode::from(NO_CHANGE_STATUS));
+        let settle = tool("wait_for_settle").expect("in the catalog");
+        assert_eq!(exit_status(settle, &unchanged), ExitCode::SUCCESS, "only wait-for-change");
+        assert!(long_about(wait).contains("124"), "{}", long_about(wait));
+    }
 }

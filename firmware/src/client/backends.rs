@@ -132,6 +132,7 @@ impl Backend for HttpsClient {
             HttpsClientError::Remote { code, message, effect, .. } => {
                 ToolError::new(ToolCode::of(&code), message).with_effect(effect.as_ref())
             }
+            e @ HttpsClientError::PinMismatch { .. } => ToolError::new(ToolCode::FingerprintMismatch, e.to_string()),
             other => ToolError::new(ToolCode::Unavailable, other.to_string()),
         })
     }

@@ -37,7 +37,22 @@ pub enum HttpsClientError {
         #[source]
         source: std::io::Error,
     },
-    /// TLS failed: most often the certificate is not from the pinned CA.
+    /// The appliance answered, but its certificate is not from the pinned CA: the pin is
+    /// wrong (or the appliance made a new CA), not the network.
+    #[error(
+        "{target} answered, but its certificate is not from the pinned certificate authority: the appliance's CA \
+         fingerprint is {presented}, the one pinned here is {pinned}. Check the fingerprint (`tether doctor` on \
+         the appliance shows it), or pair again (`tether pair` there, then `tether login PAIRING-URL` here)"
+    )]
+    PinMismatch {
+        /// Host and port.
+        target: String,
+        /// The fingerprint this client pinned.
+        pinned: Fingerprint,
+        /// The fingerprint of the CA the server presented (its chain's last certificate).
+        presented: Fingerprint,
+    },
+    /// TLS failed for another reason (a name the certificate does not hold, an expired one).
     #[error("TLS with {target} failed: {source} (is the fingerprint the appliance's? `tether doctor` there shows it)")]
     Tls {
         /// Host and port.
@@ -141,9 +156,12 @@ impl ServerCertVerifier for PinnedCa {
             return Ok(ServerCertVerified::assertion());
         }
         let Some(anchor) = intermediates.iter().find(|c| Fingerprint::of(c) == self.pin) else {
-            return Err(rustls::Error::General(
-                "the server's certificate is not from the pinned certificate authority".into(),
-            ));
+            // Typed, so `connect` can tell a wrong pin from a network failure. The appliance
+            // sends its CA last; a server that sends no chain shows its own certificate.
+            let presented = Fingerprint::of(intermediates.last().unwrap_or(end_entity));
+            return Err(rustls::Error::InvalidCertificate(rustls::CertificateError::Other(rustls::OtherError(
+                Arc::new(NotPinned(presented)),
+            ))));
         };
         let mut roots = rustls::RootCertStore::empty();
         roots.add(anchor.clone().into_owned())?;
@@ -177,6 +195,21 @@ impl ServerCertVerifier for PinnedCa {
     }
 }
 
+/// The certificate error [`PinnedCa`] raises: the server's CA is not the pinned one.
+#[derive(Debug, thiserror::Error)]
+#[error("the server's certificate is not from the pinned certificate authority (its CA is {0})")]
+struct NotPinned(Fingerprint);
+
+/// The CA a failed handshake presented, when it failed because of the pin.
+fn not_pinned(e: &std::io::Error) -> Option<Fingerprint> {
+    let rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other)) =
+        e.get_ref()?.downcast_ref::<rustls::Error>()?
+    else {
+        return None;
+    };
+    other.0.downcast_ref::<NotPinned>().map(|n| n.0)
+}
+
 /// Credentials a request carries.
 #[derive(Debug, Clone, Default)]
 pub struct Credentials {
@@ -192,6 +225,8 @@ pub struct HttpsClient {
     target: Target,
     connector: tokio_rustls::TlsConnector,
     credentials: Credentials,
+    /// The pinned fingerprint, for error messages.
+    pin: Fingerprint,
 }
 
 impl std::fmt::Debug for HttpsClient {
@@ -212,7 +247,7 @@ impl HttpsClient {
             .with_custom_certificate_verifier(verifier)
             .with_no_client_auth();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(HttpsClient { target, connector: tokio_rustls::TlsConnector::from(Arc::new(config)), credentials })
+        Ok(HttpsClient { target, connector: tokio_rustls::TlsConnector::from(Arc::new(config)), credentials, pin })
     }
 
     /// The appliance's address.
@@ -229,7 +264,10 @@ impl HttpsClient {
         let _ = tcp.set_nodelay(true);
         let name =
             ServerName::try_from(self.target.host.clone()).map_err(|_| HttpsClientError::BadUrl(target.clone()))?;
-        let tls = self.connector.connect(name, tcp).await.map_err(|source| HttpsClientError::Tls { target, source })?;
+        let tls = self.connector.connect(name, tcp).await.map_err(|source| match not_pinned(&source) {
+            Some(presented) => HttpsClientError::PinMismatch { target: target.clone(), pinned: self.pin, presented },
+            None => HttpsClientError::Tls { target, source },
+        })?;
         let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await?;
         tokio::spawn(async move {
             let _ = conn.await;

@@ -47,7 +47,9 @@ pub enum DaemonError {
         waited_ms: u64,
     },
     /// The input was sent and the screen did not change (expected a change).
-    #[error("the input was sent but the screen did not change within {timeout_ms} ms: look at `effect.after_observation_id` before going on (the tap may have missed, or the control was not ready or does nothing)")]
+    // No field names in the text: the CLI and MCP word the `effect` themselves (and print
+    // its observation id); protocol clients find it documented in docs/api.md.
+    #[error("the input was sent but the screen did not change within {timeout_ms} ms (the tap may have missed, or the control was not ready or does nothing): look at the screen before going on")]
     NoVisibleEffect {
         /// How long it watched.
         timeout_ms: u64,
@@ -55,7 +57,7 @@ pub enum DaemonError {
         effect: Box<serde_json::Map<String, serde_json::Value>>,
     },
     /// The input was sent and the screen changed (expected no change).
-    #[error("the input was sent and the screen changed (expected no change): see `effect.changed_region`")]
+    #[error("the input was sent and the screen changed (expected no change)")]
     UnexpectedChange {
         /// The verification's fields.
         effect: Box<serde_json::Map<String, serde_json::Value>>,

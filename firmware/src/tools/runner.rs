@@ -22,6 +22,8 @@ pub enum ToolCode {
     Daemon(ErrorCode),
     /// The daemon cannot be reached (its connection closed, the appliance is down).
     Unavailable,
+    /// The appliance answered, but its certificate is not from the pinned CA (`--url`).
+    FingerprintMismatch,
     /// A code this build does not know (a newer daemon's), as it was sent.
     Unknown(String),
 }
@@ -32,6 +34,7 @@ impl ToolCode {
         match ErrorCode::from_wire(name) {
             Some(code) => ToolCode::Daemon(code),
             None if name == "UNAVAILABLE" => ToolCode::Unavailable,
+            None if name == "FINGERPRINT_MISMATCH" => ToolCode::FingerprintMismatch,
             None => ToolCode::Unknown(name.to_string()),
         }
     }
@@ -41,6 +44,7 @@ impl ToolCode {
         match self {
             ToolCode::Daemon(code) => code.as_str(),
             ToolCode::Unavailable => "UNAVAILABLE",
+            ToolCode::FingerprintMismatch => "FINGERPRINT_MISMATCH",
             ToolCode::Unknown(name) => name,
         }
     }
@@ -98,6 +102,11 @@ impl ToolError {
             ToolCode::Unavailable => {
                 return "The appliance cannot be reached; check that `tether serve` runs, then retry."
             }
+            ToolCode::FingerprintMismatch => {
+                return "The appliance answered, but not with the certificate pinned here: use the fingerprint \
+                        `tether doctor` shows on the appliance, or pair again (`tether pair` there, `tether login \
+                        PAIRING-URL` here).";
+            }
             ToolCode::Unknown(_) => return "See the message.",
         };
         match code {
@@ -116,7 +125,14 @@ impl ToolError {
             E::TaskActive => "Another task holds the phone: wait for it to end.",
             E::Rejected => "The human said no: do not do that; go on within the task's scope.",
             E::ScopeExceeded => "The task reached its limit and was stopped.",
-            E::PermissionDenied | E::Unauthorized => "Your token's role does not allow this; ask for an operate token.",
+            E::Unauthorized => {
+                "The appliance does not know this token (mistyped, revoked or rotated): log in again \
+                 (`tether login` with a new pairing URL from `tether pair`) or set TETHER_TOKEN to a valid token."
+            }
+            E::PermissionDenied => {
+                "Your token's role does not allow this: ask an admin for a token with a role that does (operate \
+                 drives the phone, admin also manages tokens)."
+            }
             E::UntypeableText => "Type only characters of the phone's keyboard layout.",
             E::DeviceUnavailable | E::HostNotConnected | E::NoFrame => {
                 "The phone is not connected or shows no picture; check the cable, then retry."
@@ -332,17 +348,20 @@ impl<B: Backend> Runner<B> {
         let mut text = String::new();
         if say_change {
             let region = &effect["changed_region"];
-            match effect["changed"].as_bool() {
-                Some(true) if region.is_object() => text.push_str(&format!(
+            let changed = effect["changed"].as_bool() == Some(true);
+            match changed {
+                true if region.is_object() => text.push_str(&format!(
                     "The screen changed in x {} y {} ({}x{} px)",
                     region["x"], region["y"], region["width"], region["height"]
                 )),
-                Some(true) => text.push_str("The screen changed"),
-                _ => text.push_str("The screen did not change"),
+                true => text.push_str("The screen changed"),
+                // Nothing changed, so there was nothing to settle: `settled` is false then
+                // only because no quiet stretch after a change was seen.
+                false => text.push_str("The screen did not change"),
             }
-            match (effect["settled"].as_bool(), effect["settled_ms"].as_u64()) {
-                (Some(true), Some(ms)) => text.push_str(&format!(" and settled {ms} ms after the input.")),
-                (Some(false), _) => text.push_str(" and was still changing at the timeout."),
+            match (changed, effect["settled"].as_bool(), effect["settled_ms"].as_u64()) {
+                (true, Some(true), Some(ms)) => text.push_str(&format!(" and settled {ms} ms after the input.")),
+                (true, Some(false), _) => text.push_str(" and was still changing at the timeout."),
                 _ => text.push('.'),
             }
         } else if let Some(region) = effect["changed_region"].as_object() {
@@ -357,10 +376,18 @@ impl<B: Backend> Runner<B> {
             effect["image_size"]["height"].as_u64(),
         ) {
             *self.latest.lock_plain() = Some(Seen { observation_id: id.to_string(), width: w, height: h });
-            text.push_str(&format!(
-                " New observation {id} ({w}x{h} px) shows the screen now: pointer tools use it, no screenshot needed \
-                 unless you want to see the screen."
-            ));
+            match self.no_screenshot {
+                NoScreenshot::Refuse => text.push_str(&format!(
+                    " New observation {id} ({w}x{h} px) shows the screen now: pointer tools use it, no screenshot \
+                     needed unless you want to see the screen."
+                )),
+                // The CLI: each command is a new process that remembers nothing, so say how
+                // to aim at this observation rather than promise it is used.
+                NoScreenshot::TakeOne => text.push_str(&format!(
+                    " New observation {id} ({w}x{h} px) shows the screen now: `--observation-id {id}` aims a \
+                     pointer verb at it."
+                )),
+            }
         }
         text.trim_start().to_string()
     }
@@ -450,8 +477,13 @@ impl<B: Backend> Runner<B> {
             Err(mut e) => {
                 // Nothing visible happened (or something unexpected did): say what the
                 // screen did, and keep its fresh observation for the next look.
+                // The daemon's message already says whether the screen changed: add only
+                // where it changed and the fresh observation.
                 if let Some(effect) = e.effect.clone() {
-                    e.message = format!("{} {}", e.message, self.describe_effect(&effect, true));
+                    let more = self.describe_effect(&effect, false);
+                    if !more.is_empty() {
+                        e.message = format!("{}. {more}", e.message.trim_end_matches('.'));
+                    }
                 }
                 return Err(e);
             }
@@ -517,7 +549,7 @@ mod tests {
         // A newer daemon's code is kept as sent, so the model still sees it.
         let newer = ToolCode::of("QUOTA_EXCEEDED");
         assert_eq!(newer, ToolCode::Unknown("QUOTA_EXCEEDED".into()));
-        for code in [newer, ToolCode::Unavailable, ErrorCode::TaskEnded.into()] {
+        for code in [newer, ToolCode::Unavailable, ToolCode::FingerprintMismatch, ErrorCode::TaskEnded.into()] {
             assert_eq!(ToolCode::of(code.as_str()), code);
             assert_eq!(code.to_string(), code.as_str());
         }
@@ -539,10 +571,16 @@ mod tests {
                 })),
                 "action" => match params["action"]["type"].as_str() {
                     Some("type_text") => Err(ToolError::new(ErrorCode::UntypeableText, "no ü on this layout")),
-                    Some("home") => Err(ToolError::new(ErrorCode::NoVisibleEffect, "nothing changed").with_effect(
-                        Some(&json!({"verified": true, "changed": false, "settled": true, "settled_ms": 3,
-                                "after_observation_id": "obs-9", "image_size": {"width": 200, "height": 400}})),
-                    )),
+                    // What the daemon answers for an inert control: no change, so never settled.
+                    Some("home") => Err(ToolError::new(
+                        ErrorCode::NoVisibleEffect,
+                        "the input was sent but the screen did not change within 3000 ms",
+                    )
+                    .with_effect(Some(
+                        &json!({"verified": true, "changed": false, "settled": false,
+                            "settled_ms": null, "after_observation_id": "obs-9",
+                            "image_size": {"width": 200, "height": 400}}),
+                    ))),
                     Some("double_tap") => Ok(json!({"status": "submitted", "verified": false})),
                     _ => Ok(json!({
                         "status": "submitted", "verified": true, "changed": true, "settled": true,
@@ -618,6 +656,27 @@ mod tests {
         let bad = runner.run(swipe, args(json!({"from_x": 1}))).await.unwrap_err();
         assert_eq!(bad.code, ErrorCode::InvalidParams);
         assert_eq!(script.calls.lock_plain().len(), 3, "bad arguments never reach the daemon");
+        // A tap on an inert control: the CLI prints the observation id it names, and how
+        // to use it (each command is a new process: nothing is remembered).
+        let e = runner.run(catalog::tool("home").unwrap(), Map::new()).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::NoVisibleEffect);
+        assert_eq!(e.message.matches("did not change").count(), 1, "{}", e.message);
+        assert!(e.message.contains("--observation-id obs-9") && !e.message.contains("effect."), "{}", e.message);
+    }
+
+    #[test]
+    fn each_failure_to_authenticate_or_pin_gets_its_own_next_step() {
+        let step = |code: ToolCode| ToolError::new(code, "x").next_step();
+        let unknown = step(ErrorCode::Unauthorized.into());
+        assert!(unknown.contains("does not know this token") && unknown.contains("tether login"), "{unknown}");
+        assert!(!unknown.contains("role"), "{unknown}");
+        assert!(step(ErrorCode::PermissionDenied.into()).contains("role does not allow"));
+        let pin = step(ToolCode::FingerprintMismatch);
+        assert!(
+            pin.contains("answered") && pin.contains("tether doctor") && !pin.contains("cannot be reached"),
+            "{pin}"
+        );
+        assert!(step(ToolCode::Unavailable).contains("cannot be reached"));
     }
 
     #[tokio::test]
@@ -641,7 +700,9 @@ mod tests {
         // Nothing changed: the error says so, and what to look at.
         let e = runner.run(catalog::tool("home").unwrap(), Map::new()).await.unwrap_err();
         assert_eq!(e.code, ErrorCode::NoVisibleEffect);
-        assert!(e.message.contains("did not change") && e.message.contains("obs-9"), "{}", e.message);
+        // One statement: not "did not change" twice, never "still changing" (issue 31).
+        assert_eq!(e.message.matches("did not change").count(), 1, "{}", e.message);
+        assert!(!e.message.contains("still changing") && e.message.contains("obs-9"), "{}", e.message);
         assert!(e.next_step().contains("screenshot"));
         let unverified = runner.run(catalog::tool("double_tap").unwrap(), args(json!({"x": 1, "y": 1}))).await.unwrap();
         assert!(unverified.text.contains("Not verified"), "{}", unverified.text);

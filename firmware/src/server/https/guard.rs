@@ -70,17 +70,30 @@ impl HostAllowlist {
         ok.then_some(lower)
     }
 
-    /// The preferred names, best first (for pairing URLs): `<host>.local`, the hostname,
-    /// the addresses, `localhost` last.
-    pub fn preferred(&self) -> Vec<String> {
+    /// The names that reach a server listening on `listen`, best first (for `status`,
+    /// `doctor` and pairing URLs): on a loopback address only `localhost` and that
+    /// address; on a wildcard (`0.0.0.0`, `::`) `<host>.local`, configured names with a dot,
+    /// then the addresses of that family (both for `::`), `localhost` last; on one address,
+    /// that address. A bare single-label hostname is never offered: it is no name a client
+    /// resolves reliably (mDNS answers `<host>.local`).
+    pub fn preferred(&self, listen: SocketAddr) -> Vec<String> {
+        let ip = listen.ip();
+        if ip.is_loopback() {
+            return vec!["localhost".into(), ip.to_string()];
+        }
+        if !ip.is_unspecified() {
+            return vec![ip.to_string()];
+        }
         let mut out: Vec<String> = self.names.iter().filter(|n| n.ends_with(".local")).cloned().collect();
-        out.extend(self.names.iter().filter(|n| !n.ends_with(".local") && *n != "localhost").cloned());
+        out.extend(self.names.iter().filter(|n| !n.ends_with(".local") && n.contains('.')).cloned());
         // Link-local addresses need a zone in a URL: not offered.
         let link_local = |ip: &IpAddr| match ip {
             IpAddr::V4(v4) => v4.is_link_local(),
             IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
         };
-        out.extend(self.ips.iter().filter(|ip| !ip.is_loopback() && !link_local(ip)).map(IpAddr::to_string));
+        // 0.0.0.0 takes IPv4 only; `::` takes both (Linux's default dual stack).
+        let reaches = |a: &IpAddr| ip.is_ipv6() || a.is_ipv4();
+        out.extend(self.ips.iter().filter(|a| !a.is_loopback() && !link_local(a) && reaches(a)).map(IpAddr::to_string));
         out.push("localhost".into());
         out
     }
@@ -270,7 +283,14 @@ mod tests {
         {
             assert_eq!(l.allows(bad), None, "{bad}");
         }
-        assert_eq!(l.preferred()[0], "box.local");
+        let wildcard = SocketAddr::from(([0, 0, 0, 0], 443));
+        assert_eq!(l.preferred(wildcard), ["box.local", "192.168.1.5", "localhost"], "never the bare `box`");
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 8443));
+        assert_eq!(l.preferred(loopback), ["localhost", "127.0.0.1"], "only what reaches the listener");
+        let one = SocketAddr::from(([192, 168, 1, 5], 443));
+        assert_eq!(l.preferred(one), ["192.168.1.5"]);
+        let v6 = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 8443));
+        assert_eq!(l.preferred(v6), ["localhost", "::1"]);
     }
 
     fn host_headers(values: &[&str]) -> HeaderMap {

@@ -61,8 +61,27 @@ const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// Errors starting the server.
 #[derive(Debug, thiserror::Error)]
 pub enum HttpsError {
-    /// The listen address could not be bound.
-    #[error("listen on {addr}: {source} (ports below 1024 need CAP_NET_BIND_SERVICE; pick another with --listen)")]
+    /// Something else listens on the address (another tether, another program).
+    #[error(
+        "cannot listen on {addr}: the address is already in use (another tether or another program listens \
+         there): stop it, or pick another address with --listen ADDR:PORT (config key `listen`)"
+    )]
+    AddrInUse {
+        /// The address.
+        addr: SocketAddr,
+    },
+    /// A port below 1024 without the privilege to bind it.
+    #[error(
+        "cannot listen on {addr}: ports below 1024 need root or CAP_NET_BIND_SERVICE; pick a port from 1024 up \
+         with --listen ADDR:PORT (config key `listen`)"
+    )]
+    Privileged {
+        /// The address.
+        addr: SocketAddr,
+    },
+    /// The listen address could not be bound for another reason (its cause follows in the
+    /// error chain, not in this text: a chain printer would say it twice).
+    #[error("cannot listen on {addr} (pick another with --listen ADDR:PORT, config key `listen`)")]
     Bind {
         /// The address.
         addr: SocketAddr,
@@ -70,6 +89,27 @@ pub enum HttpsError {
         #[source]
         source: io::Error,
     },
+}
+
+impl HttpsError {
+    /// The error for a failed bind of `addr`: one message a person can act on.
+    fn bind(addr: SocketAddr, source: io::Error) -> HttpsError {
+        match source.kind() {
+            io::ErrorKind::AddrInUse => HttpsError::AddrInUse { addr },
+            io::ErrorKind::PermissionDenied if addr.port() < 1024 => HttpsError::Privileged { addr },
+            _ => HttpsError::Bind { addr, source },
+        }
+    }
+}
+
+/// Binds the listen address before anything else is set up, so a port in use stops
+/// `tether serve` before it writes in its data directory (a CA made for a daemon that never
+/// ran). [`HttpsListener::from_bound`] takes it on.
+///
+/// # Errors
+/// [`HttpsError::AddrInUse`], [`HttpsError::Privileged`] or [`HttpsError::Bind`].
+pub async fn reserve(listen: SocketAddr) -> Result<TcpListener, HttpsError> {
+    TcpListener::bind(listen).await.map_err(|e| HttpsError::bind(listen, e))
 }
 
 /// How the server is set up.
@@ -127,11 +167,14 @@ impl std::fmt::Debug for HttpsListener {
 impl HttpsListener {
     /// Binds the listen address.
     pub async fn bind(config: HttpsConfig) -> Result<HttpsListener, HttpsError> {
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| HttpsError::Bind { addr: config.listen, source })?;
+        let listener = reserve(config.listen).await?;
+        Ok(HttpsListener::from_bound(listener, config))
+    }
+
+    /// Takes on a listener [`reserve`] bound for `config.listen`.
+    pub fn from_bound(listener: TcpListener, config: HttpsConfig) -> HttpsListener {
         let port = listener.local_addr().map(|a| a.port()).unwrap_or(config.listen.port());
-        Ok(HttpsListener { listener, config, port })
+        HttpsListener { listener, config, port }
     }
 
     /// The bound address (the port, when `--listen` asked for port 0).
@@ -146,7 +189,8 @@ impl HttpsListener {
 
     /// The names clients should use, best first.
     pub fn preferred_hosts(&self) -> Vec<String> {
-        self.config.hosts.preferred()
+        let listen = self.listener.local_addr().unwrap_or(self.config.listen);
+        self.config.hosts.preferred(listen)
     }
 
     /// What clients pin.
@@ -312,5 +356,30 @@ impl Connection {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_bind_says_one_thing_and_privilege_only_below_1024() {
+        let addr = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        let err = |kind| io::Error::from(kind);
+        let in_use = HttpsError::bind(addr(8443), err(io::ErrorKind::AddrInUse));
+        assert!(matches!(in_use, HttpsError::AddrInUse { .. }));
+        assert!(std::error::Error::source(&in_use).is_none(), "the cause is not said twice");
+        assert!(in_use.to_string().contains("127.0.0.1:8443") && in_use.to_string().contains("--listen"));
+        assert!(!in_use.to_string().contains("1024"));
+        assert!(matches!(
+            HttpsError::bind(addr(443), err(io::ErrorKind::PermissionDenied)),
+            HttpsError::Privileged { .. }
+        ));
+        let denied = HttpsError::bind(addr(8443), err(io::ErrorKind::PermissionDenied));
+        assert!(matches!(denied, HttpsError::Bind { .. }) && !denied.to_string().contains("1024"));
+        // A chain printer (anyhow's `{:#}`) says the OS's reason once.
+        let chain = format!("{:#}", anyhow::Error::new(denied));
+        assert_eq!(chain.matches("permission denied").count(), 1, "{chain}");
     }
 }
