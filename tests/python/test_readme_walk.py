@@ -112,6 +112,10 @@ class ReadmeWalk(unittest.TestCase):
                 except subprocess.TimeoutExpired:
                     os.killpg(p.pid, signal.SIGKILL)
                     p.wait()
+        for p in self.procs:
+            for pipe in (p.stdin, p.stdout, p.stderr):
+                if pipe:
+                    pipe.close()
 
     # -- running things as the walk's user ------------------------------------------------
 
@@ -145,6 +149,9 @@ class ReadmeWalk(unittest.TestCase):
 
     def events(self, task):
         return self.call("task_events", task=task)["events"]
+
+    def approvals(self, task):
+        return [a["state"] for a in self.call("task_events", task=task)["approvals"]]
 
     def mcp_tools(self, command):
         """Starts `command` (an MCP server on stdio, as a client would), initializes and
@@ -217,7 +224,7 @@ class ReadmeWalk(unittest.TestCase):
         self.sh(cmd)
         self.assertEqual(self.element("text_field")["text"], before + "hello")
 
-    def open_settings(self, cmd):
+    def open_app(self, cmd):
         out = self.sh(cmd).stdout
         # Spotlight, the name, Return: the sim opens the app it names.
         self.assertEqual(self.sim()["screen"], "app", out)
@@ -245,7 +252,8 @@ class ReadmeWalk(unittest.TestCase):
     def socat(self, cmd):
         out = self.sh("; ".join(self.pending_shell + [cmd])).stdout
         self.pending_shell.clear()
-        lines = [json.loads(line) for line in out.splitlines()]
+        # Requests run concurrently: answers come in the order they finish, each with its id.
+        lines = sorted((json.loads(line) for line in out.splitlines()), key=lambda r: r["id"])
         self.assertEqual([r["id"] for r in lines], [1, 2], out)
         self.assertTrue(all(r["ok"] for r in lines), out)
         self.assertEqual(lines[0]["result"]["protocol"], "tether/1")
@@ -298,7 +306,7 @@ class ReadmeWalk(unittest.TestCase):
             return next((t["id"] for t in tasks if t["title"] == "check the settings app"), None)
 
         self.task = wait_for("the task to open", opened, 30)
-        wait_for("the agent's question", lambda: any(e["kind"] == "question" for e in self.events(self.task)), 30)
+        wait_for("the agent's question", lambda: self.approvals(self.task) == ["pending"], 30, interval=0.1)
 
     def with_task(self, cmd):
         return re.sub(r"\b12\b", str(self.task), cmd)
@@ -306,39 +314,39 @@ class ReadmeWalk(unittest.TestCase):
     def task_list(self, cmd):
         out = self.sh(cmd).stdout
         line = next(line for line in out.splitlines() if "check the settings app" in line)
-        self.assertIn("running", line)
+        # The agent asked its question: the task waits for a person.
+        self.assertIn("waiting", line)
 
     def task_follow(self, cmd):
         self.follow = self.spawn(self.with_task(cmd))
         # It prints the journal so far, then follows.
-        first = self.follow.stdout.readline()
-        self.assertIn("running", first)
+        ready, _, _ = select.select([self.follow.stdout], [], [], 30)
+        self.assertTrue(ready, "the journal so far is printed at once")
+        self.assertIn("running", self.follow.stdout.readline(), "the first line is the task's start")
 
     def pause_resume(self, cmd):
         self.sh(self.with_task(cmd))
         states = [e["data"]["state"] for e in self.events(self.task) if e["kind"] == "state"]
-        self.assertEqual(states[-2:], ["paused", "running"], states)
+        self.assertEqual(states[-2:], ["paused", "waiting"], "paused, then back to waiting for the answer")
 
     def takeover_handback(self, cmd):
         self.sh(self.with_task(cmd))
         states = [e["data"]["state"] for e in self.events(self.task) if e["kind"] == "state"]
-        self.assertIn("taken_over", states)
-        self.assertEqual(states[-1], "running", states)
+        self.assertEqual(states[-2:], ["taken_over", "waiting"], states)
 
     def approve(self, cmd):
         self.sh(self.with_task(cmd))
-        wait_for("the answer in the journal",
-                 lambda: any(e["kind"] == "answer" for e in self.events(self.task)), 15)
+        wait_for("the answer in the journal", lambda: self.approvals(self.task) == ["approved"], 15, interval=0.1)
         self.assertIsNone(self.runner.poll(), "the agent goes on after the approval")
 
     def stop(self, cmd):
         self.sh(self.with_task(cmd))
         rc = self.runner.wait(timeout=30)
         self.assertNotEqual(rc, 0, "a stopped task is not a success")
-        self.assertEqual(self.call("task_list")["tasks"][0]["state"], "stopped")
+        self.assertEqual(self.call("task_list")["tasks"][0]["state"], "cancelled")
         # The follower ends with the task.
         self.assertEqual(self.follow.wait(timeout=15), 0)
-        self.assertIn("stopped", self.follow.stdout.read())
+        self.assertIn("cancelled", self.follow.stdout.read())
         # The command's whole process group ended: no `sleep 600` is left.
         r = subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True, text=True)
         self.assertEqual(r.stdout.strip(), "", "the agent's process group ended")
@@ -352,7 +360,7 @@ class ReadmeWalk(unittest.TestCase):
         (r"^tether tap 200 410$", "tap_icon"),
         (r"^tether tap 250 400$", "tap_field"),
         (r'^tether type "hello"$', "type_text"),
-        (r"^tether open Settings$", "open_settings"),
+        (r"^tether open Demo$", "open_app"),
         (r"^tether pair --host localhost$", "pair"),
         (r"^sock=", "socket_path"),
         (r"^printf .* \| socat - UNIX-CONNECT:\$sock$", "socat"),
@@ -381,9 +389,12 @@ class ReadmeWalk(unittest.TestCase):
             self.assertLess(i, len(self.STEPS), f"README command {i + 1} `{command}` has no check in this walk: add one")
             pattern, step = self.STEPS[i]
             self.assertRegex(command, pattern, f"README command {i + 1} is not the one this walk expects next")
-            with self.subTest(command=command):
-                run = self.covered_by(step[1]) if isinstance(step, tuple) else getattr(self, step)
+            run = self.covered_by(step[1]) if isinstance(step, tuple) else getattr(self, step)
+            try:
                 run(command)
+            except Exception as e:
+                # The walk stops at the first step that fails: later ones build on it.
+                raise AssertionError(f"README command {i + 1} `{command}`: {e}") from e
         self.assertEqual(len(commands), len(self.STEPS), "the walk checks commands the README no longer has")
         print("\n  README walk: ran", len(commands) - len(self.not_run_here), "of", len(commands), "commands here")
         for command, why in self.not_run_here:
