@@ -448,12 +448,14 @@ class GlobalLimitsTest(HostileBase):
         with self.subTest("status.limits"):
             self.assertIsInstance(limits, dict, "status has no limits object")
             for k in ("connections", "max_connections", "screenshots_in_flight", "max_screenshots_in_flight",
+                      "screenshots_waiting", "max_screenshots_waiting", "queue_timeout_ms",
                       "queued_output_bytes", "max_queued_output_bytes", "refused_busy"):
                 self.assertIn(k, limits)
         # Everything closed: the daemon is fine and nothing is left in flight.
         def settled():
             lim = probe.ok("status").get("limits") or {}
-            return lim.get("connections", 1) <= 1 and lim.get("screenshots_in_flight", 0) == 0
+            return (lim.get("connections", 1) <= 1 and lim.get("screenshots_in_flight", 0) == 0
+                    and lim.get("screenshots_waiting", 0) == 0)
         wait_for("the flood to be cleaned up", settled, within=60.0, every=0.2)
         self.assertTrue(probe.ok("screenshot", within=30.0, max_edge=256))
 

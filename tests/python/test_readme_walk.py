@@ -14,6 +14,7 @@ agent user and no groups to set up. Standard library only (and socat, which the 
 
 import json
 import os
+import queue
 import re
 import select
 import shlex
@@ -22,6 +23,7 @@ import signal
 import ssl
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 import urllib.request
@@ -126,9 +128,10 @@ class ReadmeWalk(unittest.TestCase):
             self.assertEqual(r.returncode, 0, f"`{command}` failed:\n{r.stdout}\n{r.stderr}")
         return r
 
-    def spawn(self, command, **kw):
+    def spawn(self, command, log=None, **kw):
+        out = log or subprocess.PIPE
         p = subprocess.Popen(["bash", "-c", command], cwd=self.work, env=self.env, start_new_session=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **self.user, **kw)
+                             stdout=out, stderr=out, text=True, **self.user, **kw)
         self.procs.append(p)
         return p
 
@@ -166,15 +169,15 @@ class ReadmeWalk(unittest.TestCase):
         ]
         p.stdin.write("".join(json.dumps(m) + "\n" for m in messages))
         p.stdin.flush()
+        # Lines are read on a thread: a select on the pipe would miss lines already buffered.
+        lines = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in p.stdout], daemon=True).start()
         deadline = time.time() + 30
         while time.time() < deadline:
-            ready, _, _ = select.select([p.stdout], [], [], max(0.0, deadline - time.time()))
-            if not ready:
+            try:
+                msg = json.loads(lines.get(timeout=max(0.0, deadline - time.time())))
+            except queue.Empty:
                 break
-            line = p.stdout.readline()
-            if not line:
-                break
-            msg = json.loads(line)
             if msg.get("id") == 2:
                 p.stdin.close()
                 p.wait(timeout=15)
@@ -185,9 +188,12 @@ class ReadmeWalk(unittest.TestCase):
     # -- the steps, in README order -------------------------------------------------------
 
     def serve_sim(self, cmd):
-        self.daemon = self.spawn(cmd)
+        # Its log goes to a file: a pipe read only at the end would fill and stall it.
+        self.daemon_log = open(os.path.join(self.dir, "daemon.log"), "w+")
+        self.addCleanup(self.daemon_log.close)
+        self.daemon = self.spawn(cmd, log=self.daemon_log)
         wait_for("the daemon's socket", lambda: os.path.exists(self.socket) or self.daemon.poll() is not None, 60)
-        self.assertIsNone(self.daemon.poll(), self.daemon.stderr.read() if self.daemon.poll() is not None else "")
+        self.assertIsNone(self.daemon.poll(), open(self.daemon_log.name).read())
         self.port = wait_for("HTTPS", lambda: (self.call("status").get("https") or {}).get("port"))
 
     def this_suite(self, cmd):
@@ -308,6 +314,18 @@ class ReadmeWalk(unittest.TestCase):
         self.task = wait_for("the task to open", opened, 30)
         wait_for("the agent's question", lambda: self.approvals(self.task) == ["pending"], 30, interval=0.1)
 
+    def agent_processes(self):
+        """Processes in the walk's working directory: the daemon's and, once the runner and
+        the follower have exited, the agent's."""
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if os.readlink(f"/proc/{pid}/cwd") == self.work:
+                    found.append(int(pid))
+            except OSError:
+                continue
+        return found
+
     def with_task(self, cmd):
         return re.sub(r"\b12\b", str(self.task), cmd)
 
@@ -339,6 +357,19 @@ class ReadmeWalk(unittest.TestCase):
         wait_for("the answer in the journal", lambda: self.approvals(self.task) == ["approved"], 15, interval=0.1)
         self.assertIsNone(self.runner.poll(), "the agent goes on after the approval")
 
+        def sleeping():
+            found = []
+            for pid in self.agent_processes():
+                try:
+                    with open(f"/proc/{pid}/cmdline") as f:
+                        if f.read().startswith("sleep"):
+                            found.append(pid)
+                except OSError:
+                    continue
+            return found
+
+        wait_for("the agent to go on to its sleep", sleeping, 15, interval=0.1)
+
     def stop(self, cmd):
         self.sh(self.with_task(cmd))
         rc = self.runner.wait(timeout=30)
@@ -347,9 +378,9 @@ class ReadmeWalk(unittest.TestCase):
         # The follower ends with the task.
         self.assertEqual(self.follow.wait(timeout=15), 0)
         self.assertIn("cancelled", self.follow.stdout.read())
-        # The command's whole process group ended: no `sleep 600` is left.
-        r = subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True, text=True)
-        self.assertEqual(r.stdout.strip(), "", "the agent's process group ended")
+        # The command's whole process group ended: nothing of the agent's is left.
+        left = [p for p in self.agent_processes() if p != self.daemon.pid]
+        self.assertEqual(left, [], "the agent's process group ended")
 
     STEPS = [
         (r"^tether serve --sim$", "serve_sim"),
@@ -401,7 +432,8 @@ class ReadmeWalk(unittest.TestCase):
             print(f"    `{command}`: {why}")
         self.daemon.send_signal(signal.SIGTERM)
         self.assertEqual(self.daemon.wait(timeout=30), 0)
-        log = self.daemon.stderr.read()
+        with open(self.daemon_log.name) as f:
+            log = f.read()
         self.assertNotIn("panicked", log)
         self.assertNotIn(" ERROR ", log)
 

@@ -172,20 +172,29 @@ fn describe(path: &Path) -> String {
     }
 }
 
-/// Runs `f` on a thread of its own under the agent's uid, gid and groups. `None`: this
-/// process may not take them (not root).
-fn as_agent<T: Send>(agent: &Agent, f: impl FnOnce() -> T + Send) -> Option<T> {
+/// Why a check as the agent was not made by a process that is not root.
+const NOT_ROOT: &str = "checked as root only (`sudo tether doctor`)";
+
+/// Runs `f` on a thread of its own under the agent's uid, gid and groups. `Err`: why it
+/// could not (not root; the ids could not be taken, naming the call that failed).
+fn as_agent<T: Send>(agent: &Agent, f: impl FnOnce() -> T + Send) -> Result<T, String> {
     if !nix::unistd::geteuid().is_root() {
-        return None;
+        return Err(NOT_ROOT.into());
     }
+    let name = &agent.user.name;
     std::thread::scope(|s| {
-        s.spawn(|| {
-            become_user(agent.user.uid.as_raw(), agent.user.gid.as_raw(), &agent.groups).ok()?;
-            Some(f())
-        })
-        .join()
-        .ok()
-        .flatten()
+        let checker = std::thread::Builder::new()
+            .name("as-agent".into())
+            .spawn_scoped(s, || {
+                // SAFETY: this thread runs only `f` and ends when it returns (the scope joins
+                // it before anything else runs), so no other code ever sees a thread whose
+                // credentials differ from the rest of the process.
+                unsafe { become_user(agent.user.uid.as_raw(), agent.user.gid.as_raw(), &agent.groups) }
+                    .map_err(|(call, e)| format!("could not take {name}'s ids to check ({call}: {e})"))?;
+                Ok(f())
+            })
+            .map_err(|e| format!("no thread to check as {name} ({e})"))?;
+        checker.join().map_err(|_| format!("the check as {name} failed"))?
     })
 }
 
@@ -206,17 +215,24 @@ mod id_calls {
 /// Takes `uid`, `gid` and `groups` (real, effective and saved) for the calling thread only
 /// (in a forked child, that is the whole process). Raw system calls: libc's wrappers would
 /// change every thread of the process. Allocates nothing, so it is safe between fork and
-/// exec. Giving up root for all three uids drops the thread's capabilities too.
-pub fn become_user(uid: u32, gid: u32, groups: &[u32]) -> std::io::Result<()> {
-    let n = libc::c_long::try_from(groups.len()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    let check = |r: libc::c_long| if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) };
+/// exec. Giving up root for all three uids drops the thread's capabilities too. `Err`
+/// names the call that failed. Linux only (per-thread credentials are Linux's).
+///
+/// # Safety
+/// Call it only in a forked child before exec, or on a thread that ends right after its
+/// work: glibc and everything else in the process assume every thread has the same
+/// credentials, so a thread left with others must never run other code.
+pub unsafe fn become_user(uid: u32, gid: u32, groups: &[u32]) -> Result<(), (&'static str, std::io::Error)> {
+    let n = libc::c_long::try_from(groups.len())
+        .map_err(|_| ("setgroups", std::io::Error::from_raw_os_error(libc::EINVAL)))?;
+    let check = |call, r: libc::c_long| if r == 0 { Ok(()) } else { Err((call, std::io::Error::last_os_error())) };
     // SAFETY: three system calls taking integers, and for setgroups a pointer to `n` ids
     // that `groups` keeps alive for the call; they touch no memory of ours otherwise. The
     // groups and gid go first: after the uid, the thread may no longer change them.
     unsafe {
-        check(libc::syscall(id_calls::SETGROUPS, n, groups.as_ptr()))?;
-        check(libc::syscall(id_calls::SETRESGID, gid, gid, gid))?;
-        check(libc::syscall(id_calls::SETRESUID, uid, uid, uid))?;
+        check("setgroups", libc::syscall(id_calls::SETGROUPS, n, groups.as_ptr()))?;
+        check("setresgid", libc::syscall(id_calls::SETRESGID, gid, gid, gid))?;
+        check("setresuid", libc::syscall(id_calls::SETRESUID, uid, uid, uid))?;
     }
     Ok(())
 }
@@ -276,11 +292,12 @@ pub fn check_socket(setup: &Setup, agent: &Agent) -> Finding {
     if std::fs::symlink_metadata(socket).is_err() {
         return Finding::unchecked("socket", format!("no daemon on {} to check against", socket.display()));
     }
-    let Some(reach) = as_agent(agent, || match blocked_at(socket, AccessFlags::W_OK) {
+    let reach = match as_agent(agent, || match blocked_at(socket, AccessFlags::W_OK) {
         Some(at) => Reach::Blocked(at),
         None => hello(socket),
-    }) else {
-        return Finding::unchecked("socket", "checked as root only (`sudo tether doctor`)".into());
+    }) {
+        Ok(reach) => reach,
+        Err(why) => return Finding::unchecked("socket", why),
     };
     let config = setup.config_file.as_ref().map_or_else(|| "the config file".into(), |f| f.display().to_string());
     match reach {
@@ -321,6 +338,12 @@ pub fn check_socket(setup: &Setup, agent: &Agent) -> Finding {
             let group = &setup.socket_group;
             let meta = std::fs::metadata(socket).ok();
             let socket_gid = meta.as_ref().map(MetadataExt::gid);
+            // The group a socket keeps when the daemon set none: its owner's (the daemon's
+            // user's) primary group, which is no operators' group to join.
+            let owner_gid = meta
+                .as_ref()
+                .and_then(|m| User::from_uid(Uid::from_raw(m.uid())).ok().flatten())
+                .map(|u| u.gid.as_raw());
             let configured = Group::from_name(group).ok().flatten();
             let detail = format!("{name} cannot connect to {}: it is not in the socket's group", describe(socket));
             match (&configured, socket_gid) {
@@ -330,7 +353,7 @@ pub fn check_socket(setup: &Setup, agent: &Agent) -> Finding {
                     Finding::fail("socket", detail, format!("sudo usermod -aG {group} {name}"), false)
                 }
                 // The daemon set another (named) group: its configuration differs from ours.
-                (_, Some(gid)) if gid != 0 && gid != nix::unistd::getegid().as_raw() => {
+                (_, Some(gid)) if gid != 0 && Some(gid) != owner_gid => {
                     Finding::fail("socket", detail, format!("sudo usermod -aG {} {name}", group_name(gid)), false)
                 }
                 // The socket kept the daemon's own group: the group was missing at its start.
@@ -350,9 +373,9 @@ pub fn check_socket(setup: &Setup, agent: &Agent) -> Finding {
 pub fn check_cwd(agent: &Agent, cwd: &Path) -> Finding {
     let name = &agent.user.name;
     match as_agent(agent, || blocked_at(cwd, AccessFlags::X_OK)) {
-        None => Finding::unchecked("cwd", "checked as root only".into()),
-        Some(None) => Finding::ok("cwd", format!("{name} can enter {}", cwd.display())),
-        Some(Some(at)) => Finding::fail(
+        Err(why) => Finding::unchecked("cwd", why),
+        Ok(None) => Finding::ok("cwd", format!("{name} can enter {}", cwd.display())),
+        Ok(Some(at)) => Finding::fail(
             "cwd",
             format!("{name} cannot enter the working directory {}: {} is closed to it", cwd.display(), describe(&at)),
             format!("run it from a directory {name} can enter, e.g. `cd /tmp`"),
@@ -415,9 +438,9 @@ pub fn check_program(agent: &Agent, program: &str, cwd: &Path, check: &'static s
         Err(first_block)
     });
     match result {
-        None => Finding::unchecked(check, format!("{} (checked as root only)", first.display())),
-        Some(Ok(p)) => Finding::ok(check, format!("{name} can run {}", p.display())),
-        Some(Err(at)) => {
+        Err(why) => Finding::unchecked(check, format!("{}: {why}", first.display())),
+        Ok(Ok(p)) => Finding::ok(check, format!("{name} can run {}", p.display())),
+        Ok(Err(at)) => {
             let at = at.unwrap_or_else(|| first.clone());
             let fix = if at == *first {
                 format!("sudo chmod a+rx {}", first.display())

@@ -290,8 +290,12 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
             // The daemon first: every request is cancelled, ends on its own and journals
             // what it did; only then are the connections dropped (their requests with them).
             stopping.shutdown();
-            if !stopping.requests_ended(std::time::Duration::from_secs(2)).await {
-                tracing::warn!("requests still being answered after 2 s; ending them");
+            tokio::select! {
+                ended = stopping.requests_ended(std::time::Duration::from_secs(2)) => if !ended {
+                    tracing::warn!("requests still being answered after 2 s; ending them");
+                },
+                // A second Ctrl-C means now.
+                () = wait_for_signal() => tracing::info!("second signal: not waiting for requests"),
             }
             stop.cancel();
         });

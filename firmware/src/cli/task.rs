@@ -154,7 +154,9 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
             cmd.pre_exec(move || {
                 nix::unistd::setsid().map_err(std::io::Error::from)?;
                 if let Some((uid, gid, groups)) = &ids {
-                    agent_setup::become_user(*uid, *gid, groups)?;
+                    // A forked child before exec (become_user's safety rule): its one thread
+                    // is the process.
+                    agent_setup::become_user(*uid, *gid, groups).map_err(|(_, e)| e)?;
                 }
                 // Whatever this process inherited without close-on-exec (fds of the shell or
                 // service that started it) must not reach the agent: mark every fd above
@@ -283,7 +285,13 @@ fn check_agent(setup: &agent_setup::Setup, program: &str, on_socket: bool) -> an
     let mut findings =
         vec![agent_setup::check_cwd(&agent, &cwd), agent_setup::check_program(&agent, program, &cwd, "program")];
     if on_socket {
-        findings.push(agent_setup::check_socket(setup, &agent));
+        let mut socket = agent_setup::check_socket(setup, &agent);
+        // Running the command unproven could hand it an operator's rights on the socket:
+        // a check that could not be made stops the run like a failed one.
+        if socket.state == agent_setup::State::Unchecked {
+            socket.state = agent_setup::State::Fail;
+        }
+        findings.push(socket);
     }
     let failing: Vec<String> = findings
         .iter()

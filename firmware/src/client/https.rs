@@ -40,9 +40,10 @@ pub enum HttpsClientError {
     /// The appliance answered, but its certificate is not from the pinned CA: the pin is
     /// wrong (or the appliance made a new CA), not the network.
     #[error(
-        "{target} answered, but its certificate is not from the pinned certificate authority: the appliance's CA \
-         fingerprint is {presented}, the one pinned here is {pinned}. Check the fingerprint (`tether doctor` on \
-         the appliance shows it), or pair again (`tether pair` there, then `tether login PAIRING-URL` here)"
+        "{target} answered, but its certificate is not from the pinned certificate authority: it presented a CA \
+         with fingerprint {presented}, the one pinned here is {pinned}. Compare it with what `tether doctor` \
+         shows on the appliance before trusting it (anyone on the network can answer), or pair again \
+         (`tether pair` there, then `tether login PAIRING-URL` here)"
     )]
     PinMismatch {
         /// Host and port.

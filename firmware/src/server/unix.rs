@@ -78,6 +78,23 @@ pub enum ServerError {
     /// Something that is not a socket is in the way.
     #[error("{} exists and is not a socket; refusing to replace it", .0.display())]
     NotASocket(PathBuf),
+    /// The socket's directory could be changed by someone else: another user could put a
+    /// symlink where the socket goes (and have its mode and group applied to any file) or
+    /// a socket of their own.
+    #[error(
+        "{} (owner uid {owner}, mode {mode:o}) could be changed by another user; the control socket \
+         must live in a directory owned by this user or root that no one else may write to \
+         (e.g. `socket = \"/run/tether/control.sock\"` in the config file)",
+        .path.display()
+    )]
+    UnsafeDir {
+        /// The directory.
+        path: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// Binding or configuring the socket failed.
     #[error("bind control socket {}", .path.display())]
     Bind {
@@ -130,6 +147,9 @@ impl UnixServer {
                 // socket's own mode is the gate.
                 let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
             }
+            // The mode and group below are set by path: only a directory no one else can
+            // write to keeps that path ours between the bind and the rename.
+            check_socket_dir(dir)?;
         }
         remove_stale(&path)?;
         let bind_err = |source| ServerError::Bind { path: path.clone(), source };
@@ -185,6 +205,19 @@ impl Drop for UnixServer {
     }
 }
 
+/// Refuses a socket directory another user could write to (a predictable name in `/tmp`
+/// made first by someone else, or one open to a group): see [`ServerError::UnsafeDir`].
+fn check_socket_dir(dir: &Path) -> Result<(), ServerError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(dir).map_err(|source| ServerError::CreateDir { path: dir.into(), source })?;
+    let euid = nix::unistd::geteuid().as_raw();
+    let trusted_owner = meta.uid() == euid || meta.uid() == 0;
+    if !trusted_owner || meta.mode() & 0o022 != 0 {
+        return Err(ServerError::UnsafeDir { path: dir.into(), owner: meta.uid(), mode: meta.mode() & 0o7777 });
+    }
+    Ok(())
+}
+
 fn remove_stale(path: &Path) -> Result<(), ServerError> {
     let Ok(meta) = std::fs::symlink_metadata(path) else {
         return Ok(());
@@ -212,8 +245,11 @@ fn groups_of(uid: u32, gid: u32) -> Vec<u32> {
 }
 
 /// The uid the agent user's name has now, from the user database.
-fn agent_uid_now(name: Option<&str>) -> Option<u32> {
-    User::from_name(name?).ok().flatten().map(|u| u.uid.as_raw())
+/// The agent user's uid now: `Ok(None)` when there is no such user (or no name), `Err`
+/// when the user database could not answer (sssd or LDAP down).
+fn agent_uid_now(name: Option<&str>) -> Result<Option<u32>, nix::Error> {
+    let Some(name) = name else { return Ok(None) };
+    Ok(User::from_name(name)?.map(|u| u.uid.as_raw()))
 }
 
 async fn identify(stream: &UnixStream, policy: &RolePolicy) -> io::Result<(PeerCredentials, Option<Caller>)> {
@@ -223,9 +259,17 @@ async fn identify(stream: &UnixStream, policy: &RolePolicy) -> io::Result<(PeerC
     let (groups, agent_now) =
         tokio::task::spawn_blocking(move || (groups_of(creds.uid, creds.gid), agent_uid_now(name.as_deref())))
             .await
-            .unwrap_or_else(|_| (vec![creds.gid], None));
-    let caller = policy.role_for(&creds, &groups, agent_now).map(|role| Caller::unix(creds, role));
-    Ok((creds, caller))
+            .unwrap_or_else(|_| (vec![creds.gid], Err(nix::Error::EIO)));
+    let role = match agent_now {
+        Ok(agent_now) => policy.role_for(&creds, &groups, agent_now),
+        // Fail closed: a peer that may be the agent user (which is often in the socket's
+        // group) gets no operator's rights while its name cannot be checked.
+        Err(e) => policy.role_for(&creds, &groups, None).filter(|&role| role != Role::Operate).or_else(|| {
+            tracing::warn!(uid = creds.uid, error = %e, "the user database did not answer; refused");
+            None
+        }),
+    };
+    Ok((creds, role.map(|role| Caller::unix(creds, role))))
 }
 
 async fn connection(daemon: Daemon, config: Arc<UnixServerConfig>, stream: UnixStream) {
@@ -339,6 +383,27 @@ async fn read_requests(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_socket_directory_someone_else_may_write_to_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("tether");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(check_socket_dir(&dir).is_ok(), "ours, 0755");
+        for loose in [0o775, 0o777, 0o1777] {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(loose)).unwrap();
+            let refused = check_socket_dir(&dir).unwrap_err();
+            assert!(matches!(refused, ServerError::UnsafeDir { .. }), "{loose:o}");
+            assert!(refused.to_string().contains("/run/tether/control.sock"), "{refused}");
+        }
+        if nix::unistd::geteuid().is_root() {
+            // Made first by another user (a predictable name in /tmp).
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+            nix::unistd::chown(&dir, Some(Uid::from_raw(65534)), None).unwrap();
+            assert!(matches!(check_socket_dir(&dir), Err(ServerError::UnsafeDir { owner: 65534, .. })));
+        }
+    }
 
     #[test]
     fn the_agent_name_looked_up_now_is_agent_only_and_never_root() {
