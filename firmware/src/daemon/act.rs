@@ -9,20 +9,21 @@ use tokio_util::sync::CancellationToken;
 
 use super::limits;
 use super::observations::{FrameRef, MAX_PREVIEW_BYTES, MAX_SCREENSHOT_BYTES, THUMBNAIL_EDGE};
+use super::open_app::SPOTLIGHT_FOCUS;
 use super::operations::{Begin, OperationState};
 use super::play::{Abandoned, AbandonedStep};
 use super::settle::{Answer, Sample, Until, WatchFor};
 use super::task_methods::by;
 use super::{Daemon, DaemonError, InputError, InputStep, Observation, Session};
 use crate::device::geometry::{detect_active_rect, ObservationMapping, PixelRect};
-use crate::device::hid::{named_key, KeyStroke, UntypeableText};
+use crate::device::hid::{named_key, HidReport, KeyStroke, UntypeableText};
 use crate::device::input::{self, plan, Gesture, HidPoint};
 use crate::device::video::image::observe;
 use crate::device::video::luma::LumaThumb;
 use crate::device::video::Frame;
 use crate::protocol::params::{
-    ActionParams, ActionSpec, Direction, Expect, PreviewParams, ReturnImage, ScreenshotParams, DEFAULT_MAX_EDGE,
-    DEFAULT_PREVIEW_EDGE,
+    ActionParams, ActionSpec, Direction, Expect, Newlines, PreviewParams, ReturnImage, ScreenshotParams,
+    DEFAULT_MAX_EDGE, DEFAULT_PREVIEW_EDGE,
 };
 use crate::protocol::task_params::BatchParams;
 use crate::protocol::{Acting, ErrorBody};
@@ -315,7 +316,21 @@ impl Daemon {
                     timeout_ms: p.settle_timeout_ms,
                     return_image: p.return_image.unwrap_or_default(),
                 };
-                let verified = self.verified(verify.then_some(&spec), acting, &run, reports, cancel).await;
+                let mut verified = self.verified(verify.then_some(&spec), acting, &run, reports, cancel).await;
+                let checked = verify && run.baseline.is_some();
+                match &p.action {
+                    ActionSpec::OpenApp { name } if checked => {
+                        let spotlight = run.spotlight.as_ref();
+                        verified =
+                            self.check_opened(session, acting, name, spotlight, verified, run.image_edge, cancel).await;
+                    }
+                    ActionSpec::Home {} if checked && verified.as_ref().is_ok_and(|f| f["settled"] == true) => {
+                        if let Ok(Some(now)) = self.sample_now(cancel).await {
+                            self.remember_home(now.thumb);
+                        }
+                    }
+                    _ => {}
+                }
                 verified.map(|fields| {
                     out.extend(fields);
                     out.insert("duration_ms".into(), millis(started.elapsed()).into());
@@ -370,9 +385,7 @@ impl Daemon {
         let settings = self.act_settings();
         let quiet = Duration::from_millis(p.quiet_ms.unwrap_or(settings.quiet_ms));
         let timeout_ms = p.timeout_ms.unwrap_or(settings.timeout_ms);
-        let mut pointer: Vec<(f64, f64)> = run.pointer_before.into_iter().collect();
-        pointer.extend(run.pointer_path.iter().copied());
-        let rules = self.change_rules(&baseline.active, &pointer);
+        let rules = self.change_rules(&baseline.active, &moved_pointer(run.pointer_at_baseline, run.pointer_end));
         let expect = p.expect;
         // Expecting a change, a quiet screen is no answer yet: the change may come late (a
         // page loading); wait for it up to the timeout, then for it to settle.
@@ -456,10 +469,12 @@ impl Daemon {
                         baseline: run.baseline,
                         ended: run.ended,
                         pointer_before: run.pointer_before,
-                        pointer_path: Vec::new(),
+                        pointer_at_baseline: run.pointer_at_baseline,
+                        pointer_end: run.pointer_end,
                         image_edge: run.image_edge,
+                        spotlight: None,
                     });
-                    w.pointer_path.extend(run.pointer_path);
+                    w.pointer_end = run.pointer_end;
                     w.ended = run.ended;
                 }
                 Err(e) => {
@@ -525,8 +540,10 @@ impl Daemon {
             baseline: None,
             ended: Instant::now(),
             pointer_before: None,
-            pointer_path: Vec::new(),
+            pointer_at_baseline: None,
+            pointer_end: None,
             image_edge: None,
+            spotlight: None,
         };
         let planned = match self.plan_action(acting, observation_id, action) {
             Ok(planned) => planned,
@@ -550,10 +567,6 @@ impl Daemon {
             }
         };
         run.task = turn.task();
-        if journal.sample {
-            // Not being able to look never stops the input: the answer says it was not verified.
-            run.baseline = self.sample_now(cancel).await.ok().flatten();
-        }
         run.pointer_before = self.last_pointer();
         // If this request ends before its input does, the daemon journals it instead.
         let abandoned = Abandoned {
@@ -566,7 +579,37 @@ impl Daemon {
             }),
             operation: Some(journal.operation),
         };
-        let result = turn.run(&planned.steps, abandoned).await;
+        // A pointer action glides first and presses once the glide is over; its baseline is
+        // the screen then, the pointer resting at its target (see [`ActionRun::pointer_at_baseline`]).
+        // Not being able to look never stops the input: the answer says it was not verified.
+        let glide = journal.sample.then(|| first_press(&planned.steps)).flatten().filter(|&at| at > 0);
+        let spotlight = journal.sample.then_some(planned.spotlight_at).flatten();
+        let result = match (glide, spotlight) {
+            (_, Some(at)) => {
+                run.baseline = self.sample_now(cancel).await.ok().flatten();
+                run.pointer_at_baseline = run.pointer_before;
+                let (result, opened) = turn
+                    .run_paused(&planned.steps, at, abandoned, |typed_from| self.sample_after(typed_from, cancel))
+                    .await;
+                run.spotlight = opened.and_then(|s| s.ok().flatten());
+                result
+            }
+            (Some(at), None) => {
+                let (result, baseline) =
+                    turn.run_paused(&planned.steps, at, abandoned, |glided| self.sample_after(glided, cancel)).await;
+                run.baseline = baseline.and_then(|b| b.ok().flatten());
+                run.pointer_at_baseline = planned.pointer.first().copied();
+                result
+            }
+            (None, None) => {
+                if journal.sample {
+                    run.baseline = self.sample_now(cancel).await.ok().flatten();
+                }
+                run.pointer_at_baseline = run.pointer_before;
+                turn.run(&planned.steps, abandoned).await
+            }
+        };
+        run.pointer_end = planned.pointer.last().copied().or(run.pointer_at_baseline);
         // Settling is timed from the last report, not from the waits planned after it.
         let trailing: Duration = planned
             .steps
@@ -596,7 +639,6 @@ impl Daemon {
             (Err(_), Some(_)) => self.set_last_pointer(None),
             _ => {}
         }
-        run.pointer_path = planned.pointer;
         run.outcome = result;
         run
     }
@@ -637,7 +679,12 @@ impl Daemon {
         if matches!(action, ActionSpec::AppSwitcher {}) {
             pointer = vec![(0.5, 32700.0 / 32768.0), (0.5, 19000.0 / 32768.0)];
         }
-        Ok(Planned { steps, pointer, image_edge })
+        // `open_app` stops once Spotlight had time to open: its picture then tells whether
+        // Spotlight is gone at the end (on a phone).
+        let spotlight_at = matches!(action, ActionSpec::OpenApp { .. })
+            .then(|| steps.iter().position(|s| *s == InputStep::Wait(SPOTLIGHT_FOCUS)).map(|i| i + 1))
+            .flatten();
+        Ok(Planned { steps, pointer, image_edge, spotlight_at })
     }
 
     /// The report steps of `action`; `point` maps observation pixels to HID units.
@@ -688,7 +735,16 @@ impl Daemon {
                 let main = main.ok_or(DaemonError::BadHotkey)?;
                 Gesture::Key(KeyStroke { usage: main.usage, modifiers: modifiers | main.modifiers })
             }
-            ActionSpec::TypeText { text } => Gesture::Type(self.inner.keymap.strokes(text)?),
+            ActionSpec::TypeText { text, newlines } => {
+                // Refused before anything is typed: a Return mid-text in a single-line field
+                // ends editing and the rest would be lost while the answer said "typed".
+                let text = match newlines.unwrap_or_default() {
+                    Newlines::Refuse if Newlines::has_line_break(text) => return Err(DaemonError::TextHasNewline),
+                    Newlines::Refuse => std::borrow::Cow::Borrowed(text.as_str()),
+                    Newlines::Return => std::borrow::Cow::Owned(Newlines::as_returns(text)),
+                };
+                Gesture::Type(self.inner.keymap.strokes(&text)?)
+            }
             ActionSpec::Home {} => Gesture::Key(input::HOME),
             ActionSpec::Spotlight {} => Gesture::Key(input::SPOTLIGHT),
             ActionSpec::Back {} => Gesture::Key(input::BACK),
@@ -701,7 +757,7 @@ impl Daemon {
                 // Spotlight, a moment for its field to take focus, the name, Return.
                 let typed = self.inner.keymap.strokes(&format!("{name}\n"))?;
                 let mut steps = plan(&Gesture::Key(input::SPOTLIGHT), t);
-                steps.push(InputStep::Wait(Duration::from_millis(400)));
+                steps.push(InputStep::Wait(SPOTLIGHT_FOCUS));
                 steps.extend(plan(&Gesture::Type(typed), t));
                 return Ok(steps);
             }
@@ -738,6 +794,8 @@ struct Planned {
     steps: Vec<InputStep>,
     pointer: Vec<(f64, f64)>,
     image_edge: Option<u32>,
+    /// `open_app`: the index of the first step after Spotlight opened.
+    spotlight_at: Option<usize>,
 }
 
 /// How an action runs: whether it samples the screen first (the baseline of verification),
@@ -770,12 +828,47 @@ struct ActionRun {
     baseline: Option<Sample>,
     /// When the last report was sent.
     ended: Instant,
-    /// Where the pointer was before (normalized), if known.
+    /// Where the pointer was before the input (normalized), if known.
     pointer_before: Option<(f64, f64)>,
-    /// Where the input put it, in order.
-    pointer_path: Vec<(f64, f64)>,
+    /// Where it was when the baseline was sampled: a pointer action's target (the
+    /// baseline is sampled once it glided there), else where it was before.
+    ///
+    /// Why a pointer that is in both pictures at the same place is not masked: DESIGN
+    /// says the pointer may darken (or grow) while pressed and may auto-hide when idle.
+    /// The baseline is sampled after the glide, before the press, and the answer's pictures
+    /// are watched after the last release: the pointer is unpressed in both, so it looks
+    /// the same in both, and any change under it is the phone's. A hidden pointer is woken
+    /// by the action's own move before the baseline, so it is visible in both. What could
+    /// still differ is a pointer hiding by itself during the watch, seconds after the last
+    /// pointer input; a watch after a pointer action ends well within that. Masking the
+    /// pointer instead hides exactly where small controls show their effect (a tick, a
+    /// heart, a stepper's digit), which answered NO_VISIBLE_EFFECT for taps that worked.
+    pointer_at_baseline: Option<(f64, f64)>,
+    /// Where the input left it (the last point it put it at), else `pointer_at_baseline`.
+    pointer_end: Option<(f64, f64)>,
     /// The longest edge of the screenshot the action's coordinates refer to.
     image_edge: Option<u32>,
+    /// `open_app`: the screen once Spotlight had opened.
+    spotlight: Option<Sample>,
+}
+
+/// The index of the first step that presses a pointer button: where a pointer action's
+/// glide ends (`None`: it presses nothing).
+fn first_press(steps: &[InputStep]) -> Option<usize> {
+    steps.iter().position(|s| match s {
+        InputStep::Report(HidReport::Pointer(p)) => p.buttons() != 0,
+        InputStep::Report(HidReport::Mouse(m)) => m.buttons != 0,
+        _ => false,
+    })
+}
+
+/// Where the pointer must be masked: where it is in one picture and not in the other
+/// (the start and end of a drag, a move's two ends), never where it rests in both.
+fn moved_pointer(at_baseline: Option<(f64, f64)>, end: Option<(f64, f64)>) -> Vec<(f64, f64)> {
+    match (at_baseline, end) {
+        (Some(a), Some(b)) if (a.0 - b.0).abs() < 1e-9 && (a.1 - b.1).abs() < 1e-9 => Vec::new(),
+        (a, b) => a.into_iter().chain(b).collect(),
+    }
 }
 
 fn millis(d: Duration) -> u64 {

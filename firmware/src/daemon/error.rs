@@ -62,6 +62,17 @@ pub enum DaemonError {
         /// The verification's fields.
         effect: Box<serde_json::Map<String, serde_json::Value>>,
     },
+    /// `open_app`'s input was sent and no app came to the front; Spotlight was dismissed.
+    #[error("{name:?} did not open: Spotlight found no app of that name (it may have offered a web or Siri suggestion); Spotlight was dismissed and the phone is on the home screen. Check the app's name as the home screen shows it")]
+    AppNotOpened {
+        /// The name typed.
+        name: String,
+        /// The verification's fields (a fresh observation).
+        effect: Box<serde_json::Map<String, serde_json::Value>>,
+    },
+    /// `type_text` with a line break, and the caller did not ask for Returns.
+    #[error("the text has a line break: in a single-line field Return ends editing at the first one and the rest would be lost, so nothing was typed. For a multi-line field pass newlines: \"return\" (each line break is pressed as Return), or type the lines one by one")]
+    TextHasNewline,
     /// A global limit refused the work (too many screenshots in flight, output budget).
     #[error("the daemon is busy: {0}; retry shortly")]
     Busy(&'static str),
@@ -266,6 +277,8 @@ impl DaemonError {
             DaemonError::ActionFailed(body) => (body.code, body.side_effect_possible),
             DaemonError::NoVisibleEffect { .. } => (ErrorCode::NoVisibleEffect, true),
             DaemonError::UnexpectedChange { .. } => (ErrorCode::UnexpectedChange, true),
+            DaemonError::AppNotOpened { .. } => (ErrorCode::AppNotOpened, true),
+            DaemonError::TextHasNewline => (ErrorCode::TextHasNewline, false),
             DaemonError::Task(e) => (e.code(), false),
             DaemonError::Token(e) => (
                 match e {
@@ -325,7 +338,10 @@ impl From<&DaemonError> for ErrorBody {
         {
             body.reports_sent = Some(*reports_sent);
         }
-        if let DaemonError::NoVisibleEffect { effect, .. } | DaemonError::UnexpectedChange { effect } = err {
+        if let DaemonError::NoVisibleEffect { effect, .. }
+        | DaemonError::UnexpectedChange { effect }
+        | DaemonError::AppNotOpened { effect, .. } = err
+        {
             body.effect = Some(Box::new(serde_json::Value::Object(effect.as_ref().clone())));
         }
         body

@@ -15,6 +15,7 @@ mod host_methods;
 mod input;
 mod limits;
 mod observations;
+mod open_app;
 mod operations;
 mod phone;
 mod play;

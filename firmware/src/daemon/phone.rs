@@ -52,6 +52,9 @@ pub(super) struct PhoneState {
     pub(super) pointer_at: Option<(f64, f64)>,
     /// Refusals counted per task and connection before they are journalled.
     pub(super) refusals: RefusalWindows,
+    /// The settled picture of the last verified `home` (how `open_app` tells the home
+    /// screen on a phone).
+    pub(super) home_picture: Option<std::sync::Arc<crate::device::video::luma::LumaThumb>>,
 }
 
 /// The owner of the phone's state.

@@ -14,6 +14,7 @@ use tokio::sync::{oneshot, OwnedMutexGuard};
 use tokio_util::sync::CancellationToken;
 
 use super::{Daemon, DaemonError, InputError, InputLane, InputStep};
+use crate::device::hid::HidError;
 
 /// What the daemon records if the requester is gone before its input ended.
 #[derive(Debug, Default)]
@@ -44,6 +45,57 @@ pub(super) fn reports_in(steps: &[InputStep]) -> usize {
     steps.iter().filter(|s| matches!(s, InputStep::Report(_))).count()
 }
 
+/// A stop inside one play: the steps before `at` are played, `reached` says when they
+/// ended, and the rest waits for `resume` (verification samples its baseline there, once
+/// the pointer has glided to its target). It is one play all the same: a cancel, a task
+/// control or the requester going away while it waits ends it like any other moment of
+/// the play (nothing is held between a glide and its press), and an interrupted play counts
+/// its reports over both parts.
+#[derive(Debug)]
+pub(super) struct Pause {
+    /// The index of the first step after the stop.
+    pub(super) at: usize,
+    /// Told when the steps before the stop have been played.
+    pub(super) reached: oneshot::Sender<Instant>,
+    /// Awaited before the rest is played.
+    pub(super) resume: oneshot::Receiver<()>,
+}
+
+/// Plays `steps` on `lane` (stopping at `pause` when given): the reports written.
+async fn play_steps(
+    lane: &mut InputLane,
+    steps: &[InputStep],
+    pause: Option<Pause>,
+    cancel: &CancellationToken,
+) -> Result<usize, InputError> {
+    let Some(Pause { at, reached, resume }) = pause else {
+        return lane.run(steps, cancel).await;
+    };
+    let (first, rest) = steps.split_at(at.min(steps.len()));
+    let sent = lane.run(first, cancel).await?;
+    // The requester may be gone already: then `cancel` fires below.
+    let _ = reached.send(Instant::now());
+    tokio::select! {
+        resumed = resume => {
+            if resumed.is_err() {
+                return Err(InputError::Cancelled { reports_sent: sent });
+            }
+        }
+        () = cancel.cancelled() => return Err(InputError::Cancelled { reports_sent: sent }),
+    }
+    match lane.run(rest, cancel).await {
+        Ok(n) => Ok(sent + n),
+        Err(InputError::Cancelled { reports_sent }) => Err(InputError::Cancelled { reports_sent: sent + reports_sent }),
+        Err(InputError::Hid { reports_sent, source }) => {
+            Err(InputError::Hid { reports_sent: sent + reports_sent, source })
+        }
+        Err(InputError::HostNotConnected) if sent > 0 => {
+            Err(InputError::Hid { reports_sent: sent, source: HidError::HostNotConnected })
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Plays `steps` on `lane` in a task of the daemon's; the answer and the lane come back on
 /// the receiver.
 /// Dropping the receiver cancels the play (held input is released) and makes the daemon
@@ -52,6 +104,7 @@ pub(super) fn spawn(
     daemon: Daemon,
     mut lane: OwnedMutexGuard<InputLane>,
     steps: Vec<InputStep>,
+    pause: Option<Pause>,
     cancel: CancellationToken,
     abandoned: Abandoned,
 ) -> oneshot::Receiver<(Result<usize, InputError>, OwnedMutexGuard<InputLane>)> {
@@ -65,7 +118,7 @@ pub(super) fn spawn(
                 std::future::pending::<Infallible>().await
             };
             tokio::select! {
-                result = lane.run(&steps, &cancel) => result,
+                result = play_steps(&mut lane, &steps, pause, &cancel) => result,
                 never = requester_gone => match never {},
             }
         };

@@ -7,8 +7,20 @@
 //! between actions. Frames are held just long enough to sample them, so a capture with a
 //! small buffer pool is never starved.
 //!
-//! What is not a change: the pointer (masked where the daemon put it, and along the path
-//! it glided), a blinking caret (a change one or two sample columns wide), the status-bar
+//! When the screen is settled: after `quiet_ms` (300) without a change; or sooner, when
+//! exactly one change from the baseline was seen and the samples then stayed bit-identical
+//! for `still_ms` (60, at least [`STILL_FRAMES`] frames). Bit-identical, not "below the
+//! threshold": a slow fade moves a little every frame, and a spinner or an animation makes
+//! more than one change, and both keep the full quiet window. The answer's `settled_by`
+//! says which rule ended the watch. Limits: a source whose frames are never bit-identical
+//! (compressed capture noise) always takes the quiet window; a spinner whose first frame
+//! is the only change and whose next step comes later than `still_ms` settles early (iOS
+//! draws its spinners at 8 steps a second or faster, and rarely alone: the tap's
+//! highlight animates too).
+//!
+//! What is not a change: the pointer where it is in one picture and not in the other (a
+//! drag's or a move's two ends; a pointer resting in both is no mask: see
+//! `ActionRun::pointer_at_baseline` in `act.rs`), a blinking caret (a change one or two sample columns wide), the status-bar
 //! clock and whatever else the configured ignore regions cover, and changes touching fewer
 //! samples than a minimum.
 
@@ -63,6 +75,8 @@ impl UnitRect {
 pub struct ActSettings {
     /// The screen is settled after this long without a change (ms).
     pub quiet_ms: u64,
+    /// Or sooner: after one change, this long of bit-identical samples (ms; 0: off).
+    pub still_ms: u64,
     /// Longest wait for it to settle after an action (ms).
     pub timeout_ms: u64,
     /// A sample changed when its luma moved by more than this (0..255).
@@ -86,6 +100,7 @@ impl Default for ActSettings {
     fn default() -> Self {
         ActSettings {
             quiet_ms: DEFAULT_QUIET_MS,
+            still_ms: DEFAULT_STILL_MS,
             timeout_ms: DEFAULT_SETTLE_TIMEOUT_MS,
             threshold: 12,
             min_samples: 8,
@@ -102,6 +117,9 @@ impl ActSettings {
     pub fn check(&self) -> Result<(), String> {
         if !(crate::protocol::params::QUIET_MS_RANGE).contains(&self.quiet_ms) {
             return Err(format!("act.quiet_ms = {} is outside 50..=5000", self.quiet_ms));
+        }
+        if self.still_ms > 1000 {
+            return Err(format!("act.still_ms = {} is above 1000", self.still_ms));
         }
         if self.timeout_ms > 30_000 {
             return Err(format!("act.timeout_ms = {} is above 30000", self.timeout_ms));
@@ -120,6 +138,102 @@ impl ActSettings {
         }
         Ok(())
     }
+}
+
+/// Default `still_ms`: two frame intervals at 30 fps, four at 60.
+pub const DEFAULT_STILL_MS: u64 = 60;
+/// The fewest frames of a still stretch (the changed one and two identical to it).
+pub const STILL_FRAMES: u32 = 3;
+
+/// Which rule ended a watch (the answer's `settled_by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SettledBy {
+    /// One change, then bit-identical samples for `still_ms`.
+    StillFrames,
+    /// No change for `quiet_ms`.
+    QuietWindow,
+    /// A change was all the watch waited for (`wait_for_change` with `settle: false`).
+    Change,
+    /// It did not settle (timeout, a new picture).
+    NotSettled,
+}
+
+impl SettledBy {
+    fn as_str(self) -> &'static str {
+        match self {
+            SettledBy::StillFrames => "still_frames",
+            SettledBy::QuietWindow => "quiet_window",
+            SettledBy::Change => "change",
+            SettledBy::NotSettled => "not_settled",
+        }
+    }
+}
+
+/// The still-frames rule over the samples of one watch. Settled when, at a sample taken
+/// after the input's last report: the picture differs from the baseline, at most one change
+/// (motion) was seen among the samples taken after that report, and the samples have been
+/// bit-identical (outside the ignored regions) for `still` and at least [`STILL_FRAMES`]
+/// frames. Samples during the input (a pressed pointer may look darker) are the input's own
+/// appearance: they start stretches but are no change counted against the rule.
+#[derive(Debug, Clone)]
+pub(super) struct Stillness {
+    still: Duration,
+    /// Changes (motion events) seen in samples taken after the last report.
+    changes: u32,
+    /// The first sample of the current identical stretch, when it was taken, and how many
+    /// samples the stretch has.
+    stretch: Option<(Arc<LumaThumb>, Instant, u32)>,
+}
+
+/// One sample as the still-frames rule takes it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct StillSample<'a> {
+    /// The sample.
+    pub thumb: &'a Arc<LumaThumb>,
+    /// When its frame was captured.
+    pub at: Instant,
+    /// Whether it was taken after the input's last report.
+    pub after_input: bool,
+    /// Whether the motion rule saw it move.
+    pub moved: bool,
+    /// Whether it differs from the baseline.
+    pub differs: bool,
+}
+
+impl Stillness {
+    /// A rule needing `still` of identical samples (zero: never settles by it).
+    pub(super) fn new(still: Duration) -> Stillness {
+        Stillness { still, changes: 0, stretch: None }
+    }
+
+    /// Takes the next sample; whether the screen is now settled by this rule.
+    pub(super) fn push(&mut self, s: StillSample<'_>, rules: &ChangeRules) -> bool {
+        if s.moved && s.after_input {
+            self.changes += 1;
+        }
+        let same = self.stretch.as_ref().is_some_and(|(first, _, _)| identical(first, s.thumb, &rules.ignore));
+        match (&mut self.stretch, same) {
+            (Some((_, _, n)), true) => *n += 1,
+            (stretch, _) => *stretch = Some((s.thumb.clone(), s.at, 1)),
+        }
+        let Some((_, since, n)) = &self.stretch else {
+            return false;
+        };
+        !self.still.is_zero()
+            && s.after_input
+            && s.differs
+            && self.changes <= 1
+            && *n >= STILL_FRAMES
+            && s.at.saturating_duration_since(*since) >= self.still
+    }
+}
+
+/// Whether two samples are bit-identical outside `ignore` (frame pixels).
+fn identical(a: &LumaThumb, b: &LumaThumb, ignore: &[PixelRect]) -> bool {
+    if ignore.is_empty() {
+        return a == b;
+    }
+    a.same_outside(b, ignore)
 }
 
 /// One sampled picture.
@@ -174,6 +288,8 @@ pub(super) struct Watched {
     pub settled_frame: Option<(u64, Instant)>,
     /// When a difference from the baseline was first seen.
     pub changed_at: Option<Instant>,
+    /// Which rule ended the watch.
+    pub settled_by: SettledBy,
 }
 
 /// Everything the answer of a verified action or a wait needs.
@@ -191,6 +307,9 @@ pub(super) struct Answer<'a> {
     /// The rules the watch used.
     pub rules: &'a ChangeRules,
 }
+
+/// Longest wait in [`Daemon::sample_after`] for a frame captured after its moment.
+pub(super) const SAMPLE_AFTER_WAIT: Duration = Duration::from_millis(150);
 
 fn to_u32(v: f64) -> u32 {
     // Callers pass pixel values clamped into the frame, far inside u32.
@@ -233,9 +352,38 @@ impl Daemon {
         }
     }
 
+    /// The screen once `at` has passed: a frame captured at or after `at` (waiting up to
+    /// [`SAMPLE_AFTER_WAIT`] for one; a source that sends no frame while nothing moves
+    /// gives its latest), sampled. `None` when there is no picture (no capture, no signal).
+    pub(super) async fn sample_after(
+        &self,
+        at: Instant,
+        cancel: &CancellationToken,
+    ) -> Result<Option<Sample>, DaemonError> {
+        if self.inner.frames.state().signal != Signal::Locked {
+            return Ok(None);
+        }
+        let mut reader = self.inner.frames.clone();
+        let generation = reader.state().generation;
+        let deadline = tokio::time::Instant::from_std(at + SAMPLE_AFTER_WAIT);
+        loop {
+            reader.want_pixels();
+            if let Some(f) = reader.latest().filter(|f| f.generation == generation && f.captured_at >= at) {
+                return Ok(Some(self.sample(f).await?));
+            }
+            tokio::select! {
+                next = tokio::time::timeout_at(deadline, reader.changed()) => match next {
+                    Ok(true) => {}
+                    Ok(false) | Err(_) => return self.sample_now(cancel).await,
+                },
+                () = cancel.cancelled() => return Err(DaemonError::Cancelled),
+            }
+        }
+    }
+
     /// The rules for a watch over the picture `active`: the configured ones, plus the
-    /// pointer at each of `pointer` (normalized phone coordinates, in the order it went
-    /// there) and along the lines between them.
+    /// pointer at each of `pointer` (normalized phone coordinates: where it is in one
+    /// picture and not in the other).
     pub(super) fn change_rules(&self, active: &PixelRect, pointer: &[(f64, f64)]) -> ChangeRules {
         let s = self.act_settings();
         let mut ignore: Vec<PixelRect> = s.ignore.iter().map(|r| r.in_frame(active)).collect();
@@ -251,19 +399,8 @@ impl Daemon {
                 height: to_u32(2.0 * radius) + 1,
             });
         };
-        for (i, &p) in pointer.iter().enumerate() {
+        for &p in pointer {
             mask(at(p));
-            if let Some(&next) = pointer.get(i + 1) {
-                // Boxes every radius along the segment cover the glide between points.
-                let (a, b) = (at(p), at(next));
-                let length = (b.0 - a.0).hypot(b.1 - a.1);
-                let steps = (length / radius).ceil().min(512.0);
-                let n = to_u32(steps);
-                for k in 1..n {
-                    let t = f64::from(k) / steps;
-                    mask((a.0 + (b.0 - a.0) * t, a.1 + (b.1 - a.1) * t));
-                }
-            }
         }
         ChangeRules { threshold: s.threshold, ignore, min_samples: s.min_samples, thin_columns: s.thin_columns }
     }
@@ -293,6 +430,8 @@ impl Daemon {
         let mut deadline = from + timeout;
         let mut prev = baseline.clone();
         let mut motion = Motion::new(baseline.thumb.clone());
+        let mut stillness = Stillness::new(Duration::from_millis(self.act_settings().still_ms));
+        let mut settled_by = SettledBy::NotSettled;
         let mut last_change: Option<(u64, Instant)> = None;
         let mut first_after: Option<(u64, Instant)> = None;
         let mut changed_at: Option<Instant> = None;
@@ -313,17 +452,27 @@ impl Daemon {
                 if s.captured_at >= from && first_after.is_none() {
                     first_after = Some((s.frame_id, s.captured_at));
                 }
-                if motion.moved(&s.thumb, rules) {
+                let moved = motion.moved(&s.thumb, rules);
+                if moved {
                     last_change = Some((s.frame_id, s.captured_at));
                 }
-                if changed_at.is_none()
-                    && s.captured_at >= from
-                    && changed_region(&baseline.thumb, &s.thumb, rules).is_some()
-                {
+                let differs = changed_region(&baseline.thumb, &s.thumb, rules).is_some();
+                let still = stillness.push(
+                    StillSample {
+                        thumb: &s.thumb,
+                        at: s.captured_at,
+                        after_input: s.captured_at >= from,
+                        moved,
+                        differs,
+                    },
+                    rules,
+                );
+                if changed_at.is_none() && s.captured_at >= from && differs {
                     changed_at = Some(s.captured_at);
                     if let Until::Changed { settle } = until {
                         if !settle {
                             prev = s;
+                            settled_by = SettledBy::Change;
                             break true;
                         }
                         settle_from = Some(s.captured_at);
@@ -332,9 +481,14 @@ impl Daemon {
                     }
                 }
                 prev = s;
+                if still && settle_from.is_some() {
+                    settled_by = SettledBy::StillFrames;
+                    break true;
+                }
                 if let Some(start) = settle_from {
                     let quiet_since = last_change.map_or(start, |(_, at)| at.max(start));
                     if prev.captured_at.saturating_duration_since(quiet_since) >= quiet {
+                        settled_by = SettledBy::QuietWindow;
                         break true;
                     }
                 }
@@ -361,6 +515,7 @@ impl Daemon {
                 } => {
                     let newest = reader.newest_captured();
                     if newest.is_none_or(|n| n.sequence <= prev.frame_id) {
+                        settled_by = SettledBy::QuietWindow;
                         break true;
                     }
                 }
@@ -372,7 +527,7 @@ impl Daemon {
             Some((id, at)) if at >= settle_from.unwrap_or(from) => Some((id, at)),
             _ => first_after,
         };
-        Ok(Watched { last: prev, changed, settled, settled_frame, changed_at })
+        Ok(Watched { last: prev, changed, settled, settled_frame, changed_at, settled_by })
     }
 
     /// The answer's fields for a finished watch: what changed (in the answer's
@@ -382,6 +537,7 @@ impl Daemon {
         out.insert("verified".into(), true.into());
         out.insert("changed".into(), watched.changed.is_some().into());
         out.insert("settled".into(), watched.settled.into());
+        out.insert("settled_by".into(), watched.settled_by.as_str().into());
         let settled_ms = watched.settled_frame.map(|(_, at)| millis(at.saturating_duration_since(a.from)));
         out.insert("settled_ms".into(), settled_ms.into());
         out.insert("settled_frame_id".into(), watched.settled_frame.map(|(id, _)| id).into());
@@ -466,7 +622,9 @@ impl Daemon {
     ) -> Result<Value, DaemonError> {
         let started = Instant::now();
         let baseline = self.sample_now(cancel).await?.ok_or(DaemonError::NoFrame)?;
-        let rules = self.change_rules(&baseline.active, &self.last_pointer().into_iter().collect::<Vec<_>>());
+        // No pointer mask: nothing moves it while this waits (the reasoning is at
+        // `ActionRun::pointer_at_baseline` in act.rs).
+        let rules = self.change_rules(&baseline.active, &[]);
         let quiet = Duration::from_millis(p.quiet_ms.unwrap_or(self.act_settings().quiet_ms));
         let timeout = Duration::from_millis(p.timeout_ms.unwrap_or(self.act_settings().timeout_ms));
         let what = WatchFor { quiet, timeout, until: Until::Settled };
@@ -509,7 +667,14 @@ impl Daemon {
             }
             None => (now.clone(), None),
         };
-        let rules = self.change_rules(&baseline.active, &self.last_pointer().into_iter().collect::<Vec<_>>());
+        // The screen now is the baseline: the pointer rests in both pictures, no mask. A named
+        // observation may show the pointer elsewhere (input since, unverified): where it
+        // rests now is masked, as where it was then is not known.
+        let pointer: Vec<(f64, f64)> = match &p.observation_id {
+            Some(_) => self.last_pointer().into_iter().collect(),
+            None => Vec::new(),
+        };
+        let rules = self.change_rules(&baseline.active, &pointer);
         let timeout = Duration::from_millis(p.timeout_ms.unwrap_or(5000));
         let quiet = Duration::from_millis(p.quiet_ms.unwrap_or(self.act_settings().quiet_ms));
         let settle = p.settle.unwrap_or(true);
@@ -520,7 +685,14 @@ impl Daemon {
             let mut w = if settle {
                 self.watch(&base, &rules, started, WatchFor { quiet, timeout, until: Until::Settled }, cancel).await?
             } else {
-                Watched { last: now.clone(), changed: None, settled: true, settled_frame: None, changed_at: None }
+                Watched {
+                    last: now.clone(),
+                    changed: None,
+                    settled: true,
+                    settled_frame: None,
+                    changed_at: None,
+                    settled_by: SettledBy::Change,
+                }
             };
             w.changed = changed_region(&baseline.thumb, &w.last.thumb, &rules);
             w.changed_at = Some(started);
@@ -616,6 +788,70 @@ mod tests {
         // ...but against where the still stretch began it moves every few frames.
         assert_eq!(moved, [false, false, true, false, false, true]);
         assert!(!motion.moved(&flat(130), &rules) && !motion.moved(&flat(131), &rules), "still");
+    }
+
+    /// Plays `frames` (luma values, one every `every` ms from the input's last report on,
+    /// after a baseline of 100) through the motion and still-frames rules; the index of
+    /// the frame the still rule settles at.
+    fn still_settles_at(frames: &[u8], every: u64) -> Option<usize> {
+        let rules = ChangeRules::default();
+        let baseline = flat(100);
+        let mut motion = Motion::new(baseline.clone());
+        let mut still = Stillness::new(Duration::from_millis(DEFAULT_STILL_MS));
+        let t0 = Instant::now();
+        frames.iter().enumerate().position(|(i, &v)| {
+            let thumb = flat(v);
+            let moved = motion.moved(&thumb, &rules);
+            let differs = changed_region(&baseline, &thumb, &rules).is_some();
+            let at = t0 + Duration::from_millis(every * u64::try_from(i).unwrap());
+            still.push(StillSample { thumb: &thumb, at, after_input: true, moved, differs }, &rules)
+        })
+    }
+
+    #[test]
+    fn a_single_step_change_settles_after_still_frames() {
+        // 30 fps: the change, then two identical frames span 66 ms.
+        assert_eq!(still_settles_at(&[200, 200, 200, 200], 33), Some(2));
+        // 60 fps: four intervals reach 60 ms.
+        assert_eq!(still_settles_at(&[200, 200, 200, 200, 200, 200], 17), Some(4));
+        // No change at all: the rule never settles (the quiet window does).
+        assert_eq!(still_settles_at(&[100; 10], 33), None);
+    }
+
+    #[test]
+    fn a_spinner_never_settles_by_still_frames() {
+        // Two states alternating every other frame: changes keep coming.
+        let spinner = [200, 200, 150, 150, 200, 200, 150, 150, 200, 200, 150, 150];
+        assert_eq!(still_settles_at(&spinner, 33), None);
+        // A spinner that pauses after its second step: more than one change was seen.
+        assert_eq!(still_settles_at(&[200, 150, 150, 150, 150, 150], 33), None);
+    }
+
+    #[test]
+    fn a_slow_fade_never_settles_by_still_frames() {
+        // +2 luma a frame: below the threshold frame to frame, never bit-identical.
+        let fade: Vec<u8> = (0..20).map(|i| 120 + 2 * i).collect();
+        assert_eq!(still_settles_at(&fade, 33), None);
+        // A change that eases in over a few frames, then rests: the ease is one change
+        // (below the motion threshold from its anchor), and identical frames then settle it.
+        assert_eq!(still_settles_at(&[200, 205, 206, 206, 206], 33), Some(4));
+    }
+
+    #[test]
+    fn frames_of_the_input_itself_start_stretches_but_are_not_changes() {
+        let rules = ChangeRules::default();
+        let mut still = Stillness::new(Duration::from_millis(DEFAULT_STILL_MS));
+        let t0 = Instant::now();
+        let (pressed, effect) = (flat(60), flat(200));
+        let mut push = |thumb: &Arc<LumaThumb>, ms: u64, after_input: bool, moved: bool| {
+            let at = t0 + Duration::from_millis(ms);
+            still.push(StillSample { thumb, at, after_input, moved, differs: true }, &rules)
+        };
+        // The pressed pointer, then the effect, both before the last report.
+        assert!(!push(&pressed, 0, false, true));
+        assert!(!push(&effect, 33, false, true));
+        assert!(!push(&effect, 66, true, false));
+        assert!(push(&effect, 99, true, false), "settled: the effect's frames span 66 ms");
     }
 
     #[test]

@@ -51,10 +51,54 @@ impl DeviceTurn<'_> {
     pub(super) async fn run(&mut self, steps: &[InputStep], abandoned: Abandoned) -> Result<usize, DaemonError> {
         let total = play::reports_in(steps);
         let lane = self.lane.take().ok_or(DaemonError::Worker("input lane"))?;
-        let (result, lane) = play::spawn(self.daemon.clone(), lane, steps.to_vec(), self.run_cancel.clone(), abandoned)
-            .await
-            .map_err(|_| DaemonError::Worker("input play"))?;
+        let (result, lane) =
+            play::spawn(self.daemon.clone(), lane, steps.to_vec(), None, self.run_cancel.clone(), abandoned)
+                .await
+                .map_err(|_| DaemonError::Worker("input play"))?;
         self.lane = Some(lane);
+        self.judge(result, total)
+    }
+
+    /// Runs `steps` like [`DeviceTurn::run`], as one play that stops before step `at` for
+    /// `between` (given when the steps before it ended) and then plays the rest. Nothing
+    /// else runs on the device meanwhile; an interruption at any moment, the stop included,
+    /// answers and journals as it would for an unbroken play. `between`'s answer is `None`
+    /// when the play ended before the stop.
+    pub(super) async fn run_paused<T, F, Fut>(
+        &mut self,
+        steps: &[InputStep],
+        at: usize,
+        abandoned: Abandoned,
+        between: F,
+    ) -> (Result<usize, DaemonError>, Option<T>)
+    where
+        F: FnOnce(Instant) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let total = play::reports_in(steps);
+        let Some(lane) = self.lane.take() else {
+            return (Err(DaemonError::Worker("input lane")), None);
+        };
+        let (reached_tx, reached) = tokio::sync::oneshot::channel();
+        let (resume, resume_rx) = tokio::sync::oneshot::channel();
+        let pause = play::Pause { at, reached: reached_tx, resume: resume_rx };
+        let played =
+            play::spawn(self.daemon.clone(), lane, steps.to_vec(), Some(pause), self.run_cancel.clone(), abandoned);
+        let mut answer = None;
+        if let Ok(glided) = reached.await {
+            answer = Some(between(glided).await);
+        }
+        // The play may have ended meanwhile (cancelled): then nobody listens.
+        let _ = resume.send(());
+        let Ok((result, lane)) = played.await else {
+            return (Err(DaemonError::Worker("input play")), answer);
+        };
+        self.lane = Some(lane);
+        (self.judge(result, total), answer)
+    }
+
+    /// A play's outcome as the request answers it.
+    fn judge(&self, result: Result<usize, InputError>, total: usize) -> Result<usize, DaemonError> {
         match result {
             Ok(n) => Ok(n),
             // Input cut short once it reached the phone answers INTERRUPTED whoever cut it

@@ -120,6 +120,15 @@ pub enum ErrorCode {
     NoVisibleEffect,
     /// `expect: "no_change"`, and the screen changed; `effect` says where.
     UnexpectedChange,
+    /// `open_app` typed the name into Spotlight and pressed Return, but no app came to the
+    /// front (no app of that name: Spotlight offered a web or Siri suggestion, or nothing).
+    /// Spotlight was dismissed (Cmd+H): the phone is on the home screen. `effect` has a
+    /// fresh observation. Check the app's name as the home screen shows it.
+    AppNotOpened,
+    /// `type_text` with a line break and `newlines: "refuse"` (the default): nothing was
+    /// typed. A single-line field would end editing at the first Return and lose the rest.
+    /// Pass `newlines: "return"` for a multi-line field, or type the lines one by one.
+    TextHasNewline,
     // --- the appliance's disk ---
     /// The change could not be saved (the appliance's disk is full, or its file system
     /// refuses writes), so it was not made: nothing changed. Reads still work;
@@ -164,6 +173,7 @@ impl ErrorCode {
                 | ErrorCode::Interrupted
                 | ErrorCode::NoVisibleEffect
                 | ErrorCode::UnexpectedChange
+                | ErrorCode::AppNotOpened
         )
     }
 
@@ -216,6 +226,8 @@ impl ErrorCode {
             ErrorCode::TicketInvalid => "TICKET_INVALID",
             ErrorCode::NoVisibleEffect => "NO_VISIBLE_EFFECT",
             ErrorCode::UnexpectedChange => "UNEXPECTED_CHANGE",
+            ErrorCode::AppNotOpened => "APP_NOT_OPENED",
+            ErrorCode::TextHasNewline => "TEXT_HAS_NEWLINE",
             ErrorCode::StorageFailed => "STORAGE_FAILED",
         }
     }
@@ -248,7 +260,7 @@ pub struct ErrorBody {
     /// For interrupted or cancelled input: the reports that reached the phone.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reports_sent: Option<usize>,
-    /// For `NO_VISIBLE_EFFECT` and `UNEXPECTED_CHANGE`: what the screen did (the fields a
+    /// For `NO_VISIBLE_EFFECT`, `UNEXPECTED_CHANGE` and `APP_NOT_OPENED`: what the screen did (the fields a
     /// verified action answers with, `after_observation_id` among them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub effect: Option<Box<serde_json::Value>>,
@@ -276,7 +288,7 @@ mod tests {
 
     /// Every variant, in declaration order. A new variant goes here too: the array's length
     /// makes that a deliberate edit, and the test below then checks its wire name.
-    const EVERY: [ErrorCode; 47] = [
+    const EVERY: [ErrorCode; 49] = [
         ErrorCode::InvalidJson,
         ErrorCode::RequestTooLarge,
         ErrorCode::NestingTooDeep,
@@ -323,6 +335,8 @@ mod tests {
         ErrorCode::TicketInvalid,
         ErrorCode::NoVisibleEffect,
         ErrorCode::UnexpectedChange,
+        ErrorCode::AppNotOpened,
+        ErrorCode::TextHasNewline,
         ErrorCode::StorageFailed,
     ];
 

@@ -190,6 +190,9 @@ pub enum ActionSpec {
     TypeText {
         /// At most 16 KiB.
         text: String,
+        /// What a line break in `text` does (default [`Newlines::Refuse`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        newlines: Option<Newlines>,
     },
     /// Cmd+H. (No fields: written `{}` so unknown fields are refused, which serde
     /// skips for unit variants of a tagged enum.)
@@ -231,12 +234,45 @@ impl ActionSpec {
 impl ActionSpec {
     /// What the action should do to the screen unless the caller says: taps, presses,
     /// typing, shortcuts and scrolls should change it; a move, a drag (it may end where
-    /// it began) and media keys (no picture on most screens) may or may not.
+    /// it began) and media keys (no picture on most screens) may or may not; and actions
+    /// whose purpose is a state (home, the app switcher, back) have done their job when
+    /// the phone is already there, so they succeed with `changed: false` (an explicit
+    /// `expect: "change"` still answers `NO_VISIBLE_EFFECT`).
     pub fn default_expect(&self) -> Expect {
         match self {
-            ActionSpec::Move { .. } | ActionSpec::Drag { .. } | ActionSpec::Consumer { .. } => Expect::Any,
+            ActionSpec::Move { .. }
+            | ActionSpec::Drag { .. }
+            | ActionSpec::Consumer { .. }
+            | ActionSpec::Home {}
+            | ActionSpec::AppSwitcher {}
+            | ActionSpec::Back {} => Expect::Any,
             _ => Expect::Change,
         }
+    }
+}
+
+/// What `type_text` does with a line break (`\n`, `\r\n` or `\r`) in its text.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Newlines {
+    /// Refuse the text before anything is typed (`TEXT_HAS_NEWLINE`): Return in a
+    /// single-line field ends editing (or submits), and the rest of the text would be lost.
+    #[default]
+    Refuse,
+    /// Press Return for each line break (`\r\n` is one): for multi-line fields, where
+    /// Return inserts a new line.
+    Return,
+}
+
+impl Newlines {
+    /// Whether `text` has a line break.
+    pub fn has_line_break(text: &str) -> bool {
+        text.contains(['\n', '\r'])
+    }
+
+    /// `text` with every line break (`\r\n`, `\r`, `\n`) written as one `\n` (Return).
+    pub fn as_returns(text: &str) -> String {
+        text.replace("\r\n", "\n").replace('\r', "\n")
     }
 }
 

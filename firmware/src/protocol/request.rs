@@ -656,11 +656,11 @@ fn validate_action(p: &ActionParams) -> Result<(), String> {
                 return Err("action: hotkey needs 2-6 unique keys, e.g. [\"cmd\", \"h\"]".into());
             }
         }
-        ActionSpec::TypeText { text } if text.len() > MAX_TEXT_BYTES => {
+        ActionSpec::TypeText { text, .. } if text.len() > MAX_TEXT_BYTES => {
             return Err(format!("action: type_text is limited to {MAX_TEXT_BYTES} bytes"));
         }
-        ActionSpec::OpenApp { name } if name.trim().is_empty() || name.len() > 128 => {
-            return Err("action: open_app name must be 1-128 bytes".into());
+        ActionSpec::OpenApp { name } if name.trim().is_empty() || name.len() > 128 || name.contains(['\n', '\r']) => {
+            return Err("action: open_app name must be one line of 1-128 bytes".into());
         }
         _ => {}
     }

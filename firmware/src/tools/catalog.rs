@@ -90,7 +90,8 @@ const EXPECT: Param = p(
     false,
     "What the action should do to the screen: change (default for taps, keys and typing; \
      nothing changing within the timeout is the error NO_VISIBLE_EFFECT), any (default for \
-     drags), or no_change.",
+     drags, and for home, app_switcher and back, which succeed with changed false when the \
+     phone is already there), or no_change.",
 );
 const RETURN_IMAGE: Param = p(
     "return_image",
@@ -213,7 +214,15 @@ pub const TOOLS: &[ToolDef] = &[
         about: "Type text into the focused field with the phone's keyboard layout (tap the field first). \
                 Characters the layout cannot type are refused before anything is typed.",
         params: &[
-            p("text", ParamKind::Text, true, "The text, at most 16 KiB. A newline presses Return."),
+            p("text", ParamKind::Text, true, "The text, at most 16 KiB."),
+            p(
+                "newlines",
+                ParamKind::Choice(&["refuse", "return"]),
+                false,
+                "What a line break in the text does: refuse (default: nothing is typed and the error is \
+                 TEXT_HAS_NEWLINE, since Return ends editing in a single-line field and the rest would be lost) \
+                 or return (each line break, \\r\\n counted once, is pressed as Return: for multi-line fields).",
+            ),
             OPERATION,
             EXPECT,
             RETURN_IMAGE,
@@ -266,7 +275,9 @@ pub const TOOLS: &[ToolDef] = &[
         method: Method::Action,
         read_only: false,
         in_task: false,
-        about: "Open an app by name through Spotlight (as you would type it in Spotlight).",
+        about: "Open an app by name through Spotlight (as you would type it in Spotlight). When no app \
+                of that name comes to the front the error is APP_NOT_OPENED and the phone is left on the \
+                home screen.",
         params: &[p("name", ParamKind::Text, true, "The app's name, e.g. Settings."), OPERATION, EXPECT, RETURN_IMAGE],
     },
     ToolDef {

@@ -120,6 +120,14 @@ impl ToolError {
                  trying again (the target may have been missed, not ready yet, or inert)."
             }
             E::UnexpectedChange => "The screen changed: take a screenshot to see what happened.",
+            E::AppNotOpened => {
+                "No app of that name opened; the phone is on the home screen. Check the app's name as the home \
+                 screen shows it (take a screenshot), then try again with that name."
+            }
+            E::TextHasNewline => {
+                "Nothing was typed. For a multi-line field pass newlines return (tether type --newlines return); \
+                 for single-line fields type each line on its own."
+            }
             E::TaskRunning => "Wait for that task to end (or ask its owner); you can still take screenshots.",
             E::TaskEnded => "The task is over: stop acting.",
             E::TaskActive => "Another task holds the phone: wait for it to end.",
@@ -426,7 +434,7 @@ impl<B: Backend> Runner<B> {
             }),
             "drag" => json!({"type": "drag", "path": args["path"], "duration_ms": args.get("duration_ms")}),
             "scroll" => json!({"type": "scroll", "direction": args["direction"], "distance": num("amount")}),
-            "type_text" => json!({"type": "type_text", "text": args["text"]}),
+            "type_text" => json!({"type": "type_text", "text": args["text"], "newlines": args.get("newlines")}),
             "press_key" => json!({"type": "key_press", "key": args["key"]}),
             "hotkey" => json!({"type": "hotkey", "keys": args["keys"]}),
             "home" | "app_switcher" | "back" => json!({"type": tool.name}),

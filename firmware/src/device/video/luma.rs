@@ -48,6 +48,30 @@ impl LumaThumb {
         LumaThumb { width, height, step, source: (w, h), origin: (x0, y0), data }
     }
 
+    /// Whether `other` samples the same rectangle with the same values everywhere outside
+    /// `ignore` (frame pixels).
+    pub fn same_outside(&self, other: &LumaThumb, ignore: &[PixelRect]) -> bool {
+        if (self.width, self.height, self.step, self.source, self.origin)
+            != (other.width, other.height, other.step, other.source, other.origin)
+        {
+            return false;
+        }
+        let (ox, oy) = self.origin;
+        let width = self.width as usize;
+        for (i, (a, b)) in self.data.iter().zip(&other.data).enumerate() {
+            if a == b {
+                continue;
+            }
+            // i < width * height, both u32: the quotient and remainder fit.
+            let (tx, ty) = (u32::try_from(i % width.max(1)).unwrap_or(0), u32::try_from(i / width.max(1)).unwrap_or(0));
+            let (px, py) = (ox + tx * self.step, oy + ty * self.step);
+            if !ignore.iter().any(|r| r.contains_point(px, py)) {
+                return false;
+            }
+        }
+        true
+    }
+
     fn at(&self, x: u32, y: u32) -> u8 {
         self.data.get(y as usize * self.width as usize + x as usize).copied().unwrap_or(0)
     }
@@ -107,6 +131,32 @@ pub fn changed_region(a: &LumaThumb, b: &LumaThumb, rules: &ChangeRules) -> Opti
     let right = x1.saturating_add(b.step).min(ox + sw);
     let bottom = y1.saturating_add(b.step).min(oy + sh);
     Some(PixelRect { x: x0, y: y0, width: right.saturating_sub(x0).max(1), height: bottom.saturating_sub(y0).max(1) })
+}
+
+/// The fraction (0..=1) of `b`'s samples outside the ignored regions that changed from
+/// `a`; frames of different sizes changed everywhere (1).
+pub fn changed_fraction(a: &LumaThumb, b: &LumaThumb, rules: &ChangeRules) -> f64 {
+    if (a.width, a.height, a.step, a.source, a.origin) != (b.width, b.height, b.step, b.source, b.origin) {
+        return 1.0;
+    }
+    let (ox, oy) = b.origin;
+    let (mut counted, mut changed) = (0u64, 0u64);
+    for ty in 0..b.height {
+        for tx in 0..b.width {
+            let (px, py) = (ox + tx * b.step, oy + ty * b.step);
+            if rules.ignore.iter().any(|r| r.contains_point(px, py)) {
+                continue;
+            }
+            counted += 1;
+            if a.at(tx, ty).abs_diff(b.at(tx, ty)) > rules.threshold {
+                changed += 1;
+            }
+        }
+    }
+    // Sample counts are at most 2048² (`act.samples`): exact in f64.
+    #[allow(clippy::cast_precision_loss)]
+    let fraction = if counted == 0 { 0.0 } else { changed as f64 / counted as f64 };
+    fraction
 }
 
 #[cfg(test)]

@@ -46,7 +46,8 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::InvalidParams
         | C::UnsupportedProtocol
         | C::OutOfBounds
-        | C::UntypeableText => StatusCode::BAD_REQUEST,
+        | C::UntypeableText
+        | C::TextHasNewline => StatusCode::BAD_REQUEST,
         C::RequestTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         C::Unauthorized => StatusCode::UNAUTHORIZED,
         C::PermissionDenied => StatusCode::FORBIDDEN,
@@ -74,7 +75,9 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::KindFixed
         | C::NotAttached => StatusCode::CONFLICT,
         C::TaskEnded | C::PairingInvalid | C::TicketInvalid => StatusCode::GONE,
-        C::CalibrationFailed | C::NoVisibleEffect | C::UnexpectedChange => StatusCode::UNPROCESSABLE_ENTITY,
+        C::CalibrationFailed | C::NoVisibleEffect | C::UnexpectedChange | C::AppNotOpened => {
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
         C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         C::StorageFailed => StatusCode::INSUFFICIENT_STORAGE,
     }
