@@ -375,8 +375,61 @@ async fn https_status(n: usize) -> anyhow::Result<(f64, f64, f64, f64)> {
     result
 }
 
-const SECTIONS: [&str; 10] =
-    ["screenshots", "actions", "memory", "stalled", "video", "mjpeg", "lease", "https", "diff", "flow"];
+const SECTIONS: [&str; 11] =
+    ["screenshots", "actions", "memory", "stalled", "video", "mjpeg", "lease", "https", "diff", "flow", "verified_tap"];
+
+/// `n` verified taps on a Demo toggle (it flips at once) on a fresh sim at its defaults
+/// (30 fps): each round trip in ms, and how many settled by still frames.
+async fn verified_taps(n: usize) -> anyhow::Result<(Vec<f64>, usize)> {
+    let d = SimDaemon::start_phone(SimConfig::default(), InputTimings::default()).await?;
+    let mut c = d.connect().await?;
+    let state = c.ok(1, "sim_state", json!({})).await?;
+    let screen = (state["screen_size"][0].as_f64().context("size")?, state["screen_size"][1].as_f64().context("size")?);
+    let shot = c.ok(2, "screenshot", json!({})).await?;
+    let image = (
+        shot["metadata"]["image_size"]["width"].as_f64().context("width")?,
+        shot["metadata"]["image_size"]["height"].as_f64().context("height")?,
+    );
+    let at = |state: &Value, id: &str| -> anyhow::Result<(f64, f64)> {
+        let r = &element(state, id).context("element")?["rect"];
+        let c = |k: &str, len: &str, extent: f64, img: f64| {
+            ((r[k].as_f64().unwrap_or(0.0) + r[len].as_f64().unwrap_or(0.0) / 2.0) * img / extent).floor()
+        };
+        Ok((c("x", "w", screen.0, image.0), c("y", "h", screen.1, image.1)))
+    };
+    let (x, y) = at(&state, "app0")?;
+    let obs = shot["metadata"]["observation_id"].as_str().context("observation")?;
+    let r = c
+        .ok(
+            3,
+            "action",
+            json!({"operation_id": "open", "observation_id": obs, "action": {"type": "tap", "x": x, "y": y}}),
+        )
+        .await?;
+    let mut obs = r["after_observation_id"].as_str().context("after_observation_id")?.to_string();
+    let state = c.ok(4, "sim_state", json!({})).await?;
+    let (x, y) = at(&state, "toggle0")?;
+    let mut times = Vec::with_capacity(n);
+    let mut still = 0;
+    for i in 0..n {
+        let id = 10 + i as u64;
+        let t = Instant::now();
+        let r = c
+            .ok(
+                id,
+                "action",
+                json!({"operation_id": format!("t{i}"), "observation_id": obs, "action": {"type": "tap", "x": x, "y": y}}),
+            )
+            .await?;
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+        anyhow::ensure!(r["changed"] == true, "tap {i} saw no change: {r}");
+        if r["settled_by"] == "still_frames" {
+            still += 1;
+        }
+        obs = r["after_observation_id"].as_str().context("after_observation_id")?.to_string();
+    }
+    Ok((times, still))
+}
 
 /// How a scripted agent learns where things are between steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -648,6 +701,12 @@ async fn main() -> anyhow::Result<()> {
                 runs * 10
             );
         }
+    }
+    if run("verified_tap") {
+        let taps = 40;
+        let (times, still) = verified_taps(taps).await?;
+        let (p50, p99) = summary(times);
+        println!("| verified tap, a toggle that flips at once (sim, 30 fps) | {p50:.0} ms | {p99:.0} ms | {taps} taps, round trip from request to answer; {still} settled by still frames |");
     }
     if run("https") {
         let (w50, w99, f50, f99) = https_status(n).await?;

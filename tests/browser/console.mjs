@@ -362,11 +362,13 @@ try {
     await page.locator(`[data-task="${opened.id}"]`).waitFor();
     await page.locator(`[data-task="${opened.id}"]`).click();
     await page.locator('#task-state').filter({ hasText: 'running' }).waitFor();
-    // `expect: any`: these steps are about the journal, not about what the phone shows (the
-    // home screen stays the home screen, which a verified action would call NO_VISIBLE_EFFECT).
-    const home = await agent('action', { operation_id: 'agent-1', expect: 'any', action: { type: 'home' } });
+    // Home on the home screen: done, not an error (its default expect is `any`), and the
+    // journal shows it without a ✗.
+    const home = await agent('action', { operation_id: 'agent-1', action: { type: 'home' } });
     if (!home.ok) throw new Error(JSON.stringify(home));
     await page.locator('#journal li[data-kind="step"]').first().waitFor();
+    const homeLine = await page.locator('#journal li[data-kind="step"]').first().textContent();
+    if (!homeLine.includes('home') || homeLine.includes('✗')) throw new Error(`home at home journalled as ${homeLine}`);
     // A step that acted on a screenshot shows it: a tap on an empty spot of the home screen.
     const seen = await agent('screenshot', { max_edge: 400 });
     if (!seen.ok) throw new Error(JSON.stringify(seen));

@@ -325,3 +325,157 @@ async fn spinners_and_scrolls_are_waited_out_and_waits_share_the_machinery() {
     let e = p.c.err("wait_for_settle", json!({"quiet_ms": 1})).await;
     assert_eq!(e["code"], "INVALID_PARAMS", "{e}");
 }
+
+/// The centre of a rectangle (x, y, w, h).
+fn middle(r: (f64, f64, f64, f64)) -> (f64, f64) {
+    ((r.0 + r.2 / 2.0).floor(), (r.1 + r.3 / 2.0).floor())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_right_under_the_pointer_is_seen_and_a_dead_control_still_answers_no_effect() {
+    let d = start().await;
+    let mut p = Phone::new(&d).await;
+    let (obs, size) = p.shot().await;
+    let r = p.tap(&obs, size, "app0", json!({})).await;
+    let next = r["result"]["after_observation_id"].as_str().unwrap().to_string();
+    // A tap on the button marks it with a small dot: where that dot is drawn is what the
+    // answer says changed.
+    let r = p.tap(&next, size, "button0", json!({})).await;
+    assert_eq!(r["result"]["changed"], true, "{r}");
+    let first_mark = region(&r["result"]);
+    // Tap again with the pointer on that mark's left edge: the next mark is drawn beside
+    // it, within the disc the daemon used to mask around the pointer (today's sim draws an
+    // opaque pointer, so the mark must not lie under the drawn disc itself).
+    let next = r["result"]["after_observation_id"].as_str().unwrap().to_string();
+    let (x, y) = (first_mark.0 + 1.0, middle(first_mark).1);
+    let r = p.act(Some(&next), json!({"type": "tap", "x": x, "y": y}), json!({})).await;
+    assert_eq!(r["ok"], true, "the second mark is a change: {r}");
+    let v = &r["result"];
+    assert_eq!(v["changed"], true, "{v}");
+    let state = p.state().await;
+    let button = state["elements"].as_array().unwrap().iter().find(|e| e["id"] == "button0").unwrap();
+    assert_eq!(button["taps"], 2, "the phone took both taps");
+    // The change lies where the pointer was masked before (4.5 % of the width around it).
+    let radius = tether::daemon::ActSettings::default().pointer_radius * size.0;
+    let (rx, ry, rw, rh) = region(v);
+    assert!(
+        rx < x + radius && rx + rw > x - radius && ry + 1.0 >= y - radius && ry + rh <= y + radius + 1.0,
+        "the change {:?} is under the pointer at ({x}, {y}), radius {radius}: {v}",
+        (rx, ry, rw, rh)
+    );
+    assert!(rx + rw / 2.0 < x + radius, "mostly under it: {v}");
+    // A dead control tapped at its very edge: the pointer darkens while pressed and looks
+    // as before once released, so it is still no change.
+    let next = v["after_observation_id"].as_str().unwrap().to_string();
+    let dead = rect_in_image(&p.state().await, "dead_button", size);
+    let (x, y) = ((dead.0 + 2.0).ceil(), (dead.1 + dead.3 / 2.0).floor());
+    let r = p.act(Some(&next), json!({"type": "tap", "x": x, "y": y}), json!({"settle_timeout_ms": 1000})).await;
+    assert_eq!(r["error"]["code"], "NO_VISIBLE_EFFECT", "{r}");
+    let touch = p.state().await["touches"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(touch["target"], "dead_button", "the phone took the tap: {touch}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_that_changes_at_once_settles_by_still_frames_and_a_spinner_by_the_quiet_window() {
+    let d = start().await;
+    let mut p = Phone::new(&d).await;
+    let (obs, size) = p.shot().await;
+    let r = p.tap(&obs, size, "app0", json!({})).await;
+    assert_eq!(r["result"]["settled_by"], "quiet_window", "an app opening is an animation: {r}");
+    let next = r["result"]["after_observation_id"].as_str().unwrap().to_string();
+    let r = p.tap(&next, size, "toggle0", json!({})).await;
+    let v = &r["result"];
+    assert_eq!((v["changed"].as_bool(), v["settled_by"].as_str()), (Some(true), Some("still_frames")), "{v}");
+    let quiet = tether::protocol::params::DEFAULT_QUIET_MS;
+    assert!(v["settled_ms"].as_u64().unwrap() < quiet, "settled before a quiet window would: {v}");
+    let next = v["after_observation_id"].as_str().unwrap().to_string();
+    let r = p.tap(&next, size, "button2", json!({})).await;
+    assert_eq!(r["result"]["settled_by"], "quiet_window", "a spinner keeps the full window: {r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_app_says_whether_the_app_opened_and_leaves_the_home_screen_when_not() {
+    let d = start().await;
+    let mut p = Phone::new(&d).await;
+    let r = p.act(None, json!({"type": "open_app", "name": "Demo"}), json!({})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(p.state().await["screen"], "app");
+    let r = p.act(None, json!({"type": "home"}), json!({})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    let r = p.act(None, json!({"type": "open_app", "name": "NoSuchApp"}), json!({})).await;
+    assert_eq!(r["ok"], false, "{r}");
+    let e = &r["error"];
+    assert_eq!(
+        (e["code"].as_str(), e["retryable"].as_bool(), e["side_effect_possible"].as_bool()),
+        (Some("APP_NOT_OPENED"), Some(false), Some(true)),
+        "{r}"
+    );
+    assert!(e["effect"]["after_observation_id"].is_string(), "a fresh observation comes with it: {r}");
+    let state = p.state().await;
+    assert_eq!(state["screen"], "home", "Spotlight was dismissed: {state}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn home_on_the_home_screen_is_done_and_the_journal_says_ok() {
+    let d = start().await;
+    let mut human = Caller::new(&d).await;
+    let task = human.ok("task_open", json!({"title": "home at home"})).await;
+    let (id, token) = (task["id"].as_i64().unwrap(), task["token"].as_str().unwrap().to_string());
+    let mut agent = Caller::new(&d).await.with_token(&token);
+    let r = agent.call("action", json!({"operation_id": "home-1", "action": {"type": "home"}})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!((r["result"]["changed"].as_bool(), r["result"]["expect"].as_str()), (Some(false), Some("any")), "{r}");
+    // Asked to change something, the same non-event is still an error.
+    let r = agent
+        .call(
+            "action",
+            json!({"operation_id": "home-2", "action": {"type": "home"}, "expect": "change", "settle_timeout_ms": 500}),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], "NO_VISIBLE_EFFECT", "{r}");
+    // The console's journal marks a step failed when its result says ok: false.
+    let events = human.ok("task_events", json!({"task": id})).await["events"].as_array().unwrap().clone();
+    let steps: Vec<&Value> = events.iter().filter(|e| e["kind"] == "step").collect();
+    assert_eq!(steps.len(), 2, "{events:?}");
+    assert_ne!(steps[0]["data"]["result"]["ok"], false, "{:?}", steps[0]);
+    assert_eq!(steps[1]["data"]["result"]["ok"], false, "{:?}", steps[1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_with_a_line_break_is_refused_before_typing_unless_returns_are_asked_for() {
+    let d = start().await;
+    let mut p = Phone::new(&d).await;
+    let (obs, size) = p.shot().await;
+    let r = p.tap(&obs, size, "app0", json!({})).await;
+    let next = r["result"]["after_observation_id"].as_str().unwrap().to_string();
+    p.tap(&next, size, "text_field", json!({})).await;
+    let field_text = |state: &Value| {
+        state["elements"].as_array().unwrap().iter().find(|e| e["id"] == "text_field").unwrap()["text"].clone()
+    };
+    let before = p.state().await;
+    for text in ["ab\ncd", "ab\r\ncd", "ab\rcd"] {
+        let r = p.act(None, json!({"type": "type_text", "text": text}), json!({})).await;
+        let e = &r["error"];
+        assert_eq!(
+            (e["code"].as_str(), e["side_effect_possible"].as_bool(), e["status"].as_str()),
+            (Some("TEXT_HAS_NEWLINE"), Some(false), Some("failed_before_submit")),
+            "{r}"
+        );
+        assert!(e["message"].as_str().unwrap().contains("newlines"), "the message teaches the way out: {r}");
+    }
+    let after = p.state().await;
+    assert_eq!(after["input"]["reports"], before["input"]["reports"], "nothing was typed");
+    assert_eq!(field_text(&after), field_text(&before));
+    assert_eq!(after["text_focused"], true);
+    // With returns: the line break is pressed as Return (once for \r\n); the sim's field
+    // is single-line, so Return ends editing there and the rest goes nowhere.
+    let r = p.act(None, json!({"type": "type_text", "text": "ab\r\ncd", "newlines": "return"}), json!({})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["result"]["reports"], 10, "a, b, Return, c, d: a press and a release each: {r}");
+    let state = p.state().await;
+    assert_eq!(field_text(&state), "ab", "{state}");
+    assert_eq!(state["text_focused"], false, "Return ended editing");
+    // Anything else is not a choice.
+    let r = p.act(None, json!({"type": "type_text", "text": "x", "newlines": "keep"}), json!({})).await;
+    assert_eq!(r["error"]["code"], "INVALID_PARAMS", "{r}");
+}

@@ -175,14 +175,24 @@ impl SettledBy {
 /// bit-identical (outside the ignored regions) for `still` and at least [`STILL_FRAMES`]
 /// frames. Samples during the input (a pressed pointer may look darker) are the input's own
 /// appearance: they start stretches but are no change counted against the rule.
+///
+/// The stretch is measured twice: by capture times, and by frames (how many frames the
+/// source published across it, times the shortest frame interval seen in this watch). A
+/// frame stamped late (a capture or a renderer held up after drawing it) can stretch the
+/// times of a picture that stood still for less than `still`, such as one step of a
+/// spinner; the frame count cannot be stretched that way.
 #[derive(Debug, Clone)]
 pub(super) struct Stillness {
     still: Duration,
     /// Changes (motion events) seen in samples taken after the last report.
     changes: u32,
-    /// The first sample of the current identical stretch, when it was taken, and how many
-    /// samples the stretch has.
-    stretch: Option<(Arc<LumaThumb>, Instant, u32)>,
+    /// The first sample of the current identical stretch, when it was taken, its frame,
+    /// and how many samples the stretch has.
+    stretch: Option<(Arc<LumaThumb>, Instant, u64, u32)>,
+    /// The previous sample's frame and capture time.
+    prev: Option<(u64, Instant)>,
+    /// The shortest time per frame seen between two samples.
+    frame_interval: Option<Duration>,
 }
 
 /// One sample as the still-frames rule takes it.
@@ -192,6 +202,8 @@ pub(super) struct StillSample<'a> {
     pub thumb: &'a Arc<LumaThumb>,
     /// When its frame was captured.
     pub at: Instant,
+    /// Its frame's sequence number.
+    pub frame_id: u64,
     /// Whether it was taken after the input's last report.
     pub after_input: bool,
     /// Whether the motion rule saw it move.
@@ -203,7 +215,7 @@ pub(super) struct StillSample<'a> {
 impl Stillness {
     /// A rule needing `still` of identical samples (zero: never settles by it).
     pub(super) fn new(still: Duration) -> Stillness {
-        Stillness { still, changes: 0, stretch: None }
+        Stillness { still, changes: 0, stretch: None, prev: None, frame_interval: None }
     }
 
     /// Takes the next sample; whether the screen is now settled by this rule.
@@ -211,20 +223,31 @@ impl Stillness {
         if s.moved && s.after_input {
             self.changes += 1;
         }
-        let same = self.stretch.as_ref().is_some_and(|(first, _, _)| identical(first, s.thumb, &rules.ignore));
-        match (&mut self.stretch, same) {
-            (Some((_, _, n)), true) => *n += 1,
-            (stretch, _) => *stretch = Some((s.thumb.clone(), s.at, 1)),
+        if let Some((frame, at)) = self.prev {
+            let frames = u32::try_from(s.frame_id.saturating_sub(frame)).unwrap_or(u32::MAX);
+            if frames > 0 {
+                let per_frame = s.at.saturating_duration_since(at) / frames;
+                self.frame_interval = Some(self.frame_interval.map_or(per_frame, |i| i.min(per_frame)));
+            }
         }
-        let Some((_, since, n)) = &self.stretch else {
+        self.prev = Some((s.frame_id, s.at));
+        let same = self.stretch.as_ref().is_some_and(|(first, ..)| identical(first, s.thumb, &rules.ignore));
+        match (&mut self.stretch, same) {
+            (Some((.., n)), true) => *n += 1,
+            (stretch, _) => *stretch = Some((s.thumb.clone(), s.at, s.frame_id, 1)),
+        }
+        let Some((_, since, first_frame, n)) = &self.stretch else {
             return false;
         };
+        let frames = u32::try_from(s.frame_id.saturating_sub(*first_frame)).unwrap_or(u32::MAX);
+        let by_frames = self.frame_interval.is_some_and(|i| i.saturating_mul(frames) >= self.still);
         !self.still.is_zero()
             && s.after_input
             && s.differs
             && self.changes <= 1
             && *n >= STILL_FRAMES
             && s.at.saturating_duration_since(*since) >= self.still
+            && by_frames
     }
 }
 
@@ -461,6 +484,7 @@ impl Daemon {
                     StillSample {
                         thumb: &s.thumb,
                         at: s.captured_at,
+                        frame_id: s.frame_id,
                         after_input: s.captured_at >= from,
                         moved,
                         differs,
@@ -803,8 +827,9 @@ mod tests {
             let thumb = flat(v);
             let moved = motion.moved(&thumb, &rules);
             let differs = changed_region(&baseline, &thumb, &rules).is_some();
-            let at = t0 + Duration::from_millis(every * u64::try_from(i).unwrap());
-            still.push(StillSample { thumb: &thumb, at, after_input: true, moved, differs }, &rules)
+            let frame_id = u64::try_from(i).unwrap();
+            let at = t0 + Duration::from_millis(every * frame_id);
+            still.push(StillSample { thumb: &thumb, at, frame_id, after_input: true, moved, differs }, &rules)
         })
     }
 
@@ -816,6 +841,26 @@ mod tests {
         assert_eq!(still_settles_at(&[200, 200, 200, 200, 200, 200], 17), Some(4));
         // No change at all: the rule never settles (the quiet window does).
         assert_eq!(still_settles_at(&[100; 10], 33), None);
+    }
+
+    #[test]
+    fn a_step_stamped_late_is_not_still_long_enough() {
+        // 60 fps, a spinner stepping every 60 ms: four frames show one step; the last is
+        // stamped 15 ms late, so their capture times span 65 ms, but they are three frames.
+        let rules = ChangeRules::default();
+        let mut still = Stillness::new(Duration::from_millis(DEFAULT_STILL_MS));
+        let t0 = Instant::now();
+        let step = flat(200);
+        let settled: Vec<bool> = [(0u64, 0u64), (1, 17), (2, 33), (3, 65)]
+            .iter()
+            .map(|&(frame_id, ms)| {
+                let at = t0 + Duration::from_millis(ms);
+                let s =
+                    StillSample { thumb: &step, at, frame_id, after_input: true, moved: frame_id == 0, differs: true };
+                still.push(s, &rules)
+            })
+            .collect();
+        assert_eq!(settled, [false; 4]);
     }
 
     #[test]
@@ -845,7 +890,8 @@ mod tests {
         let (pressed, effect) = (flat(60), flat(200));
         let mut push = |thumb: &Arc<LumaThumb>, ms: u64, after_input: bool, moved: bool| {
             let at = t0 + Duration::from_millis(ms);
-            still.push(StillSample { thumb, at, after_input, moved, differs: true }, &rules)
+            let frame_id = ms / 33;
+            still.push(StillSample { thumb, at, frame_id, after_input, moved, differs: true }, &rules)
         };
         // The pressed pointer, then the effect, both before the last report.
         assert!(!push(&pressed, 0, false, true));

@@ -38,7 +38,8 @@ other pointer tools are pixels of the latest screenshot, which pointer tools use
 observation_id. Every action waits until the screen settles and says what changed (and where), with a new \
 observation that the next pointer tool uses: no screenshot is needed between steps unless you want to see \
 the screen (return_image: region or full brings the picture with the answer). NO_VISIBLE_EFFECT means the \
-input was sent and nothing changed: look before trying again. wait_for_change and wait_for_settle wait for \
+input was sent and nothing changed: look before trying again. APP_NOT_OPENED means open_app found no app of \
+that name (the phone is back on the home screen). wait_for_change and wait_for_settle wait for \
 things you did not do. Inside a task a human may pause you (your call then waits), take over, or stop the \
 task; ask with confirm before anything irreversible.";
 
