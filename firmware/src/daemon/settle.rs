@@ -7,16 +7,20 @@
 //! between actions. Frames are held just long enough to sample them, so a capture with a
 //! small buffer pool is never starved.
 //!
-//! When the screen is settled: after `quiet_ms` (300) without a change; or sooner, when
-//! exactly one change from the baseline was seen and the samples then stayed bit-identical
-//! for `still_ms` (60, at least [`STILL_FRAMES`] frames). Bit-identical, not "below the
-//! threshold": a slow fade moves a little every frame, and a spinner or an animation makes
-//! more than one change, and both keep the full quiet window. The answer's `settled_by`
-//! says which rule ended the watch. Limits: a source whose frames are never bit-identical
-//! (compressed capture noise) always takes the quiet window; a spinner whose first frame
-//! is the only change and whose next step comes later than `still_ms` settles early (iOS
-//! draws its spinners at 8 steps a second or faster, and rarely alone: the tap's
-//! highlight animates too).
+//! When the screen is settled: after `quiet_ms` (300) without a change; or sooner, when the
+//! picture differs from the baseline and its samples then stay bit-identical for long
+//! enough: `still_ms` (60, at least [`STILL_FRAMES`] frames) after a single change, and
+//! after an animation (more than one change) twice the longest gap seen between its steps,
+//! at least [`STILL_AFTER_MOTION`] (100 ms): an app opening that moved every frame is
+//! still 100 ms after its last frame; a spinner stepping every 60 ms needs 120 ms of
+//! stillness it never has. Bit-identical, not "below the threshold": a slow fade moves a
+//! little every frame and never starts a still stretch, so it keeps the full quiet window.
+//! The answer's `settled_by` says which rule ended the watch. Limits: a source whose
+//! frames are never bit-identical (compressed capture noise) always takes the quiet
+//! window; a spinner whose first frame is the only change and whose next step comes later
+//! than `still_ms`, or whose first two steps came within a frame and whose next comes
+//! later than 100 ms, settles early (iOS draws its spinners at 8 steps a second or faster,
+//! and rarely alone: the tap's highlight animates too).
 //!
 //! What is not a change: the pointer where it is in one picture and not in the other (a
 //! drag's or a move's two ends; a pointer resting in both is no mask: see
@@ -144,6 +148,9 @@ impl ActSettings {
 pub const DEFAULT_STILL_MS: u64 = 60;
 /// The fewest frames of a still stretch (the changed one and two identical to it).
 pub const STILL_FRAMES: u32 = 3;
+/// The shortest still stretch that settles an animation (more than one change): an
+/// animation that moved every frame has ended once this passes with nothing moving.
+pub const STILL_AFTER_MOTION: Duration = Duration::from_millis(100);
 
 /// Which rule ended a watch (the answer's `settled_by`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,6 +200,10 @@ pub(super) struct Stillness {
     prev: Option<(u64, Instant)>,
     /// The shortest time per frame seen between two samples.
     frame_interval: Option<Duration>,
+    /// When the last change after the input was seen.
+    last_change: Option<Instant>,
+    /// The longest gap between two changes after the input.
+    longest_gap: Duration,
 }
 
 /// One sample as the still-frames rule takes it.
@@ -215,13 +226,25 @@ pub(super) struct StillSample<'a> {
 impl Stillness {
     /// A rule needing `still` of identical samples (zero: never settles by it).
     pub(super) fn new(still: Duration) -> Stillness {
-        Stillness { still, changes: 0, stretch: None, prev: None, frame_interval: None }
+        Stillness {
+            still,
+            changes: 0,
+            stretch: None,
+            prev: None,
+            frame_interval: None,
+            last_change: None,
+            longest_gap: Duration::ZERO,
+        }
     }
 
     /// Takes the next sample; whether the screen is now settled by this rule.
     pub(super) fn push(&mut self, s: StillSample<'_>, rules: &ChangeRules) -> bool {
         if s.moved && s.after_input {
             self.changes += 1;
+            if let Some(last) = self.last_change {
+                self.longest_gap = self.longest_gap.max(s.at.saturating_duration_since(last));
+            }
+            self.last_change = Some(s.at);
         }
         if let Some((frame, at)) = self.prev {
             let frames = u32::try_from(s.frame_id.saturating_sub(frame)).unwrap_or(u32::MAX);
@@ -239,14 +262,19 @@ impl Stillness {
         let Some((_, since, first_frame, n)) = &self.stretch else {
             return false;
         };
+        // After an animation, the stillness must outlast the pauses between its steps.
+        let needed = if self.changes <= 1 {
+            self.still
+        } else {
+            self.still.max(STILL_AFTER_MOTION).max(self.longest_gap.saturating_mul(2))
+        };
         let frames = u32::try_from(s.frame_id.saturating_sub(*first_frame)).unwrap_or(u32::MAX);
-        let by_frames = self.frame_interval.is_some_and(|i| i.saturating_mul(frames) >= self.still);
+        let by_frames = self.frame_interval.is_some_and(|i| i.saturating_mul(frames) >= needed);
         !self.still.is_zero()
             && s.after_input
             && s.differs
-            && self.changes <= 1
             && *n >= STILL_FRAMES
-            && s.at.saturating_duration_since(*since) >= self.still
+            && s.at.saturating_duration_since(*since) >= needed
             && by_frames
     }
 }
@@ -868,8 +896,22 @@ mod tests {
         // Two states alternating every other frame: changes keep coming.
         let spinner = [200, 200, 150, 150, 200, 200, 150, 150, 200, 200, 150, 150];
         assert_eq!(still_settles_at(&spinner, 33), None);
-        // A spinner that pauses after its second step: more than one change was seen.
-        assert_eq!(still_settles_at(&[200, 150, 150, 150, 150, 150], 33), None);
+        // The sim's spinner at 30 fps: a step every 60 ms, seen every other frame or two.
+        let sim = [200, 200, 150, 200, 200, 150, 150, 200, 200, 150, 200, 200, 150, 150];
+        assert_eq!(still_settles_at(&sim, 33), None);
+    }
+
+    #[test]
+    fn an_animation_settles_once_still_for_twice_its_longest_step() {
+        // Moving every frame for 7 frames at 30 fps, then resting: the still stretch begins
+        // at the last moving frame (index 6) and settles 100 ms later (index 10), not 60.
+        let mut anim: Vec<u8> = (0..7).map(|i| 120 + 20 * i).collect();
+        anim.extend([240; 8]);
+        assert_eq!(still_settles_at(&anim, 33), Some(10));
+        // Steps two frames apart: twice 66 ms of stillness are needed.
+        let mut stepped: Vec<u8> = vec![140, 140, 180, 180, 220, 220];
+        stepped.extend([240; 8]);
+        assert_eq!(still_settles_at(&stepped, 33), Some(6 + 4));
     }
 
     #[test]
