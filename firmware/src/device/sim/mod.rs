@@ -8,6 +8,7 @@
 
 mod display;
 mod phone;
+mod text;
 mod ui;
 
 pub use display::SimDisplay;
