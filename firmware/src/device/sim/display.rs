@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::phone::PhoneSnapshot;
-use super::ui::{Element, ElementKind, Rect, Scene, Screen};
+use super::text;
+use super::ui::{Element, ElementKind, Rect, Scene, Screen, TextRun};
 use super::{SimConfig, SimPhone};
 
 /// What a rendered frame depends on: UI version, pointer position, buttons, the clock's
@@ -70,6 +71,28 @@ impl Canvas<'_> {
     fn set(&mut self, x: usize, y: usize, colour: [u8; 3]) {
         self.fill((x, y, x + 1, y + 1), colour);
     }
+
+    /// Blends `colour` over one pixel with `coverage` (0..=1), as anti-aliased text is
+    /// drawn. Y, U and V are linear in the (gamma-encoded) RGB, so blending them blends
+    /// the colour; the chroma a 2x2 block shares takes a quarter of each pixel's coverage.
+    fn blend(&mut self, x: usize, y: usize, colour: [u8; 3], coverage: f32) {
+        if x >= self.width || y >= self.height {
+            return;
+        }
+        let [luma, u, v] = rgb_to_yuv(colour);
+        let mix = |old: u8, new: u8, a: f32| {
+            // A convex combination of two bytes is a byte.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let m = (f32::from(old) + (f32::from(new) - f32::from(old)) * a).round().clamp(0.0, 255.0) as u8;
+            m
+        };
+        let a = coverage.clamp(0.0, 1.0);
+        let i = y * self.width + x;
+        self.data[i] = mix(self.data[i], luma, a);
+        let c = self.width * self.height + (y / 2) * self.width + (x & !1);
+        self.data[c] = mix(self.data[c], u, a / 4.0);
+        self.data[c + 1] = mix(self.data[c + 1], v, a / 4.0);
+    }
 }
 
 fn colour_of(e: &Element) -> [u8; 3] {
@@ -94,28 +117,15 @@ fn colour_of(e: &Element) -> [u8; 3] {
 /// An app's background (iOS's grouped background), also the colour of an app zooming.
 const APP_BACKGROUND: [u8; 3] = [242, 242, 247];
 
-/// Digits 0-9 and ':' of a 3x5 pixel font, row by row, top bit first.
-const GLYPHS: [u16; 11] = [
-    0b111_101_101_101_111,
-    0b010_110_010_010_111,
-    0b111_001_111_100_111,
-    0b111_001_111_001_111,
-    0b101_101_111_001_001,
-    0b111_100_111_001_111,
-    0b111_100_111_101_111,
-    0b111_001_001_001_001,
-    0b111_101_111_101_111,
-    0b111_101_111_001_111,
-    0b000_010_000_010_000,
-];
-
 /// The status-bar clock's text for a UTC time of day in seconds: `HH:MM:SS`. A real phone
 /// shows minutes; seconds make every test run see it change.
-fn clock_glyphs(secs: u64) -> [usize; 8] {
+pub(super) fn clock_text(secs: u64) -> String {
     let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
-    let d = |v: u64| usize::try_from(v).unwrap_or(0);
-    [d(h / 10), d(h % 10), 10, d(m / 10), d(m % 10), 10, d(s / 10), d(s % 10)]
+    format!("{h:02}:{m:02}:{s:02}")
 }
+
+/// The battery level the status bar shows, in percent (the sim's battery never drains).
+pub(super) const BATTERY_PERCENT: u8 = 100;
 
 /// Where the clock is drawn, in phone pixels of a 1179x2556 screen: left of the status bar.
 pub const CLOCK_RECT: (i32, i32, i32, i32) = (60, 40, 448, 70);
@@ -147,30 +157,30 @@ fn render(cfg: &SimConfig, scene: &Scene, snap: &PhoneSnapshot, clock: u64, data
             canvas.fill((ax, ay + y, ax + aw, ay + y + 1), [20, shade / 2, shade]);
         }
     }
+    // Phone pixels to capture pixels, for text (which is placed to a fraction of a pixel).
+    #[allow(clippy::cast_precision_loss)] // screen sizes, far below 2^24
+    let k = aw as f32 / pw as f32;
+    #[allow(clippy::cast_precision_loss)]
+    let (axf, ayf) = (ax as f32, ay as f32);
+    let draw_text = |canvas: &mut Canvas<'_>, run: &TextRun| {
+        let c = run.clip;
+        let clip = text::Clip {
+            x0: cap(to_x(c.x)),
+            y0: cap(to_y(c.y)),
+            x1: cap(to_x(c.x.saturating_add(c.w))),
+            y1: cap(to_y(c.y.saturating_add(c.h))),
+        };
+        #[allow(clippy::cast_precision_loss)] // phone pixels, far below 2^24
+        let (x, y, size) = (axf + run.x as f32 * k, ayf + run.y as f32 * k, run.size as f32 * k);
+        text::draw_line(&run.text, size, (x, y), clip, |px, py, a| {
+            if let (Ok(px), Ok(py)) = (usize::try_from(px), usize::try_from(py)) {
+                canvas.blend(px, py, run.colour, a);
+            }
+        });
+    };
     for e in &scene.elements {
         let r = e.rect;
         fill(&mut canvas, r, colour_of(e));
-        if let Some(text) = &e.text {
-            // One dark bar per character so typed text is visible in frames.
-            let n = i32::try_from(text.chars().count().min(40)).unwrap_or(40);
-            for i in 0..n {
-                let x = r.x + 20 + i * 24;
-                fill(&mut canvas, Rect { x, y: r.y + 40, w: 16, h: r.h - 80 }, [30, 30, 30]);
-            }
-        }
-        if e.kind == ElementKind::ListRow {
-            // A label, so rows (white on near-white) show when they move: placed from the
-            // row's unclipped top, and clipped to what is visible of it.
-            let list = scene.elements.iter().find(|l| l.kind == ElementKind::List);
-            let index: i32 = e.id.trim_start_matches("row").parse().unwrap_or(0);
-            if let Some(list) = list {
-                let top = list.rect.y + index * sy(130).max(1) - list.scroll_offset.unwrap_or(0);
-                let label = Rect { x: r.x + sx(40), y: top + sy(40), w: sx(240 + (index % 5) * 90), h: sy(44) };
-                if let Some(visible) = label.intersect(&r) {
-                    fill(&mut canvas, visible, [60, 60, 67]);
-                }
-            }
-        }
         // Taps show: a dot per tap (up to 10) along the bottom of buttons and rows.
         let dots = if e.id == "dead_button" { 0 } else { e.taps.unwrap_or(0).min(10) };
         let dot = if e.kind == ElementKind::ListRow { [0, 122, 255] } else { [255, 255, 255] };
@@ -180,6 +190,9 @@ fn render(cfg: &SimConfig, scene: &Scene, snap: &PhoneSnapshot, clock: u64, data
                 fill(&mut canvas, d, dot);
             }
         }
+    }
+    for run in &scene.texts {
+        draw_text(&mut canvas, run);
     }
     if let Some(button) = scene.elements.iter().find(|e| e.id == "button2") {
         // The load button's results: a green badge per finished load (up to 5).
@@ -212,22 +225,30 @@ fn render(cfg: &SimConfig, scene: &Scene, snap: &PhoneSnapshot, clock: u64, data
     }
     // The status-bar clock.
     let ink = if on_app && scene.zoom.is_none() { [0, 0, 0] } else { [255, 255, 255] };
-    let (x0, y0, _, h) = CLOCK_RECT;
-    let cell = h / 5;
-    for (g, glyph) in clock_glyphs(clock).iter().enumerate() {
-        let bits = GLYPHS.get(*glyph).copied().unwrap_or(0);
-        let gx = x0 + i32::try_from(g).unwrap_or(0) * cell * 4;
-        for bit in 0..15 {
-            if bits & (1 << (14 - bit)) != 0 {
-                let (col, row) = (bit % 3, bit / 3);
-                fill(
-                    &mut canvas,
-                    Rect { x: sx(gx + col * cell), y: sy(y0 + row * cell), w: sx(cell).max(1), h: sy(cell).max(1) },
-                    ink,
-                );
-            }
-        }
+    let (x0, y0, w0, h0) = CLOCK_RECT;
+    let clock_run = TextRun {
+        text: clock_text(clock),
+        x: sx(x0),
+        y: sy(y0),
+        size: sx(60).max(1),
+        colour: ink,
+        clip: Rect { x: sx(x0), y: sy(y0), w: sx(w0), h: sy(h0) },
+    };
+    draw_text(&mut canvas, &clock_run);
+    // The battery, top right: an outline, a nub, and the charge inside.
+    let (bx, by, bw, bh, stroke) = (sx(1000), sy(52), sx(96), sy(46), sx(5).max(1));
+    for edge in [
+        Rect { x: bx, y: by, w: bw, h: stroke },
+        Rect { x: bx, y: by + bh - stroke, w: bw, h: stroke },
+        Rect { x: bx, y: by, w: stroke, h: bh },
+        Rect { x: bx + bw - stroke, y: by, w: stroke, h: bh },
+        Rect { x: bx + bw + sx(3), y: by + bh / 3, w: sx(7).max(1), h: bh / 3 },
+    ] {
+        fill(&mut canvas, edge, ink);
     }
+    let inner = bw - 4 * stroke;
+    let charged = inner * i32::from(BATTERY_PERCENT) / 100;
+    fill(&mut canvas, Rect { x: bx + 2 * stroke, y: by + 2 * stroke, w: charged, h: bh - 4 * stroke }, ink);
     // The AssistiveTouch-style pointer: a grey disc, darker while pressed.
     let (px, py) = (to_x(snap.pointer.0), to_y(snap.pointer.1));
     let r = (aw / 40).max(3);
@@ -241,8 +262,13 @@ fn render(cfg: &SimConfig, scene: &Scene, snap: &PhoneSnapshot, clock: u64, data
     }
 }
 
+/// A capture pixel coordinate as text clipping takes it (captures are at most 8192 wide).
+fn cap(v: usize) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
+}
+
 /// Seconds since midnight UTC now.
-fn time_of_day() -> u64 {
+pub(super) fn time_of_day() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() % 86_400)
 }
 

@@ -229,7 +229,9 @@ mod tests {
         for (i, &c) in ink.iter().enumerate() {
             if c > 0.05 {
                 let (x, y) = (i32::try_from(i).unwrap() % W, i32::try_from(i).unwrap() / W);
-                b = Some(b.map_or((x, y, x + 1, y + 1), |(a, b, c, d)| (a.min(x), b.min(y), c.max(x + 1), d.max(y + 1))));
+                b = Some(
+                    b.map_or((x, y, x + 1, y + 1), |(a, b, c, d)| (a.min(x), b.min(y), c.max(x + 1), d.max(y + 1))),
+                );
             }
         }
         b

@@ -7,6 +7,8 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
+use super::text;
+
 /// A rectangle in phone pixels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Rect {
@@ -85,6 +87,13 @@ pub struct Element {
     /// Text, for the text field.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
+    /// The words drawn on it, for app icons (under the icon), buttons and rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Characters of its text or label the font cannot draw: they show as tofu (a box),
+    /// as on iOS. Absent when every character draws.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing_glyphs: Option<Vec<char>>,
     /// Whether it has keyboard focus, for the text field.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub focused: Option<bool>,
@@ -127,6 +136,36 @@ pub struct Touch {
 }
 
 const APP_ICONS: usize = 24;
+/// The apps' names, in icon order. Every icon opens the demo app for now; app0 is "Demo",
+/// the name Spotlight opens.
+const APP_NAMES: [&str; APP_ICONS] = [
+    "Demo",
+    "Calendar",
+    "Photos",
+    "Camera",
+    "Mail",
+    "Clock",
+    "Maps",
+    "Weather",
+    "Notes",
+    "Reminders",
+    "Stocks",
+    "Books",
+    "App Store",
+    "Podcasts",
+    "TV",
+    "Health",
+    "Home",
+    "Wallet",
+    "Settings",
+    "Files",
+    "Music",
+    "Contacts",
+    "Calculator",
+    "Compass",
+];
+/// The buttons' labels: the load button shows a spinner before its result.
+const BUTTON_LABELS: [&str; BUTTONS] = ["Button 1", "Button 2", "Load"];
 const BUTTONS: usize = 3;
 const LIST_ROWS: i32 = 60;
 /// Movement below this many pixels still counts as a tap.
@@ -188,6 +227,31 @@ pub const CARET_HALF_PERIOD_MS: u64 = 500;
 /// The load button: it shows a spinner before its result.
 const LOAD_BUTTON: usize = 2;
 
+/// A line of text as the screen draws it, in phone pixels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextRun {
+    /// The text.
+    pub text: String,
+    /// Left of the line's box.
+    pub x: i32,
+    /// Top of the line's box (the baseline is `size`'s ascent below).
+    pub y: i32,
+    /// Line height in pixels.
+    pub size: i32,
+    /// Ink.
+    pub colour: [u8; 3],
+    /// Nothing is drawn outside this.
+    pub clip: Rect,
+}
+
+/// Font sizes and margins in pixels of a 1179x2556 screen (iOS points at 3x).
+/// Body text (17 pt).
+const BODY_PX: i32 = 51;
+/// Home-screen icon labels (12 pt).
+const LABEL_PX: i32 = 36;
+/// A field's text starts this far in from its left edge.
+const FIELD_PAD: i32 = 30;
+
 /// What the screen shows at one moment: the elements as drawn (the list at its animated
 /// offset) and the pieces that move on their own.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -204,6 +268,8 @@ pub struct Scene {
     pub caret: Option<Rect>,
     /// Loads finished, drawn as badges on the load button.
     pub loads: u32,
+    /// Text to draw, in order, after the elements.
+    pub texts: Vec<TextRun>,
     /// Whether anything animates (every frame differs).
     pub animating: bool,
 }
@@ -290,15 +356,109 @@ impl Ui {
             let spoke = u8::try_from((now.saturating_sub(at) / 60) % 8).unwrap_or(0);
             Some((Rect { x: r.x + r.w - r.h, y: r.y, w: r.h, h: r.h }, spoke))
         });
+        let texts = self.texts_of(&elements, scroll);
         let caret = elements
             .iter()
             .find(|e| e.focused == Some(true))
             .filter(|_| (now.saturating_sub(self.caret_since) / CARET_HALF_PERIOD_MS).is_multiple_of(2))
             .map(|e| {
-                let n = i32::try_from(e.text.as_deref().map_or(0, |t| t.chars().count().min(40))).unwrap_or(40);
-                Rect { x: e.rect.x + 20 + n * 24, y: e.rect.y + 30, w: self.sx(6).max(1), h: e.rect.h - 60 }
+                // Right after the last glyph.
+                let (x, _) = self.field_text_at(e);
+                let end = x + px(text::width(e.text.as_deref().unwrap_or(""), self.font_px(BODY_PX)));
+                let margin = self.sy(30);
+                Rect { x: end, y: e.rect.y + margin, w: self.sx(6).max(1), h: e.rect.h - 2 * margin }
             });
-        Scene { screen, elements, zoom, spinner, caret, loads: self.loads, animating }
+        Scene { screen, elements, zoom, spinner, caret, loads: self.loads, texts, animating }
+    }
+
+    /// A font size designed for a 1179x2556 screen, scaled (at least a pixel).
+    fn font_px(&self, v: i32) -> f32 {
+        #[allow(clippy::cast_precision_loss)] // a font size in pixels
+        let px = self.sx(v).max(1) as f32;
+        px
+    }
+
+    /// Where a text field's text starts (left, top of its line): scrolled left when it is
+    /// wider than the field, so its end and the caret stay in view, as iOS does.
+    fn field_text_at(&self, field: &Element) -> (i32, i32) {
+        let size = self.font_px(BODY_PX);
+        let r = field.rect;
+        let pad = self.sx(FIELD_PAD);
+        let room = r.w - 2 * pad - self.sx(6).max(1);
+        let w = px(text::width(field.text.as_deref().unwrap_or(""), size));
+        let x = if w > room { r.x + pad + room - w } else { r.x + pad };
+        (x, r.y + (r.h - px(size)) / 2)
+    }
+
+    /// The text drawn on `elements` (the list at `scroll`).
+    fn texts_of(&self, elements: &[Element], scroll: i32) -> Vec<TextRun> {
+        let mut out = Vec::new();
+        for e in elements {
+            let r = e.rect;
+            match e.kind {
+                ElementKind::TextField => {
+                    let (x, y) = self.field_text_at(e);
+                    let pad = self.sx(FIELD_PAD);
+                    out.push(TextRun {
+                        text: e.text.clone().unwrap_or_default(),
+                        x,
+                        y,
+                        size: self.sx(BODY_PX).max(1),
+                        colour: [0, 0, 0],
+                        clip: Rect { x: r.x + pad, y: r.y, w: (r.w - 2 * pad).max(0), h: r.h },
+                    });
+                }
+                ElementKind::AppIcon => {
+                    let Some(label) = &e.label else { continue };
+                    let size = self.sx(LABEL_PX).max(1);
+                    let room = self.sx(260);
+                    let shown = text::truncate(label, self.font_px(LABEL_PX), room as f32);
+                    let w = px(text::width(&shown, self.font_px(LABEL_PX)));
+                    let (cx, y) = (r.x + r.w / 2, r.y + r.h + self.sy(16));
+                    out.push(TextRun {
+                        text: shown,
+                        x: cx - w / 2,
+                        y,
+                        size,
+                        colour: [255, 255, 255],
+                        clip: Rect { x: cx - room / 2, y, w: room, h: size + self.sy(10) },
+                    });
+                }
+                ElementKind::Button | ElementKind::Back => {
+                    let Some(label) = &e.label else { continue };
+                    let size = self.sx(45).max(1);
+                    let w = px(text::width(label, size as f32));
+                    // Buttons with tap dots (along their bottom), badges and a spinner (at
+                    // their right): top left. The others: centred.
+                    let (x, y) = if e.taps.is_some() && e.id != "dead_button" {
+                        (r.x + self.sx(30), r.y + self.sy(20))
+                    } else {
+                        (r.x + (r.w - w) / 2, r.y + (r.h - size) / 2)
+                    };
+                    out.push(TextRun { text: label.clone(), x, y, size, colour: [255, 255, 255], clip: r });
+                }
+                ElementKind::ListRow => {
+                    // Placed from the row's unclipped top, clipped to what is visible of it.
+                    let (Some(label), Some(index)) =
+                        (&e.label, e.id.strip_prefix("row").and_then(|n| n.parse::<i32>().ok()))
+                    else {
+                        continue;
+                    };
+                    let top = self.list_viewport().y + index * self.row_height() - scroll;
+                    let size = self.sx(BODY_PX).max(1);
+                    out.push(TextRun {
+                        text: label.clone(),
+                        x: r.x + self.sx(40),
+                        y: top + (self.row_height() - 4 - size) / 2,
+                        size,
+                        colour: [0, 0, 0],
+                        clip: r,
+                    });
+                }
+                ElementKind::Toggle | ElementKind::List | ElementKind::ContextMenu => {}
+            }
+        }
+        out
     }
 
     /// Scales a coordinate designed for a 1179x2556 screen.
@@ -355,35 +515,49 @@ impl Ui {
             on: None,
             taps: None,
             text: None,
+            label: None,
+            missing_glyphs: None,
             focused: None,
             scroll_offset: None,
+        };
+        let labelled = |mut e: Element, label: String| {
+            let missing = text::missing_glyphs(&label);
+            e.missing_glyphs = (!missing.is_empty()).then_some(missing);
+            e.label = Some(label);
+            e
+        };
+        let typed = |mut e: Element, typed: &str| {
+            let missing = text::missing_glyphs(typed);
+            e.missing_glyphs = (!missing.is_empty()).then_some(missing);
+            e.text = Some(typed.to_string());
+            e
         };
         let mut out = Vec::new();
         match screen {
             Screen::Home => {
                 for i in 0..APP_ICONS {
-                    out.push(el(format!("app{i}"), ElementKind::AppIcon, self.icon_rect(i)));
+                    let icon = el(format!("app{i}"), ElementKind::AppIcon, self.icon_rect(i));
+                    out.push(labelled(icon, APP_NAMES[i].to_string()));
                 }
             }
             Screen::App => {
-                out.push(el("back".into(), ElementKind::Back, self.r(30, 120, 200, 120)));
+                out.push(labelled(el("back".into(), ElementKind::Back, self.r(30, 120, 200, 120)), "Back".into()));
                 // Like a disabled "Edit" button: it takes the tap and nothing happens.
                 let mut dead = el("dead_button".into(), ElementKind::Button, self.r(850, 120, 300, 120));
                 dead.taps = Some(self.dead_taps);
-                out.push(dead);
+                out.push(labelled(dead, "Edit".into()));
                 for i in 0..BUTTONS {
                     let y = 300 + i32::try_from(i).unwrap_or(0) * 180;
                     let mut b = el(format!("button{i}"), ElementKind::Button, self.r(90, y, 480, 140));
                     b.taps = Some(self.button_taps[i]);
-                    out.push(b);
+                    out.push(labelled(b, BUTTON_LABELS[i].to_string()));
                     let mut t = el(format!("toggle{i}"), ElementKind::Toggle, self.r(800, y, 280, 140));
                     t.on = Some(self.toggles[i]);
                     out.push(t);
                 }
                 let mut f = el("text_field".into(), ElementKind::TextField, self.r(90, 860, 1000, 140));
-                f.text = Some(self.text.clone());
                 f.focused = Some(self.focused);
-                out.push(f);
+                out.push(typed(f, &self.text));
                 let viewport = self.list_viewport();
                 let mut list = el("list".into(), ElementKind::List, viewport);
                 list.scroll_offset = Some(scroll);
@@ -394,15 +568,14 @@ impl Ui {
                     if let Some(visible) = row.intersect(&viewport) {
                         let mut e = el(format!("row{i}"), ElementKind::ListRow, visible);
                         e.taps = Some(self.row_taps[usize::try_from(i).unwrap_or(0)]);
-                        out.push(e);
+                        out.push(labelled(e, format!("Item {}", i + 1)));
                     }
                 }
             }
             Screen::Spotlight => {
                 let mut f = el("search_field".into(), ElementKind::TextField, self.r(90, 200, 1000, 140));
-                f.text = Some(self.text.clone());
                 f.focused = Some(self.focused);
-                out.push(f);
+                out.push(typed(f, &self.text));
             }
         }
         if let Some(i) = self.context_menu {
@@ -601,6 +774,14 @@ impl Ui {
             self.text.clear();
         }
     }
+}
+
+/// A text width or size in whole pixels.
+fn px(v: f32) -> i32 {
+    // Text on a screen of at most 8192 pixels, far inside i32.
+    #[allow(clippy::cast_possible_truncation)]
+    let r = v.round() as i32;
+    r
 }
 
 fn round_px(v: f64) -> i32 {
