@@ -548,4 +548,33 @@ mod tests {
         assert_eq!(reader.state().signal, Signal::Locked);
         drop(guard);
     }
+
+    /// Renders `scene` with the pointer at the centre, pressed or not.
+    fn frame_of(scene: &Scene, buttons: u8) -> Vec<u8> {
+        let cfg = SimConfig::default();
+        let snap = PhoneSnapshot { pointer: (589, 1278), buttons, ..PhoneSnapshot::default() };
+        let mut buf = vec![0u8; PixelFormat::Nv12.frame_len(cfg.capture_width, cfg.capture_height).unwrap()];
+        render(&cfg, scene, &snap, 0, &mut buf);
+        buf
+    }
+
+    #[test]
+    fn the_pointer_is_translucent_darker_while_pressed_and_the_same_after_release() {
+        let ui = super::super::ui::Ui::new(1179, 2556);
+        let scene = ui.scene();
+        let before = frame_of(&scene, 0);
+        let pressed = frame_of(&scene, 1);
+        let after = frame_of(&scene, 0);
+        assert_eq!(before, after, "the same before a press and after the release");
+        // The pointer's centre: (960, 540) in a 1920x1080 capture.
+        let luma = |f: &[u8], x: usize, y: usize| f[y * 1920 + x];
+        assert!(luma(&pressed, 960, 540) < luma(&before, 960, 540), "darker while pressed");
+        // Translucent: the wallpaper's gradient shows through, so its top and bottom differ.
+        let (top, bottom) = (luma(&before, 960, 531), luma(&before, 960, 549));
+        assert_ne!(top, bottom, "the disc blends over the screen");
+        // Text is drawn: the status-bar clock puts ink where the plain wallpaper has none.
+        let mut no_text = scene.clone();
+        no_text.paint.retain(|p| !matches!(p, Paint::Text(_)));
+        assert_ne!(frame_of(&no_text, 0), before, "labels are drawn");
+    }
 }

@@ -75,7 +75,13 @@ impl App for Controls {
         } else {
             p.push(Paint::Outline(cb, cx.sx(14), cx.sx(5).max(1), colour::GREY));
         }
-        p.push(text_in("Remember me", Rect { x: cb.x + cb.w + cx.sx(30), ..cb }, 0, body, colour::BLACK));
+        p.push(text_in(
+            "Remember me",
+            Rect { x: cb.x + cb.w + cx.sx(30), w: cx.sx(800), ..cb },
+            0,
+            body,
+            colour::BLACK,
+        ));
         // Radio group.
         for (i, name) in RADIOS.iter().enumerate() {
             let x = 90 + i32::try_from(i).unwrap_or(0) * 330;
@@ -113,7 +119,7 @@ impl App for Controls {
         stepper.value = Some(i64::from(self.stepper));
         e.push(stepper);
         p.push(text_centred(&value, digit, cx.font(60), colour::BLACK));
-        p.push(text_in("Copies", Rect { x: cx.sx(450), ..digit }, 0, body, colour::GREY));
+        p.push(text_in("Copies", Rect { x: cx.sx(450), w: cx.sx(400), ..digit }, 0, body, colour::GREY));
         // Heart.
         let hr = cx.r(90, 860, 90, 90);
         let mut like = labelled(el("like", ElementKind::Like, hr), "Like");
@@ -124,7 +130,7 @@ impl App for Controls {
         if !self.liked {
             p.extend(heart(hx, hy, hs * 6 / 10, [242, 242, 247]));
         }
-        p.push(text_in("Favourite", Rect { x: hr.x + hr.w + cx.sx(30), ..hr }, 0, body, colour::BLACK));
+        p.push(text_in("Favourite", Rect { x: hr.x + hr.w + cx.sx(30), w: cx.sx(800), ..hr }, 0, body, colour::BLACK));
         // Badge counter: a button, and a red badge with the count beside it.
         let add = cx.r(90, 1010, 250, 100);
         e.push(labelled(el("badge_button", ElementKind::Button, add), "Add"));
