@@ -63,15 +63,16 @@ impl App for Controls {
         e.push(check);
         if self.checked {
             p.push(Paint::Round(cb, cx.sx(14), colour::BLUE));
-            // A tick: a short and a long stroke.
-            p.push(Paint::Fill(
-                Rect { x: cb.x + cb.w * 2 / 10, y: cb.y + cb.h / 2, w: cb.w / 5, h: cb.h / 8 },
-                colour::WHITE,
-            ));
-            p.push(Paint::Fill(
-                Rect { x: cb.x + cb.w * 4 / 10, y: cb.y + cb.h * 3 / 10, w: cb.w / 8, h: cb.h * 5 / 10 },
-                colour::WHITE,
-            ));
+            // A tick: a short stroke down and a long one up, as a chain of dots.
+            let pts = [(22, 52), (42, 72), (78, 30)];
+            let dot = (cb.w / 14).max(1);
+            for seg in pts.windows(2) {
+                let ((x0, y0), (x1, y1)) = (seg[0], seg[1]);
+                for k in 0..=12 {
+                    let (x, y) = (x0 + (x1 - x0) * k / 12, y0 + (y1 - y0) * k / 12);
+                    p.push(Paint::Disc { x: cb.x + cb.w * x / 100, y: cb.y + cb.h * y / 100, r: dot, colour: colour::WHITE });
+                }
+            }
         } else {
             p.push(Paint::Outline(cb, cx.sx(14), cx.sx(5).max(1), colour::GREY));
         }
