@@ -243,6 +243,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::cast_possible_truncation)] // pixel sizes of a test
     fn a_word_has_ink_inside_its_box_and_none_outside() {
         let (size, at) = (40.0, (20.0, 30.0));
         let drawn = ink("Demo", size, at);

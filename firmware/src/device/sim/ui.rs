@@ -1155,7 +1155,8 @@ mod tests {
     #[test]
     fn each_control_changes_its_state_and_the_picture_and_the_dead_one_neither() {
         let (mut ui, mut t) = open("Controls");
-        let checks: [(&str, &str, fn(&Element) -> bool); 8] = [
+        type Check = (&'static str, &'static str, fn(&Element) -> bool);
+        let checks: [Check; 8] = [
             ("checkbox", "checkbox", |e| e.on == Some(true)),
             ("radio2", "radio2", |e| e.selected == Some(true)),
             ("stepper_plus", "stepper_value", |e| e.value == Some(1)),
@@ -1200,6 +1201,18 @@ mod tests {
         ui.tick(t + PUSH_MS);
         assert_eq!(ui.title().as_deref(), Some("Contacts"));
         assert!(first.starts_with('A'));
+    }
+
+    #[test]
+    fn text_the_font_cannot_draw_is_tofu_and_said_so() {
+        let (mut ui, t) = open("Notes");
+        tap(&mut ui, "note", t);
+        for c in "ok \u{65e5}\u{672c}".chars() {
+            ui.type_char(c);
+        }
+        let note = element(&ui, "note");
+        assert_eq!(note.missing_glyphs, Some(vec!['\u{65e5}', '\u{672c}']));
+        assert_eq!(element(&ui, "title").missing_glyphs, None);
     }
 
     #[test]

@@ -70,7 +70,12 @@ impl App for Controls {
                 let ((x0, y0), (x1, y1)) = (seg[0], seg[1]);
                 for k in 0..=12 {
                     let (x, y) = (x0 + (x1 - x0) * k / 12, y0 + (y1 - y0) * k / 12);
-                    p.push(Paint::Disc { x: cb.x + cb.w * x / 100, y: cb.y + cb.h * y / 100, r: dot, colour: colour::WHITE });
+                    p.push(Paint::Disc {
+                        x: cb.x + cb.w * x / 100,
+                        y: cb.y + cb.h * y / 100,
+                        r: dot,
+                        colour: colour::WHITE,
+                    });
                 }
             }
         } else {

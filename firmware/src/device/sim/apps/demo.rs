@@ -92,14 +92,14 @@ impl App for Demo {
         p.elements.push(d);
         p.paint.push(Paint::Round(dead, cx.sx(24), [174, 174, 178]));
         p.paint.push(super::text_centred("Edit", dead, label_size, white));
-        for i in 0..BUTTONS {
+        for (i, name) in BUTTON_LABELS.iter().enumerate() {
             let y = 300 + i32::try_from(i).unwrap_or(0) * 180;
             let r = cx.r(90, y, 480, 140);
-            let mut b = labelled(el(format!("button{i}"), ElementKind::Button, r), BUTTON_LABELS[i]);
+            let mut b = labelled(el(format!("button{i}"), ElementKind::Button, r), name);
             b.taps = Some(self.button_taps[i]);
             p.elements.push(b);
             p.paint.push(Paint::Round(r, cx.sx(24), colour::BLUE));
-            p.paint.push(text_at(BUTTON_LABELS[i], r.x + cx.sx(30), r.y + cx.sy(20), label_size, white, r));
+            p.paint.push(text_at(name, r.x + cx.sx(30), r.y + cx.sy(20), label_size, white, r));
             // Taps show: a dot per tap (up to 10) along the bottom.
             for k in 0..i32::try_from(self.button_taps[i].min(10)).unwrap_or(0) {
                 let dot = Rect {
