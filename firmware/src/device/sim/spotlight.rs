@@ -23,7 +23,7 @@ pub fn matches(query: &str) -> Vec<usize> {
 
 /// What Spotlight shows: its elements, paint and caret.
 pub fn layout(cx: &Cx, query: &str) -> (Vec<Element>, Vec<Paint>, Rect) {
-    let mut paint = vec![Paint::Dim(Rect { x: 0, y: 0, w: cx.w, h: cx.h }, 110)];
+    let mut paint = vec![Paint::Dim(Rect { x: 0, y: 0, w: cx.w, h: cx.h }, 190)];
     let f = cx.r(48, 200, 1083, 130);
     let mut field = typed(el("search_field", ElementKind::TextField, f), query);
     field.focused = Some(true);
