@@ -496,7 +496,7 @@ fn flow_steps() -> Vec<Step> {
             check: |s| element(s, "row9").is_some_and(|e| e["taps"] == 1),
         },
         Step { name: "back home", target: Some("back"), action: tap.clone(), check: |s| s["screen"] == "home" },
-        Step { name: "open another app", target: Some("app1"), action: tap.clone(), check: |s| s["screen"] == "app" },
+        Step { name: "open another app", target: Some("app0"), action: tap.clone(), check: |s| s["screen"] == "app" },
         Step {
             name: "flip another toggle",
             target: Some("toggle1"),

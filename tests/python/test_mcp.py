@@ -70,11 +70,24 @@ def decode_png(data):
     return width, height, rows
 
 
-def find_colour(png, colour, tolerance=18):
+def find_colour(png, colour, tolerance=18, min_run=20):
     """Centre (x, y) of the topmost block of pixels near `colour`, in image pixels."""
     _, _, rows = decode_png(png)
     near = lambda p: all(abs(p[i] - colour[i]) <= tolerance for i in range(3))
-    hits = [(x, y) for y, row in enumerate(rows) for x, p in enumerate(row) if near(p)]
+    # Only runs of at least `min_run` pixels count: the edges of anti-aliased text pass
+    # through many colours, a control's fill is a solid run.
+    hits = []
+    for y, row in enumerate(rows):
+        run = []
+        for x, p in enumerate(row):
+            if near(p):
+                run.append((x, y))
+                continue
+            if len(run) >= min_run:
+                hits += run
+            run = []
+        if len(run) >= min_run:
+            hits += run
     assert hits, f"no pixel near {colour} in the screenshot"
     top = hits[0][1]
     block, y = [], top

@@ -388,7 +388,7 @@ class ReadmeWalk(unittest.TestCase):
         (r"^tether status$", "status"),
         (r"^tether doctor --json$", "doctor_json"),
         (r"^tether screenshot -o shot\.png$", "screenshot"),
-        (r"^tether tap 200 410$", "tap_icon"),
+        (r"^tether tap 80 150$", "tap_icon"),
         (r"^tether tap 250 400$", "tap_field"),
         (r'^tether type "hello"$', "type_text"),
         (r"^tether open Demo$", "open_app"),

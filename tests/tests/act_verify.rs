@@ -115,7 +115,7 @@ async fn a_tap_on_an_icon_reports_the_app_opening_and_its_observation_acts_next(
     let d = start().await;
     let mut p = Phone::new(&d).await;
     let (obs, size) = p.shot().await;
-    let r = p.tap(&obs, size, "app5", json!({})).await;
+    let r = p.tap(&obs, size, "app0", json!({})).await; // Demo
     assert_eq!(r["ok"], true, "{r}");
     let v = &r["result"];
     assert_eq!(

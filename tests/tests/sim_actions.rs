@@ -231,14 +231,14 @@ async fn swipe_scrolls_long_press_opens_menu_and_home_returns() {
     let mut drv = Driver::new(&d).await;
     // Long press on an icon opens its context menu.
     let shot = drv.shot().await;
-    let icon = drv.element("app3").await;
+    let icon = drv.element("app0").await;
     let (x, y) = drv.centre(&shot, &icon);
     let r = drv.act(Some(&shot), json!({"type": "long_press", "x": x, "y": y})).await;
     assert_eq!(r["result"]["status"], "submitted");
-    assert!(drv.element("menu_app3").await.is_object(), "context menu open");
+    assert!(drv.element("menu_app0").await.is_object(), "context menu open");
     assert_eq!(drv.state().await["touches"].as_array().unwrap().last().unwrap()["kind"], "long_press");
-    drv.tap_element("app3").await; // dismisses the menu
-    drv.tap_element("app3").await; // opens the app
+    drv.tap_element("app0").await; // dismisses the menu
+    drv.tap_element("app0").await; // opens the app (Demo, with its list)
     assert_eq!(drv.state().await["screen"], "app");
     // Scrolling down the list by dragging.
     let shot = drv.shot().await;

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::phone::PhoneSnapshot;
-use super::ui::{Element, ElementKind, Rect, Scene, Screen};
+use super::text;
+use super::ui::{Paint, Rect, Scene, Screen, TextRun, APP_BACKGROUND};
 use super::{SimConfig, SimPhone};
 
 /// What a rendered frame depends on: UI version, pointer position, buttons, the clock's
@@ -66,56 +67,145 @@ impl Canvas<'_> {
         }
     }
 
-    /// Sets one pixel (and the chroma it shares).
-    fn set(&mut self, x: usize, y: usize, colour: [u8; 3]) {
-        self.fill((x, y, x + 1, y + 1), colour);
-    }
-}
-
-fn colour_of(e: &Element) -> [u8; 3] {
-    match e.kind {
-        ElementKind::AppIcon => {
-            let n: u8 = e.id.trim_start_matches("app").parse().unwrap_or(0);
-            [60 + (n % 6) * 30, 90 + (n % 4) * 35, 200 - (n % 5) * 25]
+    /// Fills a rounded rectangle of capture pixels (corner radius `rad`), or only its
+    /// outline `stroke` wide. Corners are anti-aliased by coverage along each row's ends.
+    fn round(
+        &mut self,
+        (x0, y0, x1, y1): (usize, usize, usize, usize),
+        rad: f32,
+        colour: [u8; 3],
+        stroke: Option<f32>,
+    ) {
+        if x0 >= x1 || y0 >= y1 {
+            return;
         }
-        ElementKind::Button if e.id == "dead_button" => [174, 174, 178],
-        ElementKind::Button => [0, 122, 255],
-        ElementKind::Toggle if e.on == Some(true) => [52, 199, 89],
-        ElementKind::Toggle => [120, 120, 128],
-        ElementKind::TextField if e.focused == Some(true) => [255, 255, 255],
-        ElementKind::TextField => [229, 229, 234],
-        ElementKind::List => [242, 242, 247],
-        ElementKind::ListRow => [255, 255, 255],
-        ElementKind::Back => [0, 100, 220],
-        ElementKind::ContextMenu => [250, 250, 250],
+        #[allow(clippy::cast_precision_loss)] // capture sizes, far below 2^24
+        let (fx0, fy0, fx1, fy1) = (x0 as f32, y0 as f32, x1 as f32, y1 as f32);
+        let rad = rad.min((fx1 - fx0) / 2.0).min((fy1 - fy0) / 2.0).max(0.0);
+        // The inset of a rounded rectangle's edge at row centre `yc`, for radius `r` in a
+        // box from `t` to `b`.
+        let inset = |yc: f32, t: f32, b: f32, r: f32| {
+            let d = if yc < t + r {
+                t + r - yc
+            } else if yc > b - r {
+                yc - (b - r)
+            } else {
+                0.0
+            };
+            if d <= 0.0 {
+                0.0
+            } else {
+                r - (r * r - d.min(r) * d.min(r)).sqrt()
+            }
+        };
+        for y in y0..y1.min(self.height) {
+            #[allow(clippy::cast_precision_loss)]
+            let yc = y as f32 + 0.5;
+            let o = inset(yc, fy0, fy1, rad);
+            let (l, r) = (fx0 + o, fx1 - o);
+            match stroke {
+                None => self.span(y, l, r, colour),
+                Some(s) => {
+                    let ri = (rad - s).max(0.0);
+                    let (it, ib) = (fy0 + s, fy1 - s);
+                    if yc < it || yc > ib {
+                        self.span(y, l, r, colour);
+                    } else {
+                        let oi = inset(yc, it, ib, ri);
+                        self.span(y, l, fx0 + s + oi, colour);
+                        self.span(y, fx1 - s - oi, r, colour);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fills row `y` from `l` to `r` (fractional), blending the partly covered ends.
+    fn span(&mut self, y: usize, l: f32, r: f32, colour: [u8; 3]) {
+        if r <= l {
+            return;
+        }
+        // Capture coordinates, non-negative and far below 2^24.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let (li, ri) = (l.ceil().max(0.0) as usize, r.floor().max(0.0) as usize);
+        if li < ri {
+            self.fill((li, y, ri, y + 1), colour);
+        }
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+        {
+            let lf = l.floor().max(0.0) as usize;
+            if lf < li {
+                self.blend(lf, y, colour, li as f32 - l);
+            }
+            if ri < r.ceil() as usize && ri >= li {
+                self.blend(ri, y, colour, r - ri as f32);
+            }
+        }
+    }
+
+    /// Calls `plot` for each pixel of a disc at (`cx`, `cy`) of radius `r` inside `area`,
+    /// with its coverage (edges anti-aliased).
+    fn disc(
+        &mut self,
+        (cx, cy): (f32, f32),
+        r: f32,
+        (ax0, ay0, ax1, ay1): (usize, usize, usize, usize),
+        mut plot: impl FnMut(&mut Self, usize, usize, f32),
+    ) {
+        // Capture coordinates, non-negative and far below 2^24.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let (x0, y0, x1, y1) = (
+            ((cx - r - 1.0).max(0.0) as usize).max(ax0),
+            ((cy - r - 1.0).max(0.0) as usize).max(ay0),
+            ((cx + r + 2.0).max(0.0) as usize).min(ax1).min(self.width),
+            ((cy + r + 2.0).max(0.0) as usize).min(ay1).min(self.height),
+        );
+        for y in y0..y1 {
+            for x in x0..x1 {
+                #[allow(clippy::cast_precision_loss)]
+                let (dx, dy) = (x as f32 + 0.5 - cx, y as f32 + 0.5 - cy);
+                let a = (r - (dx * dx + dy * dy).sqrt() + 0.5).clamp(0.0, 1.0);
+                if a > 0.0 {
+                    plot(self, x, y, a);
+                }
+            }
+        }
+    }
+
+    /// Blends `colour` over one pixel with `coverage` (0..=1), as anti-aliased text is
+    /// drawn. Y, U and V are linear in the (gamma-encoded) RGB, so blending them blends
+    /// the colour; the chroma a 2x2 block shares takes a quarter of each pixel's coverage.
+    fn blend(&mut self, x: usize, y: usize, colour: [u8; 3], coverage: f32) {
+        if x >= self.width || y >= self.height {
+            return;
+        }
+        let [luma, u, v] = rgb_to_yuv(colour);
+        let mix = |old: u8, new: u8, a: f32| {
+            // A convex combination of two bytes is a byte.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let m = (f32::from(old) + (f32::from(new) - f32::from(old)) * a).round().clamp(0.0, 255.0) as u8;
+            m
+        };
+        let a = coverage.clamp(0.0, 1.0);
+        let i = y * self.width + x;
+        self.data[i] = mix(self.data[i], luma, a);
+        let c = self.width * self.height + (y / 2) * self.width + (x & !1);
+        // A fully covered pixel takes the colour's chroma (solid shapes keep their hue).
+        let ca = if a >= 1.0 { 1.0 } else { a / 4.0 };
+        self.data[c] = mix(self.data[c], u, ca);
+        self.data[c + 1] = mix(self.data[c + 1], v, ca);
     }
 }
-
-/// An app's background (iOS's grouped background), also the colour of an app zooming.
-const APP_BACKGROUND: [u8; 3] = [242, 242, 247];
-
-/// Digits 0-9 and ':' of a 3x5 pixel font, row by row, top bit first.
-const GLYPHS: [u16; 11] = [
-    0b111_101_101_101_111,
-    0b010_110_010_010_111,
-    0b111_001_111_100_111,
-    0b111_001_111_001_111,
-    0b101_101_111_001_001,
-    0b111_100_111_001_111,
-    0b111_100_111_101_111,
-    0b111_001_001_001_001,
-    0b111_101_111_101_111,
-    0b111_101_111_001_111,
-    0b000_010_000_010_000,
-];
 
 /// The status-bar clock's text for a UTC time of day in seconds: `HH:MM:SS`. A real phone
 /// shows minutes; seconds make every test run see it change.
-fn clock_glyphs(secs: u64) -> [usize; 8] {
+pub(super) fn clock_text(secs: u64) -> String {
     let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
-    let d = |v: u64| usize::try_from(v).unwrap_or(0);
-    [d(h / 10), d(h % 10), 10, d(m / 10), d(m % 10), 10, d(s / 10), d(s % 10)]
+    format!("{h:02}:{m:02}:{s:02}")
 }
+
+/// The battery level the status bar shows, in percent (the sim's battery never drains).
+pub(super) const BATTERY_PERCENT: u8 = 100;
 
 /// Where the clock is drawn, in phone pixels of a 1179x2556 screen: left of the status bar.
 pub const CLOCK_RECT: (i32, i32, i32, i32) = (60, 40, 448, 70);
@@ -128,14 +218,21 @@ fn render(cfg: &SimConfig, scene: &Scene, snap: &PhoneSnapshot, clock: u64, data
     let (ax, ay, aw, ah) = active_rect(cfg.capture_width, cfg.capture_height, cfg.phone_width, cfg.phone_height);
     let (ax, ay, aw, ah) = (ax as usize, ay as usize, aw as usize, ah as usize);
     let (pw, ph) = (cfg.phone_width.max(1) as usize, cfg.phone_height.max(1) as usize);
-    // Phone pixel -> capture pixel, clamped to the phone's area.
     let to_x = |v: i32| ax + usize::try_from(v.max(0)).unwrap_or(0).min(pw) * aw / pw;
     let to_y = |v: i32| ay + usize::try_from(v.max(0)).unwrap_or(0).min(ph) * ah / ph;
     // Layouts are designed for 1179x2556 and scaled, like the UI's.
     let sx = |v: i32| i32::try_from(i64::from(v) * i64::try_from(pw).unwrap_or(1179) / 1179).unwrap_or(v);
     let sy = |v: i32| i32::try_from(i64::from(v) * i64::try_from(ph).unwrap_or(2556) / 2556).unwrap_or(v);
-    let fill = |canvas: &mut Canvas<'_>, r: Rect, colour: [u8; 3]| {
-        canvas.fill((to_x(r.x), to_y(r.y), to_x(r.x + r.w), to_y(r.y + r.h)), colour);
+    let cap_rect = |r: Rect| (to_x(r.x), to_y(r.y), to_x(r.x.saturating_add(r.w)), to_y(r.y.saturating_add(r.h)));
+    // Phone pixels to capture pixels, for what is placed to a fraction of a pixel.
+    #[allow(clippy::cast_precision_loss)] // screen sizes, far below 2^24
+    let k = aw as f32 / pw as f32;
+    #[allow(clippy::cast_precision_loss)]
+    let (axf, ayf) = (ax as f32, ay as f32);
+    let scale = |v: i32| {
+        #[allow(clippy::cast_precision_loss)] // phone pixels, far below 2^24
+        let f = v as f32 * k;
+        f
     };
     let on_app = scene.screen == Screen::App;
     if on_app {
@@ -147,102 +244,114 @@ fn render(cfg: &SimConfig, scene: &Scene, snap: &PhoneSnapshot, clock: u64, data
             canvas.fill((ax, ay + y, ax + aw, ay + y + 1), [20, shade / 2, shade]);
         }
     }
-    for e in &scene.elements {
-        let r = e.rect;
-        fill(&mut canvas, r, colour_of(e));
-        if let Some(text) = &e.text {
-            // One dark bar per character so typed text is visible in frames.
-            let n = i32::try_from(text.chars().count().min(40)).unwrap_or(40);
-            for i in 0..n {
-                let x = r.x + 20 + i * 24;
-                fill(&mut canvas, Rect { x, y: r.y + 40, w: 16, h: r.h - 80 }, [30, 30, 30]);
-            }
+    let phone_area = (ax, ay, ax + aw, ay + ah);
+    let draw = |canvas: &mut Canvas<'_>, p: &Paint| match p {
+        Paint::Fill(r, c) => canvas.fill(clip_to(cap_rect(*r), phone_area), *c),
+        Paint::Round(r, rad, c) => canvas.round(clip_to(cap_rect(*r), phone_area), scale(*rad), *c, None),
+        Paint::Outline(r, rad, stroke, c) => {
+            canvas.round(clip_to(cap_rect(*r), phone_area), scale(*rad), *c, Some(scale(*stroke).max(1.0)));
         }
-        if e.kind == ElementKind::ListRow {
-            // A label, so rows (white on near-white) show when they move: placed from the
-            // row's unclipped top, and clipped to what is visible of it.
-            let list = scene.elements.iter().find(|l| l.kind == ElementKind::List);
-            let index: i32 = e.id.trim_start_matches("row").parse().unwrap_or(0);
-            if let Some(list) = list {
-                let top = list.rect.y + index * sy(130).max(1) - list.scroll_offset.unwrap_or(0);
-                let label = Rect { x: r.x + sx(40), y: top + sy(40), w: sx(240 + (index % 5) * 90), h: sy(44) };
-                if let Some(visible) = label.intersect(&r) {
-                    fill(&mut canvas, visible, [60, 60, 67]);
+        Paint::Disc { x, y, r, colour } => {
+            let (cx, cy) = (axf + scale(*x), ayf + scale(*y));
+            canvas.disc((cx, cy), scale(*r), phone_area, |c, px, py, a| c.blend(px, py, *colour, a));
+        }
+        Paint::Dim(r, a) => {
+            let (x0, y0, x1, y1) = clip_to(cap_rect(*r), phone_area);
+            let a = f32::from(*a) / 255.0;
+            for y in y0..y1 {
+                for x in x0..x1 {
+                    canvas.blend(x, y, [0, 0, 0], a);
                 }
             }
         }
-        // Taps show: a dot per tap (up to 10) along the bottom of buttons and rows.
-        let dots = if e.id == "dead_button" { 0 } else { e.taps.unwrap_or(0).min(10) };
-        let dot = if e.kind == ElementKind::ListRow { [0, 122, 255] } else { [255, 255, 255] };
-        for i in 0..i32::try_from(dots).unwrap_or(0) {
-            let d = Rect { x: r.x + sx(20 + i * 36), y: r.y + r.h - sy(40), w: sx(24).max(1), h: sy(24).max(1) };
-            if d.y >= r.y {
-                fill(&mut canvas, d, dot);
-            }
-        }
-    }
-    if let Some(button) = scene.elements.iter().find(|e| e.id == "button2") {
-        // The load button's results: a green badge per finished load (up to 5).
-        for i in 0..i32::try_from(scene.loads.min(5)).unwrap_or(0) {
-            let r = button.rect;
-            let b = Rect { x: r.x + r.w - sx(60 + i * 50), y: r.y + sy(20), w: sx(40).max(1), h: sy(40).max(1) };
-            fill(&mut canvas, b, [52, 199, 89]);
-        }
-    }
-    if let Some((r, lit)) = scene.spinner {
-        // Eight spokes around the centre; one is lit and it goes round.
-        let (cx, cy, rad) = (r.x + r.w / 2, r.y + r.h / 2, r.h / 3);
-        let offsets = [(0, -2), (1, -1), (2, 0), (1, 1), (0, 2), (-1, 1), (-2, 0), (-1, -1)];
-        for (i, (dx, dy)) in offsets.iter().enumerate() {
-            let colour = if i == usize::from(lit) { [255, 255, 255] } else { [0, 70, 160] };
-            let spoke = Rect {
-                x: cx + dx * rad / 2 - sx(10),
-                y: cy + dy * rad / 2 - sx(10),
-                w: sx(20).max(1),
-                h: sx(20).max(1),
-            };
-            fill(&mut canvas, spoke, colour);
-        }
+        Paint::Text(run) => draw_text(canvas, run, &cap_rect, k, (axf, ayf)),
+    };
+    for p in &scene.paint {
+        draw(&mut canvas, p);
     }
     if let Some(r) = scene.zoom {
-        fill(&mut canvas, r, APP_BACKGROUND);
+        draw(&mut canvas, &Paint::Fill(r, APP_BACKGROUND));
     }
     if let Some(r) = scene.caret {
-        fill(&mut canvas, r, [0, 122, 255]);
+        draw(&mut canvas, &Paint::Fill(r, [0, 122, 255]));
     }
-    // The status-bar clock.
+    // The status bar: the clock left, signal and battery right.
     let ink = if on_app && scene.zoom.is_none() { [0, 0, 0] } else { [255, 255, 255] };
-    let (x0, y0, _, h) = CLOCK_RECT;
-    let cell = h / 5;
-    for (g, glyph) in clock_glyphs(clock).iter().enumerate() {
-        let bits = GLYPHS.get(*glyph).copied().unwrap_or(0);
-        let gx = x0 + i32::try_from(g).unwrap_or(0) * cell * 4;
-        for bit in 0..15 {
-            if bits & (1 << (14 - bit)) != 0 {
-                let (col, row) = (bit % 3, bit / 3);
-                fill(
-                    &mut canvas,
-                    Rect { x: sx(gx + col * cell), y: sy(y0 + row * cell), w: sx(cell).max(1), h: sy(cell).max(1) },
-                    ink,
-                );
-            }
-        }
+    let (x0, y0, w0, h0) = CLOCK_RECT;
+    let clock_run = TextRun {
+        text: clock_text(clock),
+        x: sx(x0),
+        y: sy(y0),
+        size: sx(60).max(1),
+        colour: ink,
+        clip: Rect { x: sx(x0), y: sy(y0), w: sx(w0), h: sy(h0) },
+    };
+    draw(&mut canvas, &Paint::Text(clock_run));
+    for bar in 0..4 {
+        let h = sy(14 + bar * 9);
+        let r = Rect { x: sx(850 + bar * 24), y: sy(98) - h, w: sx(16).max(1), h };
+        draw(&mut canvas, &Paint::Fill(r, ink));
     }
-    // The AssistiveTouch-style pointer: a grey disc, darker while pressed.
-    let (px, py) = (to_x(snap.pointer.0), to_y(snap.pointer.1));
-    let r = (aw / 40).max(3);
-    let colour = if snap.buttons != 0 { [90, 90, 90] } else { [200, 200, 200] };
-    for y in py.saturating_sub(r)..(py + r).min(ay + ah) {
-        for x in px.saturating_sub(r)..(px + r).min(ax + aw) {
-            if x.abs_diff(px).pow(2) + y.abs_diff(py).pow(2) <= r * r {
-                canvas.set(x, y, colour);
-            }
-        }
+    let (bx, by, bw, bh, stroke) = (sx(1000), sy(52), sx(96), sy(46), sx(5).max(1));
+    for edge in [
+        Rect { x: bx, y: by, w: bw, h: stroke },
+        Rect { x: bx, y: by + bh - stroke, w: bw, h: stroke },
+        Rect { x: bx, y: by, w: stroke, h: bh },
+        Rect { x: bx + bw - stroke, y: by, w: stroke, h: bh },
+        Rect { x: bx + bw + sx(3), y: by + bh / 3, w: sx(7).max(1), h: bh / 3 },
+    ] {
+        draw(&mut canvas, &Paint::Fill(edge, ink));
     }
+    let inner = bw - 4 * stroke;
+    let charged = inner * i32::from(BATTERY_PERCENT) / 100;
+    draw(
+        &mut canvas,
+        &Paint::Fill(Rect { x: bx + 2 * stroke, y: by + 2 * stroke, w: charged, h: bh - 4 * stroke }, ink),
+    );
+    // The AssistiveTouch-style pointer: a translucent grey disc over the screen, darker
+    // while pressed. Blended, so it looks the same before a press and after the release.
+    let (px, py) = (axf + scale(snap.pointer.0), ayf + scale(snap.pointer.1));
+    #[allow(clippy::cast_precision_loss)] // capture sizes, far below 2^24
+    let r = (aw as f32 / 40.0).max(3.0);
+    let (colour, alpha) = if snap.buttons != 0 { ([40, 40, 40], 0.7) } else { ([110, 110, 110], 0.45) };
+    canvas.disc((px, py), r, phone_area, |c, x, y, a| c.blend(x, y, colour, a * alpha));
+}
+
+/// A capture rectangle cut to `area`.
+fn clip_to(
+    (x0, y0, x1, y1): (usize, usize, usize, usize),
+    (ax0, ay0, ax1, ay1): (usize, usize, usize, usize),
+) -> (usize, usize, usize, usize) {
+    (x0.max(ax0), y0.max(ay0), x1.min(ax1), y1.min(ay1))
+}
+
+/// Draws a line of text given in phone pixels; `k` scales phone to capture pixels and
+/// `origin` is where the phone's top-left is in the capture.
+fn draw_text(
+    canvas: &mut Canvas<'_>,
+    run: &TextRun,
+    cap_rect: &impl Fn(Rect) -> (usize, usize, usize, usize),
+    k: f32,
+    (axf, ayf): (f32, f32),
+) {
+    let (x0, y0, x1, y1) = cap_rect(run.clip);
+    let clip = text::Clip { x0: cap(x0), y0: cap(y0), x1: cap(x1), y1: cap(y1) };
+    #[allow(clippy::cast_precision_loss)] // phone pixels, far below 2^24
+    let (x, y, size) = (axf + run.x as f32 * k, ayf + run.y as f32 * k, run.size as f32 * k);
+    text::draw_line(&run.text, size, (x, y), clip, |px, py, a| {
+        if let (Ok(px), Ok(py)) = (usize::try_from(px), usize::try_from(py)) {
+            canvas.blend(px, py, run.colour, a);
+        }
+    });
+}
+
+/// A capture pixel coordinate as text clipping takes it (captures are at most 8192 wide).
+fn cap(v: usize) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
 }
 
 /// Seconds since midnight UTC now.
-fn time_of_day() -> u64 {
+pub(super) fn time_of_day() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() % 86_400)
 }
 
@@ -438,5 +547,37 @@ mod tests {
         assert_ne!(px, [0, 0, 0]);
         assert_eq!(reader.state().signal, Signal::Locked);
         drop(guard);
+    }
+
+    /// Renders `scene` with the pointer at the centre, pressed or not.
+    fn frame_of(scene: &Scene, buttons: u8) -> Vec<u8> {
+        let cfg = SimConfig::default();
+        let snap = PhoneSnapshot { pointer: (589, 1278), buttons, ..PhoneSnapshot::default() };
+        let mut buf = vec![0u8; PixelFormat::Nv12.frame_len(cfg.capture_width, cfg.capture_height).unwrap()];
+        render(&cfg, scene, &snap, 0, &mut buf);
+        buf
+    }
+
+    #[test]
+    fn the_pointer_is_translucent_darker_while_pressed_and_the_same_after_release() {
+        let ui = super::super::ui::Ui::new(1179, 2556);
+        let scene = ui.scene();
+        let before = frame_of(&scene, 0);
+        let pressed = frame_of(&scene, 1);
+        let after = frame_of(&scene, 0);
+        assert_eq!(before, after, "the same before a press and after the release");
+        // The pointer's centre: (960, 540) in a 1920x1080 capture.
+        let luma = |f: &[u8], x: usize, y: usize| f[y * 1920 + x];
+        assert!(luma(&pressed, 960, 540) < luma(&before, 960, 540), "darker while pressed");
+        // Translucent: over a light app it is lighter than over the dark wallpaper.
+        let mut app = super::super::ui::Ui::new(1179, 2556);
+        app.touch((190, 350), (190, 350), 80, 0);
+        app.tick(10_000);
+        let over_app = frame_of(&app.scene(), 0);
+        assert!(luma(&over_app, 960, 540) > luma(&before, 960, 540) + 20, "the disc blends over the screen");
+        // Text is drawn: the status-bar clock puts ink where the plain wallpaper has none.
+        let mut no_text = scene.clone();
+        no_text.paint.retain(|p| !matches!(p, Paint::Text(_)));
+        assert_ne!(frame_of(&no_text, 0), before, "labels are drawn");
     }
 }

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::alert::Alert;
 use super::ui::{Element, Scene, Screen, Touch, Ui};
 use crate::device::hid::{
     BoxFuture, HidError, HidInterface, HidReport, HidSink, HostState, Keymap, Layout, MOD_GUI, POINTER_MAX,
@@ -127,6 +128,20 @@ pub struct SimState {
     /// Whether something moves by itself (an app opening or closing: touches are ignored
     /// meanwhile, a list gliding, a spinner).
     pub animating: bool,
+    /// The app in front, by name (one of [`super::APP_NAMES`]); `None` on the home screen
+    /// and in Spotlight.
+    pub app: Option<String>,
+    /// The title of the page in front, if it shows one.
+    pub title: Option<String>,
+    /// The alert showing, if any: only its buttons take taps.
+    pub alert: Option<Alert>,
+    /// Whether the hardware-keyboard accessory bar shows (a text element has focus).
+    pub accessory_bar: bool,
+    /// A hash of what the screen shows once at rest (elements, text, badges, focus and the
+    /// accessory bar, the alert, the app), without the clock, the caret and the pointer:
+    /// two states look the same at rest exactly when their digests are equal. Invisible
+    /// counters (taps on a dead control) are not in it.
+    pub scene_digest: u64,
 }
 
 #[derive(Debug)]
@@ -257,6 +272,11 @@ impl SimPhone {
             input: self.snapshot_of(&st, now),
             volume: st.volume,
             layout: self.config.layout,
+            app: st.ui.app(),
+            title: st.ui.title(),
+            alert: st.ui.alert(),
+            accessory_bar: st.ui.accessory_bar(),
+            scene_digest: st.ui.digest(),
         }
     }
 
@@ -379,6 +399,7 @@ impl SimPhone {
                 0x0B => st.ui.go_home(),
                 0x2F => st.ui.back(),
                 0x2C => st.ui.spotlight(),
+                0x04 => st.ui.select_all(),
                 _ => {}
             }
             return;
@@ -386,6 +407,7 @@ impl SimPhone {
         match usage {
             0x2A => st.ui.backspace(),
             0x28 => st.ui.enter(),
+            0x29 => st.ui.escape(),
             _ => {
                 if let Some(c) = self.keymap.char_for(usage, modifiers) {
                     st.ui.type_char(c);

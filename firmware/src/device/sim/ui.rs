@@ -4,11 +4,18 @@
 //! the configured screen size so other phone sizes work too.
 
 use std::collections::VecDeque;
+use std::hash::{Hash, Hasher};
 
 use serde::Serialize;
 
+use super::alert::Alert;
+use super::apps::{
+    self, colour, el, icon_colour, labelled, text_at, text_centred, width, App, Cx, Effect, Key, APP_NAMES,
+};
+use super::{spotlight, text};
+
 /// A rectangle in phone pixels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct Rect {
     /// Left edge.
     pub x: i32,
@@ -21,7 +28,8 @@ pub struct Rect {
 }
 
 impl Rect {
-    fn contains(&self, x: i32, y: i32) -> bool {
+    /// Whether (`x`, `y`) is inside.
+    pub fn contains(&self, x: i32, y: i32) -> bool {
         x >= self.x && x < self.x + self.w && y >= self.y && y < self.y + self.h
     }
 
@@ -34,12 +42,12 @@ impl Rect {
 }
 
 /// Which screen the phone shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Screen {
     /// App icons.
     Home,
-    /// The demo app: buttons, toggles, a text field, a scrollable list.
+    /// An app (`sim_state`'s `app` names it).
     App,
     /// Spotlight search.
     Spotlight,
@@ -65,6 +73,28 @@ pub enum ElementKind {
     Back,
     /// A context menu opened by a long press.
     ContextMenu,
+    /// A multi-line text view (Return inserts a newline).
+    TextView,
+    /// Text that does nothing when tapped: titles, section letters, values.
+    Label,
+    /// A checkbox (`on`).
+    Checkbox,
+    /// One option of a radio group (`selected`).
+    Radio,
+    /// A stepper's digit (`value`); its - and + are buttons.
+    Stepper,
+    /// A heart (`on`: filled).
+    Like,
+    /// A red badge with a count (`value`; not drawn at 0).
+    Badge,
+    /// One segment of a segmented control (`selected`).
+    Segment,
+    /// A Spotlight result (`label`: the app; `value`: its icon index).
+    SearchResult,
+    /// An alert's box (`label`: its title).
+    Alert,
+    /// An alert's button.
+    AlertButton,
 }
 
 /// One element as `sim_state` reports it.
@@ -76,18 +106,37 @@ pub struct Element {
     pub kind: ElementKind,
     /// Visible rectangle in phone pixels (clipped to its container).
     pub rect: Rect,
-    /// Toggle state, for toggles.
+    /// On or off: switches, checkboxes, the heart.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub on: Option<bool>,
+    /// Whether it is the chosen one: radio options, segments.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub selected: Option<bool>,
+    /// A number it shows: the stepper's digit, the badge's count, a search result's app.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<i64>,
+    /// `false` for a disabled control (it takes taps and does nothing); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
     /// Times tapped, for buttons and rows.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub taps: Option<u32>,
-    /// Text, for the text field.
+    /// Text typed into text fields and views; a row's value.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
-    /// Whether it has keyboard focus, for the text field.
+    /// The words drawn on it, for app icons (under the icon), buttons and rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Characters of its text or label the font cannot draw: they show as tofu (a box),
+    /// as on iOS. Absent when every character draws.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing_glyphs: Option<Vec<char>>,
+    /// Whether it has keyboard focus, for text fields and views.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub focused: Option<bool>,
+    /// The selected characters of a text view, `[start, end)` in characters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub selection: Option<(usize, usize)>,
     /// Scroll offset in pixels, for the list.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scroll_offset: Option<i32>,
@@ -126,54 +175,12 @@ pub struct Touch {
     pub ignored: bool,
 }
 
-const APP_ICONS: usize = 24;
-const BUTTONS: usize = 3;
-const LIST_ROWS: i32 = 60;
 /// Movement below this many pixels still counts as a tap.
 const TAP_SLOP: i32 = 24;
 /// iOS needs this long for a long press.
 const LONG_PRESS_MS: u64 = 1500;
 /// Touches kept for `sim_state`.
 const TOUCHES_KEPT: usize = 32;
-
-/// The UI state machine.
-#[derive(Debug, Clone)]
-pub struct Ui {
-    width: i32,
-    height: i32,
-    screen: Screen,
-    toggles: [bool; BUTTONS],
-    button_taps: [u32; BUTTONS],
-    row_taps: Vec<u32>,
-    text: String,
-    focused: bool,
-    scroll: i32,
-    context_menu: Option<usize>,
-    opened_app: Option<usize>,
-    touches: VecDeque<Touch>,
-    touch_seq: u64,
-    dead_taps: u32,
-    /// The phone's clock, milliseconds since it started (set by [`Ui::tick`]).
-    now_ms: u64,
-    /// The screen transition running, if any.
-    transition: Option<Transition>,
-    /// The list's scroll animation: from, to, start.
-    scroll_anim: Option<(i32, i32, u64)>,
-    /// When the load button started loading, while it does.
-    loading_since: Option<u64>,
-    /// Loads finished (shown as badges on the load button).
-    loads: u32,
-    /// When the caret's blink cycle started (focus, typing).
-    caret_since: u64,
-}
-
-/// An app opening (zooming out of its icon) or closing (into it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Transition {
-    opening: bool,
-    icon: Rect,
-    started_ms: u64,
-}
 
 /// How long an app takes to open (iOS: about 400 ms).
 pub const OPEN_MS: u64 = 400;
@@ -185,28 +192,183 @@ pub const SCROLL_MS: u64 = 350;
 pub const LOAD_MS: u64 = 700;
 /// Half a caret blink: visible this long, then hidden this long.
 pub const CARET_HALF_PERIOD_MS: u64 = 500;
-/// The load button: it shows a spinner before its result.
-const LOAD_BUTTON: usize = 2;
+/// How long a navigation push (or pop) slides (iOS: about 0.5 s).
+pub const PUSH_MS: u64 = 500;
+/// Long enough for everything that moves by itself to have come to rest.
+const REST_MS: u64 = 60_000;
 
-/// What the screen shows at one moment: the elements as drawn (the list at its animated
-/// offset) and the pieces that move on their own.
+/// A line of text as the screen draws it, in phone pixels.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TextRun {
+    /// The text.
+    pub text: String,
+    /// Left of the line's box.
+    pub x: i32,
+    /// Top of the line's box (the baseline is `size`'s ascent below).
+    pub y: i32,
+    /// Line height in pixels.
+    pub size: i32,
+    /// Ink.
+    pub colour: [u8; 3],
+    /// Nothing is drawn outside this.
+    pub clip: Rect,
+}
+
+/// One thing drawn, in phone pixels. A scene is a list of these over a background.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Paint {
+    /// A filled rectangle.
+    Fill(Rect, [u8; 3]),
+    /// A filled rectangle with corners of this radius.
+    Round(Rect, i32, [u8; 3]),
+    /// The outline of a rounded rectangle: radius, stroke width.
+    Outline(Rect, i32, i32, [u8; 3]),
+    /// A filled circle.
+    Disc {
+        /// Centre x.
+        x: i32,
+        /// Centre y.
+        y: i32,
+        /// Radius.
+        r: i32,
+        /// Colour.
+        colour: [u8; 3],
+    },
+    /// Darkens what is under the rectangle by this much (of 255).
+    Dim(Rect, u8),
+    /// A line of text.
+    Text(TextRun),
+}
+
+impl Paint {
+    /// The same, moved `dx` pixels right.
+    fn shifted(&self, dx: i32) -> Paint {
+        let m = |r: &Rect| Rect { x: r.x + dx, ..*r };
+        match self {
+            Paint::Fill(r, c) => Paint::Fill(m(r), *c),
+            Paint::Round(r, k, c) => Paint::Round(m(r), *k, *c),
+            Paint::Outline(r, k, s, c) => Paint::Outline(m(r), *k, *s, *c),
+            Paint::Disc { x, y, r, colour } => Paint::Disc { x: x + dx, y: *y, r: *r, colour: *colour },
+            Paint::Dim(r, a) => Paint::Dim(m(r), *a),
+            Paint::Text(t) => Paint::Text(TextRun { x: t.x + dx, clip: m(&t.clip), ..t.clone() }),
+        }
+    }
+
+    /// Feeds what this looks like to `h`: text without trailing white space (a trailing
+    /// space or newline moves only the caret).
+    fn hash_visible(&self, h: &mut impl Hasher) {
+        match self {
+            Paint::Text(t) => {
+                6u8.hash(h);
+                t.text.trim_end().hash(h);
+                (t.x, t.y, t.size, t.colour, t.clip).hash(h);
+            }
+            other => other.hash(h),
+        }
+    }
+}
+
+/// What the screen shows at one moment: the elements as laid out, and what is drawn.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scene {
-    /// Which screen's elements are drawn.
+    /// Which screen is drawn (home, also under an app zooming; an app; Spotlight).
     pub screen: Screen,
-    /// Elements as drawn, top-most last.
+    /// Elements, top-most last.
     pub elements: Vec<Element>,
     /// An app zooming in or out: this rectangle is drawn in the app's background.
     pub zoom: Option<Rect>,
-    /// The load button's spinner: where, and which of its 8 spokes is lit.
+    /// The demo's load spinner: where, and which of its 8 spokes is lit.
     pub spinner: Option<(Rect, u8)>,
     /// The text caret, while it is visible.
     pub caret: Option<Rect>,
-    /// Loads finished, drawn as badges on the load button.
+    /// The demo's finished loads.
     pub loads: u32,
+    /// What is drawn, in order, over the screen's background (under the zoom, the caret,
+    /// the status bar and the pointer).
+    pub paint: Vec<Paint>,
     /// Whether anything animates (every frame differs).
     pub animating: bool,
 }
+
+/// An app opening (zooming out of its icon) or closing (into it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Transition {
+    opening: bool,
+    icon: Rect,
+    started_ms: u64,
+}
+
+/// A page sliding in (push) or out (pop) over the one it covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Slide {
+    forward: bool,
+    started_ms: u64,
+    /// What the other page drew when the slide began.
+    old: Vec<Paint>,
+}
+
+/// A screen laid out.
+struct Layout {
+    elements: Vec<Element>,
+    paint: Vec<Paint>,
+    caret: Option<Rect>,
+    focused: bool,
+    title: Option<String>,
+    animating: bool,
+    spinner: Option<(Rect, u8)>,
+    loads: u32,
+}
+
+/// The UI state machine: the home screen, Spotlight, alerts, navigation and transitions;
+/// the apps behind [`App`].
+#[derive(Debug)]
+pub struct Ui {
+    width: i32,
+    height: i32,
+    screen: Screen,
+    /// One per icon, alive as long as the phone.
+    apps: Vec<Box<dyn App>>,
+    /// The app in front (on [`Screen::App`]).
+    current: Option<usize>,
+    /// Spotlight's query.
+    query: String,
+    alert: Option<Alert>,
+    context_menu: Option<usize>,
+    touches: VecDeque<Touch>,
+    touch_seq: u64,
+    /// The phone's clock, milliseconds since it started (set by [`Ui::tick`]).
+    now_ms: u64,
+    /// The app transition running, if any.
+    transition: Option<Transition>,
+    /// The navigation slide running, if any.
+    slide: Option<Slide>,
+    /// When the caret's blink cycle started (focus, typing).
+    caret_since: u64,
+}
+
+impl Clone for Ui {
+    fn clone(&self) -> Ui {
+        Ui {
+            width: self.width,
+            height: self.height,
+            screen: self.screen,
+            apps: self.apps.iter().map(|a| a.clone_box()).collect(),
+            current: self.current,
+            query: self.query.clone(),
+            alert: self.alert.clone(),
+            context_menu: self.context_menu,
+            touches: self.touches.clone(),
+            touch_seq: self.touch_seq,
+            now_ms: self.now_ms,
+            transition: self.transition,
+            slide: self.slide.clone(),
+            caret_since: self.caret_since,
+        }
+    }
+}
+
+/// Home-screen labels (12 pt).
+const LABEL_PX: i32 = 36;
 
 impl Ui {
     /// A phone of `width`x`height` pixels on its home screen.
@@ -215,24 +377,22 @@ impl Ui {
             width: i32::try_from(width).unwrap_or(1179),
             height: i32::try_from(height).unwrap_or(2556),
             screen: Screen::Home,
-            toggles: [false; BUTTONS],
-            button_taps: [0; BUTTONS],
-            row_taps: vec![0; usize::try_from(LIST_ROWS).unwrap_or(0)],
-            text: String::new(),
-            focused: false,
-            scroll: 0,
+            apps: APP_NAMES.iter().map(|n| apps::make(n)).collect(),
+            current: None,
+            query: String::new(),
+            alert: None,
             context_menu: None,
-            opened_app: None,
             touches: VecDeque::new(),
             touch_seq: 0,
-            dead_taps: 0,
             now_ms: 0,
             transition: None,
-            scroll_anim: None,
-            loading_since: None,
-            loads: 0,
+            slide: None,
             caret_since: 0,
         }
+    }
+
+    fn cx(&self, rest: bool) -> Cx {
+        Cx { w: self.width, h: self.height, now: self.now_ms, rest }
     }
 
     /// Advances the phone's clock to `now_ms` (milliseconds since it started): animations
@@ -243,28 +403,25 @@ impl Ui {
         if self.transition.is_some_and(|t| now >= t.started_ms + if t.opening { OPEN_MS } else { CLOSE_MS }) {
             self.transition = None;
         }
-        if self.scroll_anim.is_some_and(|(_, _, at)| now >= at + SCROLL_MS) {
-            self.scroll_anim = None;
+        if self.slide.as_ref().is_some_and(|s| now >= s.started_ms + PUSH_MS) {
+            self.slide = None;
         }
-        if self.loading_since.is_some_and(|at| now >= at + LOAD_MS) {
-            self.loading_since = None;
-            self.loads += 1;
+        let cx = self.cx(false);
+        for app in &mut self.apps {
+            app.tick(&cx);
         }
     }
 
     /// The screen as drawn now (after [`Ui::tick`]).
     pub fn scene(&self) -> Scene {
         let now = self.now_ms;
-        let mut animating = false;
         let mut zoom = None;
         let mut screen = self.screen;
         if let Some(t) = self.transition {
-            animating = true;
             let total = if t.opening { OPEN_MS } else { CLOSE_MS };
             let p = (now.saturating_sub(t.started_ms)).min(total);
             // Opening grows from the icon to the screen; closing shrinks back.
             let f = if t.opening { p } else { total - p };
-            let full = Rect { x: 0, y: 0, w: self.width, h: self.height };
             let lerp = |a: i32, b: i32| {
                 a + i32::try_from(
                     (i64::from(b - a) * i64::try_from(f).unwrap_or(0)) / i64::try_from(total.max(1)).unwrap_or(1),
@@ -272,58 +429,144 @@ impl Ui {
                 .unwrap_or(0)
             };
             zoom = Some(Rect {
-                x: lerp(t.icon.x, full.x),
-                y: lerp(t.icon.y, full.y),
-                w: lerp(t.icon.w, full.w),
-                h: lerp(t.icon.h, full.h),
+                x: lerp(t.icon.x, 0),
+                y: lerp(t.icon.y, 0),
+                w: lerp(t.icon.w, self.width),
+                h: lerp(t.icon.h, self.height),
             });
             // Both directions draw the home screen under the zoom.
             screen = Screen::Home;
         }
-        animating |= self.scroll_anim.is_some();
-        let scroll = self.drawn_scroll();
-        let elements = self.elements_of(screen, scroll);
-        let spinner = self.loading_since.and_then(|at| {
+        let cx = self.cx(false);
+        let mut l = self.layout(screen, &cx);
+        let mut animating = l.animating || zoom.is_some();
+        let mut caret = l.caret;
+        if let (Some(s), Screen::App) = (&self.slide, screen) {
             animating = true;
-            let button = elements.iter().find(|e| e.id == format!("button{LOAD_BUTTON}"))?;
-            let r = button.rect;
-            let spoke = u8::try_from((now.saturating_sub(at) / 60) % 8).unwrap_or(0);
-            Some((Rect { x: r.x + r.w - r.h, y: r.y, w: r.h, h: r.h }, spoke))
-        });
-        let caret = elements
-            .iter()
-            .find(|e| e.focused == Some(true))
-            .filter(|_| (now.saturating_sub(self.caret_since) / CARET_HALF_PERIOD_MS).is_multiple_of(2))
-            .map(|e| {
-                let n = i32::try_from(e.text.as_deref().map_or(0, |t| t.chars().count().min(40))).unwrap_or(40);
-                Rect { x: e.rect.x + 20 + n * 24, y: e.rect.y + 30, w: self.sx(6).max(1), h: e.rect.h - 60 }
-            });
-        Scene { screen, elements, zoom, spinner, caret, loads: self.loads, animating }
+            caret = None;
+            #[allow(clippy::cast_precision_loss)] // milliseconds of an animation
+            let t = (now.saturating_sub(s.started_ms)).min(PUSH_MS) as f64 / PUSH_MS as f64;
+            let e = 1.0 - (1.0 - t) * (1.0 - t) * (1.0 - t);
+            let w = f64::from(self.width);
+            // Offsets are at most a screen wide.
+            #[allow(clippy::cast_possible_truncation)]
+            let off = |v: f64| v.round() as i32;
+            let full = Rect { x: 0, y: 0, w: self.width, h: self.height };
+            let (under, under_dx, over, over_dx) = if s.forward {
+                (&s.old, off(-0.3 * w * e), &l.paint, off(w * (1.0 - e)))
+            } else {
+                (&l.paint, off(-0.3 * w * (1.0 - e)), &s.old, off(w * e))
+            };
+            let mut paint: Vec<Paint> = under.iter().map(|p| p.shifted(under_dx)).collect();
+            paint.push(Paint::Fill(Rect { x: over_dx, ..full }, APP_BACKGROUND));
+            paint.extend(over.iter().map(|p| p.shifted(over_dx)));
+            l.paint = paint;
+        }
+        let blink_on = (now.saturating_sub(self.caret_since) / CARET_HALF_PERIOD_MS).is_multiple_of(2);
+        Scene {
+            screen,
+            elements: l.elements,
+            zoom,
+            spinner: l.spinner,
+            caret: caret.filter(|_| blink_on && self.alert.is_none()),
+            loads: l.loads,
+            paint: l.paint,
+            animating,
+        }
     }
 
-    /// Scales a coordinate designed for a 1179x2556 screen.
-    fn sx(&self, v: i32) -> i32 {
-        v * self.width / 1179
+    /// `screen` laid out at `cx`, with the alert and the accessory bar over it.
+    fn layout(&self, screen: Screen, cx: &Cx) -> Layout {
+        let mut l = Layout {
+            elements: Vec::new(),
+            paint: Vec::new(),
+            caret: None,
+            focused: false,
+            title: None,
+            animating: false,
+            spinner: None,
+            loads: 0,
+        };
+        match screen {
+            Screen::Home => self.home(cx, &mut l, true),
+            Screen::Spotlight => {
+                self.home(cx, &mut l, false);
+                let (e, p, caret) = spotlight::layout(cx, &self.query);
+                l.elements = e;
+                l.paint.extend(p);
+                l.caret = Some(caret);
+                l.focused = true;
+            }
+            Screen::App => {
+                if let Some(app) = self.current.and_then(|i| self.apps.get(i)) {
+                    let page = app.page(cx);
+                    l.elements = page.elements;
+                    l.paint = page.paint;
+                    l.caret = page.caret;
+                    l.focused = page.focused;
+                    l.title = page.title;
+                    l.animating = page.animating;
+                    l.spinner = page.spinner;
+                    l.loads = page.loads;
+                }
+            }
+        }
+        if l.focused {
+            l.paint.extend(accessory_bar(cx));
+        }
+        if let Some(a) = &self.alert {
+            // Under an alert only the alert takes touches: its elements are the screen's.
+            let (e, p) = a.layout(cx);
+            l.elements = e;
+            l.paint.extend(p);
+        }
+        l
     }
 
-    fn sy(&self, v: i32) -> i32 {
-        v * self.height / 2556
+    /// The home screen's icons and labels (`elements`: whether they are hit and listed).
+    fn home(&self, cx: &Cx, l: &mut Layout, elements: bool) {
+        let size = cx.font(LABEL_PX);
+        for (i, name) in APP_NAMES.iter().enumerate() {
+            let r = self.icon_rect(i);
+            if elements {
+                l.elements.push(labelled(el(format!("app{i}"), ElementKind::AppIcon, r), name));
+            }
+            l.paint.push(Paint::Round(r, cx.sx(45), icon_colour(i)));
+            let initial: String = name.chars().take(1).collect();
+            l.paint.push(text_centred(&initial, r, cx.font(110), colour::WHITE));
+            // iOS truncates labels that do not fit under the icon (about 12 characters).
+            let room = cx.sx(250);
+            let shown = text::truncate(name, apps::size_f(size), apps::size_f(room));
+            let w = width(&shown, size);
+            let (mid, y) = (r.x + r.w / 2, r.y + r.h + cx.sy(16));
+            l.paint.push(text_at(
+                &shown,
+                mid - w / 2,
+                y,
+                size,
+                colour::WHITE,
+                Rect { x: mid - room / 2, y, w: room, h: size + cx.sy(10) },
+            ));
+        }
+        if let Some(i) = self.context_menu.filter(|_| elements) {
+            let r = cx.r(190, 900, 800, 600);
+            l.elements.push(el(format!("menu_app{i}"), ElementKind::ContextMenu, r));
+            l.paint.push(Paint::Round(r, cx.sx(40), [250, 250, 250]));
+            for (k, item) in ["Edit Home Screen", "Share App", "Remove App"].iter().enumerate() {
+                let row = cx.r(190, 900 + i32::try_from(k).unwrap_or(0) * 200, 800, 200);
+                let ink = if k == 2 { colour::RED } else { colour::BLACK };
+                l.paint.push(apps::text_in(item, row, cx.sx(50), cx.font(51), ink));
+                if k > 0 {
+                    l.paint.push(Paint::Fill(Rect { h: cx.sy(2).max(1), ..row }, colour::SEPARATOR));
+                }
+            }
+        }
     }
 
-    fn r(&self, x: i32, y: i32, w: i32, h: i32) -> Rect {
-        Rect { x: self.sx(x), y: self.sy(y), w: self.sx(w), h: self.sy(h) }
-    }
-
-    fn list_viewport(&self) -> Rect {
-        self.r(90, 1100, 1000, 1300)
-    }
-
-    fn row_height(&self) -> i32 {
-        self.sy(130).max(1)
-    }
-
-    fn max_scroll(&self) -> i32 {
-        (LIST_ROWS * self.row_height() - self.list_viewport().h).max(0)
+    /// The rectangle of app icon `i` on the home screen.
+    fn icon_rect(&self, i: usize) -> Rect {
+        let (c, row) = (i32::try_from(i % 4).unwrap_or(0), i32::try_from(i / 4).unwrap_or(0));
+        self.cx(true).r(90 + c * 270, 250 + row * 330, 200, 200)
     }
 
     /// The current screen.
@@ -336,86 +579,55 @@ impl Ui {
         self.touches.iter()
     }
 
-    /// Whether the text field has focus.
+    /// Whether a text field or view of an app has focus.
     pub fn text_focused(&self) -> bool {
-        self.focused && self.screen == Screen::App
+        self.screen == Screen::App && self.layout(Screen::App, &self.cx(true)).focused
     }
 
-    /// Every element on the current screen, top-most last.
+    /// Whether the hardware-keyboard accessory bar shows (a text element has focus).
+    pub fn accessory_bar(&self) -> bool {
+        self.layout(self.screen, &self.cx(true)).focused
+    }
+
+    /// The app in front, by name (`None` on the home screen and in Spotlight).
+    pub fn app(&self) -> Option<String> {
+        self.current.filter(|_| self.screen == Screen::App).and_then(|i| APP_NAMES.get(i)).map(|n| (*n).to_string())
+    }
+
+    /// The title of the page in front, if it shows one.
+    pub fn title(&self) -> Option<String> {
+        self.layout(self.screen, &self.cx(true)).title
+    }
+
+    /// The alert showing, if any.
+    pub fn alert(&self) -> Option<Alert> {
+        self.alert.clone()
+    }
+
+    /// A hash of what the screen shows once everything has come to rest, without the
+    /// clock, the caret and the pointer: equal digests, equal pictures.
+    pub fn digest(&self) -> u64 {
+        let mut rest = self.clone();
+        rest.tick(self.now_ms.saturating_add(REST_MS));
+        let s = rest.scene();
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        s.screen.hash(&mut h);
+        for p in &s.paint {
+            p.hash_visible(&mut h);
+        }
+        h.finish()
+    }
+
+    /// Every element on the current screen at rest, top-most last.
     pub fn elements(&self) -> Vec<Element> {
-        self.elements_of(self.screen, self.scroll)
-    }
-
-    /// The elements of `screen` with the list scrolled to `scroll`.
-    fn elements_of(&self, screen: Screen, scroll: i32) -> Vec<Element> {
-        let el = |id: String, kind, rect| Element {
-            id,
-            kind,
-            rect,
-            on: None,
-            taps: None,
-            text: None,
-            focused: None,
-            scroll_offset: None,
-        };
-        let mut out = Vec::new();
-        match screen {
-            Screen::Home => {
-                for i in 0..APP_ICONS {
-                    out.push(el(format!("app{i}"), ElementKind::AppIcon, self.icon_rect(i)));
-                }
-            }
-            Screen::App => {
-                out.push(el("back".into(), ElementKind::Back, self.r(30, 120, 200, 120)));
-                // Like a disabled "Edit" button: it takes the tap and nothing happens.
-                let mut dead = el("dead_button".into(), ElementKind::Button, self.r(850, 120, 300, 120));
-                dead.taps = Some(self.dead_taps);
-                out.push(dead);
-                for i in 0..BUTTONS {
-                    let y = 300 + i32::try_from(i).unwrap_or(0) * 180;
-                    let mut b = el(format!("button{i}"), ElementKind::Button, self.r(90, y, 480, 140));
-                    b.taps = Some(self.button_taps[i]);
-                    out.push(b);
-                    let mut t = el(format!("toggle{i}"), ElementKind::Toggle, self.r(800, y, 280, 140));
-                    t.on = Some(self.toggles[i]);
-                    out.push(t);
-                }
-                let mut f = el("text_field".into(), ElementKind::TextField, self.r(90, 860, 1000, 140));
-                f.text = Some(self.text.clone());
-                f.focused = Some(self.focused);
-                out.push(f);
-                let viewport = self.list_viewport();
-                let mut list = el("list".into(), ElementKind::List, viewport);
-                list.scroll_offset = Some(scroll);
-                out.push(list);
-                let rh = self.row_height();
-                for i in 0..LIST_ROWS {
-                    let row = Rect { x: viewport.x, y: viewport.y + i * rh - scroll, w: viewport.w, h: rh - 4 };
-                    if let Some(visible) = row.intersect(&viewport) {
-                        let mut e = el(format!("row{i}"), ElementKind::ListRow, visible);
-                        e.taps = Some(self.row_taps[usize::try_from(i).unwrap_or(0)]);
-                        out.push(e);
-                    }
-                }
-            }
-            Screen::Spotlight => {
-                let mut f = el("search_field".into(), ElementKind::TextField, self.r(90, 200, 1000, 140));
-                f.text = Some(self.text.clone());
-                f.focused = Some(self.focused);
-                out.push(f);
-            }
-        }
-        if let Some(i) = self.context_menu {
-            out.push(el(format!("menu_app{i}"), ElementKind::ContextMenu, self.r(190, 900, 800, 600)));
-        }
-        out
+        self.layout(self.screen, &self.cx(true)).elements
     }
 
     fn hit(&self, x: i32, y: i32) -> Option<Element> {
         self.elements().into_iter().rev().find(|e| e.rect.contains(x, y))
     }
 
-    /// Applies a finished touch; returns whether anything changed.
+    /// Applies a finished touch.
     pub fn touch(&mut self, down: (i32, i32), up: (i32, i32), duration_ms: u64, at_ms: u64) {
         let moved = (up.0 - down.0).abs().max((up.1 - down.1).abs());
         let kind = if moved >= TAP_SLOP {
@@ -426,6 +638,7 @@ impl Ui {
             TouchKind::Tap
         };
         let target = self.hit(down.0, down.1);
+        let busy = self.transition.is_some() || self.slide.is_some();
         self.touch_seq += 1;
         self.touches.push_back(Touch {
             seq: self.touch_seq,
@@ -435,20 +648,24 @@ impl Ui {
             duration_ms,
             at_ms,
             target: target.as_ref().map(|e| e.id.clone()),
-            ignored: self.transition.is_some(),
+            ignored: busy,
         });
         while self.touches.len() > TOUCHES_KEPT {
             self.touches.pop_front();
         }
-        if self.transition.is_some() {
-            // Like iOS, the screen takes no touches while an app opens or closes.
+        if busy {
+            // Like iOS, the screen takes no touches while an app opens or closes, or a
+            // page slides.
             return;
         }
+        self.caret_since = self.now_ms;
         match kind {
             TouchKind::Tap => self.tap(target),
             TouchKind::LongPress => {
-                if let Some(e) = target.filter(|e| e.kind == ElementKind::AppIcon) {
-                    self.context_menu = e.id.strip_prefix("app").and_then(|n| n.parse().ok());
+                if self.screen == Screen::Home && self.alert.is_none() {
+                    if let Some(e) = target.filter(|e| e.kind == ElementKind::AppIcon) {
+                        self.context_menu = e.id.strip_prefix("app").and_then(|n| n.parse().ok());
+                    }
                 }
             }
             TouchKind::Drag => self.drag(down, up),
@@ -456,158 +673,236 @@ impl Ui {
     }
 
     fn tap(&mut self, target: Option<Element>) {
+        if self.alert.is_some() {
+            let button = target.as_ref().and_then(|e| e.id.strip_prefix("alert_button")).and_then(|n| n.parse().ok());
+            if let Some(b) = button {
+                self.answer(b);
+            }
+            // Elsewhere: the alert stays, nothing happens.
+            return;
+        }
         if self.context_menu.take().is_some() {
             // A tap anywhere dismisses the menu (the menu itself included).
             return;
         }
-        let Some(e) = target else {
-            self.focused = false;
+        match self.screen {
+            Screen::Home => {
+                if let Some(i) = target.and_then(|e| e.id.strip_prefix("app").and_then(|n| n.parse::<usize>().ok())) {
+                    self.open(i);
+                }
+            }
+            Screen::Spotlight => {
+                if let Some(i) = target.filter(|e| e.kind == ElementKind::SearchResult).and_then(|e| e.value) {
+                    self.open(usize::try_from(i).unwrap_or(0));
+                }
+            }
+            Screen::App => {
+                let cx = self.cx(true);
+                let old = self.layout(Screen::App, &cx).paint;
+                let effect = match self.current.and_then(|i| self.apps.get_mut(i)) {
+                    Some(app) => app.tap(&cx, target.as_ref()),
+                    None => Effect::None,
+                };
+                self.apply(effect, old);
+            }
+        }
+    }
+
+    /// The alert's button `b` was pressed: the alert goes and its app hears the answer.
+    fn answer(&mut self, b: usize) {
+        if let Some(a) = self.alert.take() {
+            if let Some(app) = self.current.and_then(|i| self.apps.get_mut(i)) {
+                app.answer(&a.id, b);
+            }
+        }
+    }
+
+    fn apply(&mut self, effect: Effect, old: Vec<Paint>) {
+        match effect {
+            Effect::None => {}
+            Effect::Home => self.go_home(),
+            Effect::Push | Effect::Pop => {
+                self.slide = Some(Slide { forward: effect == Effect::Push, started_ms: self.now_ms, old });
+            }
+            Effect::Alert(a) => self.alert = Some(a),
+        }
+    }
+
+    /// Opens app `i` (zooming out of its icon).
+    fn open(&mut self, i: usize) {
+        if i >= self.apps.len() {
             return;
-        };
-        let index = |prefix: &str| e.id.strip_prefix(prefix).and_then(|n| n.parse::<usize>().ok());
-        match e.kind {
-            ElementKind::AppIcon => {
-                self.opened_app = index("app");
-                self.transition = Some(Transition { opening: true, icon: e.rect, started_ms: self.now_ms });
-                self.screen = Screen::App;
-                self.focused = false;
-            }
-            ElementKind::Back => self.go_home(),
-            ElementKind::Button if e.id == "dead_button" => {
-                // It takes the tap and nothing happens, not even a change of focus.
-                self.dead_taps += 1;
-                return;
-            }
-            ElementKind::Button => {
-                let i = index("button");
-                if let Some(c) = i.and_then(|i| self.button_taps.get_mut(i)) {
-                    *c += 1;
-                }
-                if i == Some(LOAD_BUTTON) && self.loading_since.is_none() {
-                    self.loading_since = Some(self.now_ms);
-                }
-            }
-            ElementKind::Toggle => {
-                if let Some(t) = index("toggle").and_then(|i| self.toggles.get_mut(i)) {
-                    *t = !*t;
-                }
-            }
-            ElementKind::TextField => {
-                self.focused = true;
-                self.caret_since = self.now_ms;
-            }
-            ElementKind::ListRow => {
-                if let Some(c) = index("row").and_then(|i| self.row_taps.get_mut(i)) {
-                    *c += 1;
-                }
-            }
-            ElementKind::List | ElementKind::ContextMenu => {}
         }
-        if e.kind != ElementKind::TextField {
-            self.focused = false;
-        }
+        self.transition = Some(Transition { opening: true, icon: self.icon_rect(i), started_ms: self.now_ms });
+        self.current = Some(i);
+        self.screen = Screen::App;
+        self.query.clear();
+        self.context_menu = None;
     }
 
     fn drag(&mut self, down: (i32, i32), up: (i32, i32)) {
         // Swipe up from the bottom edge: the home gesture.
-        if down.1 >= self.height - self.sy(60) && up.1 < down.1 - self.sy(300) {
+        if down.1 >= self.height - self.cx(true).sy(60) && up.1 < down.1 - self.cx(true).sy(300) {
             self.go_home();
             return;
         }
-        if self.screen == Screen::App && self.list_viewport().contains(down.0, down.1) {
-            let to = (self.scroll + (down.1 - up.1)).clamp(0, self.max_scroll());
-            if to != self.scroll {
-                self.scroll_anim = Some((self.drawn_scroll(), to, self.now_ms));
-                self.scroll = to;
-            }
+        if self.alert.is_some() || self.screen != Screen::App {
+            return;
         }
-    }
-
-    /// Where the list is drawn now (mid-animation, or at rest).
-    fn drawn_scroll(&self) -> i32 {
-        match self.scroll_anim {
-            Some((from, to, at)) => {
-                // Ease out: fast first, slow at the end, like a flick coming to rest.
-                #[allow(clippy::cast_precision_loss)] // milliseconds of an animation
-                let t = (self.now_ms.saturating_sub(at)).min(SCROLL_MS) as f64 / SCROLL_MS as f64;
-                let eased = 1.0 - (1.0 - t) * (1.0 - t);
-                from + round_px(f64::from(to - from) * eased)
-            }
-            None => self.scroll,
-        }
-    }
-
-    /// The rectangle of app icon `i` on the home screen.
-    fn icon_rect(&self, i: usize) -> Rect {
-        let (c, row) = (i32::try_from(i % 4).unwrap_or(0), i32::try_from(i / 4).unwrap_or(0));
-        self.r(90 + c * 270, 250 + row * 330, 200, 200)
+        let cx = self.cx(true);
+        let old = self.layout(Screen::App, &cx).paint;
+        let effect = match self.current.and_then(|i| self.apps.get_mut(i)) {
+            Some(app) => app.drag(&cx, down, up),
+            None => Effect::None,
+        };
+        self.apply(effect, old);
     }
 
     /// Cmd+H and the home gesture.
     pub fn go_home(&mut self) {
         if self.screen == Screen::App {
-            let icon = self.icon_rect(self.opened_app.unwrap_or(0));
+            let icon = self.icon_rect(self.current.unwrap_or(0));
             self.transition = Some(Transition { opening: false, icon, started_ms: self.now_ms });
+            if let Some(app) = self.current.and_then(|i| self.apps.get_mut(i)) {
+                app.leave();
+            }
         }
-        self.scroll_anim = None;
-        self.loading_since = None;
+        self.slide = None;
+        self.alert = None;
         self.screen = Screen::Home;
-        self.focused = false;
+        self.query.clear();
         self.context_menu = None;
     }
 
-    /// Cmd+[: back out of the app.
+    /// Cmd+[: back a page, or out of the app at its first page.
     pub fn back(&mut self) {
-        if self.screen != Screen::Home {
+        if self.alert.is_some() || self.slide.is_some() {
+            return;
+        }
+        match self.screen {
+            Screen::Home => {}
+            Screen::Spotlight => self.go_home(),
+            Screen::App => {
+                let cx = self.cx(true);
+                let old = self.layout(Screen::App, &cx).paint;
+                let popped = self.current.and_then(|i| self.apps.get_mut(i)).is_some_and(|a| a.back());
+                if popped {
+                    self.apply(Effect::Pop, old);
+                } else {
+                    self.go_home();
+                }
+            }
+        }
+    }
+
+    /// Escape: cancels an alert, dismisses Spotlight.
+    pub fn escape(&mut self) {
+        if let Some(a) = &self.alert {
+            if let Some(b) = a.buttons.iter().position(|b| b == "Cancel") {
+                self.answer(b);
+            }
+            return;
+        }
+        if self.screen == Screen::Spotlight {
             self.go_home();
         }
     }
 
     /// Cmd+Space: Spotlight with the search field focused.
     pub fn spotlight(&mut self) {
+        if self.screen == Screen::App {
+            if let Some(app) = self.current.and_then(|i| self.apps.get_mut(i)) {
+                app.leave();
+            }
+        }
         self.screen = Screen::Spotlight;
+        self.current = None;
         self.transition = None;
-        self.text.clear();
-        self.focused = true;
+        self.slide = None;
+        self.alert = None;
+        self.query.clear();
         self.caret_since = self.now_ms;
         self.context_menu = None;
     }
 
+    /// A key for the focused field, or Spotlight's.
+    fn key(&mut self, key: Key) {
+        if self.alert.is_some() {
+            return;
+        }
+        // iOS keeps the caret solid while typing.
+        self.caret_since = self.now_ms;
+        match self.screen {
+            Screen::Home => {}
+            Screen::Spotlight => match key {
+                Key::Char(c) => self.query.push(c),
+                Key::Backspace => {
+                    self.query.pop();
+                }
+                // Return launches the top hit; without one nothing happens.
+                Key::Enter => {
+                    if let Some(&i) = spotlight::matches(&self.query).first() {
+                        self.open(i);
+                    }
+                }
+                Key::SelectAll => {}
+            },
+            Screen::App => {
+                let cx = self.cx(true);
+                let old = self.layout(Screen::App, &cx).paint;
+                let effect = match self.current.and_then(|i| self.apps.get_mut(i)) {
+                    Some(app) => app.key(&cx, key),
+                    None => Effect::None,
+                };
+                self.apply(effect, old);
+            }
+        }
+    }
+
     /// A typed character, when a field has focus.
     pub fn type_char(&mut self, c: char) {
-        if self.focused {
-            self.text.push(c);
-            // iOS keeps the caret solid while typing.
-            self.caret_since = self.now_ms;
-        }
+        self.key(Key::Char(c));
     }
 
     /// Backspace.
     pub fn backspace(&mut self) {
-        if self.focused {
-            self.text.pop();
-            self.caret_since = self.now_ms;
-        }
+        self.key(Key::Backspace);
     }
 
-    /// Return: ends editing; in Spotlight, opens the app whose name was typed (the sim has
-    /// one app, "Demo").
+    /// Return: ends editing in a single-line field, a newline in a text view; in
+    /// Spotlight, opens the top hit.
     pub fn enter(&mut self) {
-        self.focused = false;
-        if self.screen == Screen::Spotlight && self.text.trim().eq_ignore_ascii_case("demo") {
-            self.transition = Some(Transition { opening: true, icon: self.icon_rect(0), started_ms: self.now_ms });
-            self.screen = Screen::App;
-            self.opened_app = Some(0);
-            self.text.clear();
-        }
+        self.key(Key::Enter);
+    }
+
+    /// Cmd+A: selects all of the focused text view.
+    pub fn select_all(&mut self) {
+        self.key(Key::SelectAll);
     }
 }
 
-fn round_px(v: f64) -> i32 {
-    // Scroll distances are bounded by the list's height, far inside i32.
-    #[allow(clippy::cast_possible_truncation)]
-    let r = v.round() as i32;
-    r
+/// An app's background (iOS's grouped background), also the colour of an app zooming.
+pub const APP_BACKGROUND: [u8; 3] = [242, 242, 247];
+
+/// The bar iOS shows at the bottom with a hardware keyboard while a text element has
+/// focus: a small pill with a keyboard symbol, bottom right.
+fn accessory_bar(cx: &Cx) -> Vec<Paint> {
+    let bar = cx.r(800, 2390, 330, 110);
+    let key = cx.r(860, 2418, 110, 54);
+    let mut out = vec![
+        Paint::Round(bar, bar.h / 2, [250, 250, 252]),
+        Paint::Outline(bar, bar.h / 2, cx.sx(3).max(1), colour::SEPARATOR),
+        Paint::Outline(key, cx.sx(8), cx.sx(4).max(1), [60, 60, 67]),
+    ];
+    for row in 0..2 {
+        for k in 0..4 {
+            let d = cx.r(872 + k * 24, 428 + 2000 + row * 18, 12, 10);
+            out.push(Paint::Fill(d, [60, 60, 67]));
+        }
+    }
+    // A chevron-like "v" to the right: hide the bar.
+    out.push(apps::text_in("v", cx.r(1010, 2390, 80, 110), 0, cx.font(51), [60, 60, 67]));
+    out
 }
 
 #[cfg(test)]
@@ -615,14 +910,36 @@ mod tests {
     use super::*;
 
     fn centre(ui: &Ui, id: &str) -> (i32, i32) {
-        let e = ui.elements().into_iter().find(|e| e.id == id).unwrap();
+        let e = ui.elements().into_iter().find(|e| e.id == id).unwrap_or_else(|| panic!("no {id}"));
         (e.rect.x + e.rect.w / 2, e.rect.y + e.rect.h / 2)
+    }
+
+    fn element(ui: &Ui, id: &str) -> Element {
+        ui.elements().into_iter().find(|e| e.id == id).unwrap_or_else(|| panic!("no {id}"))
+    }
+
+    /// Taps `id` at `t` and lets everything come to rest; returns the new time.
+    fn tap(ui: &mut Ui, id: &str, t: u64) -> u64 {
+        let p = centre(ui, id);
+        ui.touch(p, p, 80, t);
+        let t = t + 2000;
+        ui.tick(t);
+        t
+    }
+
+    /// A phone with app `name` open and at rest, and the time.
+    fn open(name: &str) -> (Ui, u64) {
+        let mut ui = Ui::new(1179, 2556);
+        let i = APP_NAMES.iter().position(|n| *n == name).unwrap();
+        let t = tap(&mut ui, &format!("app{i}"), 0);
+        assert_eq!(ui.app().as_deref(), Some(name));
+        (ui, t)
     }
 
     #[test]
     fn tap_icon_opens_app_and_toggles_flip() {
         let mut ui = Ui::new(1179, 2556);
-        let p = centre(&ui, "app5");
+        let p = centre(&ui, "app0");
         ui.touch(p, p, 80, 0);
         assert_eq!(ui.screen(), Screen::App);
         let t = centre(&ui, "toggle1");
@@ -676,10 +993,12 @@ mod tests {
         assert!(caret_at(&mut ui, OPEN_MS + 2 * CARET_HALF_PERIOD_MS + 10), "and on");
         ui.tick(2000);
         let before = ui.scene();
+        let digest = ui.digest();
         let dead = centre(&ui, "dead_button");
         ui.touch(dead, dead, 80, 2000);
         let others = |s: &Scene| s.elements.iter().filter(|e| e.id != "dead_button").cloned().collect::<Vec<_>>();
         assert_eq!(others(&ui.scene()), others(&before), "the dead control changes nothing on screen");
+        assert_eq!(ui.digest(), digest, "nor in the digest");
         assert_eq!(ui.touches().last().unwrap().target.as_deref(), Some("dead_button"));
         assert!(ui.text_focused(), "not even the field's focus");
         let load = centre(&ui, "button2");
@@ -689,5 +1008,222 @@ mod tests {
         ui.tick(2000 + LOAD_MS);
         assert!(ui.scene().spinner.is_none());
         assert_eq!(ui.scene().loads, 1);
+    }
+
+    #[test]
+    fn every_app_opens_to_its_own_picture_with_its_name() {
+        let mut seen = Vec::new();
+        for (i, name) in APP_NAMES.iter().enumerate() {
+            let mut ui = Ui::new(1179, 2556);
+            tap(&mut ui, &format!("app{i}"), 0);
+            assert_eq!(ui.app().as_deref(), Some(*name));
+            let d = ui.digest();
+            assert!(!seen.contains(&d), "{name} looks like another app");
+            seen.push(d);
+        }
+        let ui = Ui::new(1179, 2556);
+        assert_eq!(element(&ui, "app17").label.as_deref(), Some("Reality Composer"));
+        assert_eq!(ui.app(), None);
+    }
+
+    #[test]
+    fn spotlight_lists_prefix_matches_first_and_return_opens_the_top_hit() {
+        assert!(spotlight::matches("").is_empty());
+        let hits: Vec<&str> = spotlight::matches("SE").iter().map(|&i| APP_NAMES[i]).collect();
+        assert_eq!(hits[0], "Settings", "prefix first: {hits:?}");
+        assert!(hits.contains(&"Reality Composer"), "then contains: {hits:?}");
+        let mut ui = Ui::new(1179, 2556);
+        ui.spotlight();
+        assert_eq!(ui.screen(), Screen::Spotlight);
+        assert!(ui.accessory_bar(), "the search field has focus");
+        let empty = ui.digest();
+        for c in "zzq".chars() {
+            ui.type_char(c);
+        }
+        assert!(ui.elements().iter().any(|e| e.id == "no_results" && e.label.as_deref() == Some("No Results")));
+        ui.enter();
+        assert_eq!(ui.screen(), Screen::Spotlight, "nothing to open");
+        for _ in 0..3 {
+            ui.backspace();
+        }
+        assert_eq!(ui.digest(), empty);
+        for c in "sett".chars() {
+            ui.type_char(c);
+        }
+        assert_eq!(element(&ui, "result0").label.as_deref(), Some("Settings"));
+        ui.enter();
+        assert_eq!(ui.app().as_deref(), Some("Settings"));
+        assert!(ui.scene().zoom.is_some(), "it opens with the transition");
+        ui.tick(OPEN_MS);
+        assert_eq!(ui.title().as_deref(), Some("Settings"));
+        // A tap on a result opens it; Escape dismisses.
+        ui.spotlight();
+        ui.type_char('n');
+        let t = tap(&mut ui, "result0", OPEN_MS + 10);
+        assert_eq!(ui.app().as_deref(), Some("Notes"));
+        ui.spotlight();
+        ui.escape();
+        assert_eq!(ui.screen(), Screen::Home);
+        ui.tick(t);
+    }
+
+    #[test]
+    fn settings_pushes_a_page_and_pops_back_and_reset_asks_first() {
+        let (mut ui, t) = open("Settings");
+        let root = ui.digest();
+        let t = tap(&mut ui, "switch_airplane_mode", t);
+        assert_eq!(element(&ui, "switch_airplane_mode").on, Some(true));
+        assert_ne!(ui.digest(), root);
+        let on = ui.digest();
+        let p = centre(&ui, "setting_general");
+        ui.touch(p, p, 80, t);
+        assert_eq!(ui.title().as_deref(), Some("General"));
+        assert_eq!(element(&ui, "back").label.as_deref(), Some("< Settings"));
+        assert!(ui.scene().animating, "the push slides");
+        ui.tick(t + PUSH_MS / 2);
+        assert!(ui.touches().last().is_some());
+        ui.tick(t + PUSH_MS);
+        assert!(!ui.scene().animating);
+        let t = t + PUSH_MS;
+        // Reset asks in an alert; a tap outside it does nothing.
+        let t = tap(&mut ui, "setting_reset", t);
+        let alert = ui.alert().unwrap();
+        assert_eq!(alert.buttons, ["Cancel", "Reset"]);
+        let asked = ui.digest();
+        ui.touch((100, 300), (100, 300), 80, t);
+        assert_eq!(ui.touches().last().unwrap().target, None);
+        assert!(ui.alert().is_some());
+        assert_eq!(ui.digest(), asked, "a tap outside the alert changes nothing");
+        let t = tap(&mut ui, "alert_button1", t);
+        assert!(ui.alert().is_none());
+        ui.back();
+        assert!(ui.scene().animating, "the pop slides");
+        ui.tick(t + PUSH_MS);
+        assert_eq!(ui.title().as_deref(), Some("Settings"));
+        assert_eq!(element(&ui, "switch_airplane_mode").on, Some(false), "reset");
+        assert_eq!(ui.digest(), root);
+        assert_ne!(root, on);
+        // The back button pops too.
+        let t = tap(&mut ui, "setting_wifi", t + PUSH_MS);
+        assert_eq!(ui.title().as_deref(), Some("Wi-Fi"));
+        tap(&mut ui, "back", t);
+        assert_eq!(ui.title().as_deref(), Some("Settings"));
+    }
+
+    #[test]
+    fn notes_wraps_takes_newlines_and_replaces_a_selection() {
+        let (mut ui, t) = open("Notes");
+        let t = tap(&mut ui, "note", t);
+        assert!(ui.text_focused() && ui.accessory_bar());
+        let focused = ui.digest();
+        tap(&mut ui, "note", t);
+        assert_eq!(ui.digest(), focused, "focusing the focused view changes nothing");
+        for c in "first line".chars() {
+            ui.type_char(c);
+        }
+        ui.enter();
+        let before_space = ui.digest();
+        ui.type_char(' ');
+        assert_eq!(ui.digest(), before_space, "a trailing space moves only the caret");
+        ui.backspace();
+        for c in "second".chars() {
+            ui.type_char(c);
+        }
+        assert_eq!(element(&ui, "note").text.as_deref(), Some("first line\nsecond"));
+        let lines = ui.scene().paint.iter().filter(|p| matches!(p, Paint::Text(t) if t.text == "second")).count();
+        assert_eq!(lines, 1, "the newline starts a line");
+        let typed = ui.digest();
+        ui.select_all();
+        assert_eq!(element(&ui, "note").selection, Some((0, 17)));
+        assert_ne!(ui.digest(), typed, "the selection is drawn");
+        ui.type_char('x');
+        assert_eq!(element(&ui, "note").text.as_deref(), Some("x"));
+        ui.select_all();
+        ui.backspace();
+        assert_eq!(element(&ui, "note").text.as_deref(), Some(""));
+        // Long text wraps.
+        for _ in 0..60 {
+            for c in "word ".chars() {
+                ui.type_char(c);
+            }
+        }
+        let runs =
+            ui.scene().paint.iter().filter(|p| matches!(p, Paint::Text(t) if t.text.starts_with("word"))).count();
+        assert!(runs > 3, "wrapped into {runs} lines");
+    }
+
+    #[test]
+    fn each_control_changes_its_state_and_the_picture_and_the_dead_one_neither() {
+        let (mut ui, mut t) = open("Controls");
+        type Check = (&'static str, &'static str, fn(&Element) -> bool);
+        let checks: [Check; 8] = [
+            ("checkbox", "checkbox", |e| e.on == Some(true)),
+            ("radio2", "radio2", |e| e.selected == Some(true)),
+            ("stepper_plus", "stepper_value", |e| e.value == Some(1)),
+            ("stepper_minus", "stepper_value", |e| e.value == Some(0)),
+            ("like", "like", |e| e.on == Some(true)),
+            ("badge_button", "badge", |e| e.value == Some(1)),
+            ("segment1", "segment1", |e| e.selected == Some(true)),
+            ("segment0", "segment0", |e| e.selected == Some(true)),
+        ];
+        for (target, shows, ok) in checks {
+            let d = ui.digest();
+            t = tap(&mut ui, target, t);
+            assert!(ok(&element(&ui, shows)), "{target}: {:?}", element(&ui, shows));
+            assert_ne!(ui.digest(), d, "{target} changed nothing visible");
+        }
+        let d = ui.digest();
+        t = tap(&mut ui, "stepper_minus", t);
+        assert_eq!(ui.digest(), d, "the stepper stops at 0");
+        t = tap(&mut ui, "dead_checkbox", t);
+        assert_eq!(element(&ui, "dead_checkbox").taps, Some(1));
+        assert_eq!(ui.digest(), d, "the disabled checkbox changes nothing visible");
+        ui.touch((600, 2300), (600, 2300), 80, t);
+        assert_eq!(ui.digest(), d, "nor does the empty background");
+    }
+
+    #[test]
+    fn contacts_scroll_and_open_a_card() {
+        let (mut ui, t) = open("Contacts");
+        assert!(element(&ui, "section_A").label.as_deref() == Some("A"));
+        let first = element(&ui, "contact0").label.unwrap();
+        ui.touch((500, 2200), (500, 600), 700, t);
+        ui.tick(t + SCROLL_MS);
+        assert!(!ui.elements().iter().any(|e| e.id == "contact0"), "scrolled away");
+        for _ in 0..20 {
+            ui.touch((500, 2200), (500, 600), 700, t);
+        }
+        assert!(ui.elements().iter().any(|e| e.id == "contact119"), "the end is reachable");
+        let t = tap(&mut ui, "contact119", t + SCROLL_MS);
+        let name = ui.title().unwrap();
+        assert!(name.starts_with('Z'), "{name}");
+        ui.back();
+        ui.tick(t + PUSH_MS);
+        assert_eq!(ui.title().as_deref(), Some("Contacts"));
+        assert!(first.starts_with('A'));
+    }
+
+    #[test]
+    fn text_the_font_cannot_draw_is_tofu_and_said_so() {
+        let (mut ui, t) = open("Notes");
+        tap(&mut ui, "note", t);
+        for c in "ok \u{65e5}\u{672c}".chars() {
+            ui.type_char(c);
+        }
+        let note = element(&ui, "note");
+        assert_eq!(note.missing_glyphs, Some(vec!['\u{65e5}', '\u{672c}']));
+        assert_eq!(element(&ui, "title").missing_glyphs, None);
+    }
+
+    #[test]
+    fn focus_shows_the_accessory_bar_and_leaves_with_return() {
+        let (mut ui, t) = open("Demo");
+        let d = ui.digest();
+        tap(&mut ui, "text_field", t);
+        assert!(ui.accessory_bar());
+        assert_ne!(ui.digest(), d, "focus is visible beyond the caret");
+        ui.enter();
+        assert!(!ui.accessory_bar());
+        assert_eq!(ui.digest(), d);
     }
 }
