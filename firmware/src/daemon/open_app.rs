@@ -42,13 +42,20 @@ pub(super) trait Foreground {
     fn app_opened(&self) -> Option<bool>;
 }
 
-/// The sim: its own state.
-struct SimForeground<'a>(&'a SimPhone);
+/// The sim: its own state, and the name asked for.
+struct SimForeground<'a> {
+    sim: &'a SimPhone,
+    name: &'a str,
+}
 
 impl Foreground for SimForeground<'_> {
     fn app_opened(&self) -> Option<bool> {
-        // The sim's one app is "Demo"; its state says which screen is in front.
-        Some(self.0.state().screen == Screen::App)
+        // The app in front must be the one asked for: Spotlight opens its top hit, whose
+        // name starts with what was typed (or contains it); any other app is not it.
+        let state = self.sim.state();
+        let wanted = self.name.trim().to_lowercase();
+        let front = state.app.filter(|_| state.screen == Screen::App).map(|a| a.to_lowercase());
+        Some(front.is_some_and(|a| !wanted.is_empty() && a.contains(&wanted)))
     }
 }
 
@@ -93,7 +100,7 @@ impl Daemon {
             Err(_) => return verified,
         }
         let opened = match &self.inner.sim {
-            Some(sim) => SimForeground(sim).app_opened(),
+            Some(sim) => SimForeground { sim, name }.app_opened(),
             None => {
                 let Some(now) = self.sample_now(cancel).await? else {
                     return verified;
