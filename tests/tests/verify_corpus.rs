@@ -201,13 +201,13 @@ impl Corpus {
         let state = self.at_rest().await;
         self.observation().await;
         // Every so often, start over in the next app (by its icon, or by open_app).
-        if i % 24 == 0 {
+        if i.is_multiple_of(24) {
             let app = apps[(i / 24) % apps.len()].clone();
             self.interact("key: home", "cmd+h".into(), json!({"type": "home"})).await;
             let home = self.at_rest().await;
             let icon = home["elements"].as_array().unwrap().iter().find(|e| e["label"] == app.as_str()).cloned();
             match icon {
-                Some(icon) if i % 48 == 0 => {
+                Some(icon) if i.is_multiple_of(48) => {
                     let (p, how) = self.point_in(&home, &icon);
                     self.interact("app icon", format!("{app} ({how})"), json!({"type": "tap", "x": p.0, "y": p.1}))
                         .await;
@@ -317,5 +317,10 @@ async fn the_corpus_has_no_false_no_effect_and_no_missed_no_effect() {
     eprintln!("{table}");
     assert!(sum.total >= 300, "{table}");
     assert!(sum.changed >= 100 && sum.unchanged >= 50, "a corpus of both outcomes: {table}");
-    assert!(corpus.failures.is_empty(), "{} misjudged:\n{}\n{table}", corpus.failures.len(), corpus.failures.join("\n"));
+    assert!(
+        corpus.failures.is_empty(),
+        "{} misjudged:\n{}\n{table}",
+        corpus.failures.len(),
+        corpus.failures.join("\n")
+    );
 }
