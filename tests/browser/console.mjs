@@ -347,6 +347,35 @@ try {
     await waitFor('the menu to close', async () => !(await sim()).elements.some((e) => e.kind === 'context_menu'));
   });
 
+  await step('on the iOS-like sim: Settings from its labelled icon, a switch, Spotlight finds Notes', async () => {
+    const home = await sim();
+    const settings = home.elements.find((e) => e.kind === 'app_icon' && e.label === 'Settings');
+    if (!settings) throw new Error(`no icon labelled Settings: ${JSON.stringify(home.elements.map((e) => e.label))}`);
+    const icon = await onCanvas(page, settings.id);
+    await page.mouse.click(icon.x, icon.y);
+    await waitFor('Settings in front', async () => { const s = await sim(); return s.app === 'Settings' && !s.animating; });
+    const sw = (await sim()).elements.find((e) => e.kind === 'toggle');
+    if (!sw) throw new Error('Settings shows no switch');
+    const at = await onCanvas(page, sw.id);
+    await page.mouse.click(at.x, at.y);
+    await waitFor(`${sw.label} to flip`, async () => (await element(sw.id)).on === !sw.on);
+    await framesDrawn(page, Number(await page.locator('#screen').getAttribute('data-frames')) + 5);
+    await shot(page, '06-settings');
+    // Spotlight from the page's Search button, the name typed on the canvas, Return.
+    await page.getByRole('button', { name: 'Search', exact: true }).click();
+    await waitFor('Spotlight', async () => (await sim()).screen === 'spotlight');
+    await page.locator('#screen').focus();
+    await page.keyboard.type('Not', { delay: 20 });
+    await waitFor('Notes listed', async () => (await sim()).elements.some((e) => e.kind === 'search_result' && e.label === 'Notes'));
+    // The picture catches up with the phone a few frames later.
+    await framesDrawn(page, Number(await page.locator('#screen').getAttribute('data-frames')) + 5);
+    await shot(page, '07-spotlight');
+    await page.keyboard.press('Enter');
+    await waitFor('Notes in front', async () => { const s = await sim(); return s.app === 'Notes' && !s.animating; });
+    await page.getByRole('button', { name: 'Home', exact: true }).click();
+    await waitFor('home', async () => { const s = await sim(); return s.screen === 'home' && !s.animating; });
+  });
+
   await step('a task shows with its steps; approval and pause from the page', async () => {
     const lease = new Client();
     await lease.connect();
