@@ -83,8 +83,8 @@ pub enum ServerError {
     /// a socket of their own.
     #[error(
         "{} (owner uid {owner}, mode {mode:o}) could be changed by another user; the control socket \
-         must live in a directory owned by this user or root that no one else may write to \
-         (e.g. `socket = \"/run/tether/control.sock\"` in the config file)",
+         must live in a directory owned by this user or root that no one else may write to, \
+         or in root's sticky one such as /tmp (e.g. `socket = \"/run/tether/control.sock\"` in the config file)",
         .path.display()
     )]
     UnsafeDir {
@@ -207,12 +207,18 @@ impl Drop for UnixServer {
 
 /// Refuses a socket directory another user could write to (a predictable name in `/tmp`
 /// made first by someone else, or one open to a group): see [`ServerError::UnsafeDir`].
+///
+/// A root-owned sticky directory open to everyone (`/tmp`, or `/run` in an initramfs) is
+/// accepted: others may create names in it but not remove or rename ours, so nothing can
+/// be swapped in between the bind and the chmod/chown; a name someone made first is
+/// refused by [`remove_stale`] (not a socket) or answered by its daemon (already running).
 fn check_socket_dir(dir: &Path) -> Result<(), ServerError> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(dir).map_err(|source| ServerError::CreateDir { path: dir.into(), source })?;
     let euid = nix::unistd::geteuid().as_raw();
     let trusted_owner = meta.uid() == euid || meta.uid() == 0;
-    if !trusted_owner || meta.mode() & 0o022 != 0 {
+    let sticky_root = meta.uid() == 0 && meta.mode() & 0o1000 != 0;
+    if !trusted_owner || (meta.mode() & 0o022 != 0 && !sticky_root) {
         return Err(ServerError::UnsafeDir { path: dir.into(), owner: meta.uid(), mode: meta.mode() & 0o7777 });
     }
     Ok(())
@@ -391,11 +397,23 @@ mod tests {
         std::fs::create_dir(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert!(check_socket_dir(&dir).is_ok(), "ours, 0755");
-        for loose in [0o775, 0o777, 0o1777] {
+        for loose in [0o775, 0o777] {
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(loose)).unwrap();
             let refused = check_socket_dir(&dir).unwrap_err();
             assert!(matches!(refused, ServerError::UnsafeDir { .. }), "{loose:o}");
             assert!(refused.to_string().contains("/run/tether/control.sock"), "{refused}");
+        }
+        // Sticky and open to all: only root's (like /tmp) is trusted, where no one else
+        // may remove or rename what the daemon puts there.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let sticky = check_socket_dir(&dir);
+        if nix::unistd::geteuid().is_root() {
+            assert!(sticky.is_ok(), "root's sticky directory: {sticky:?}");
+            nix::unistd::chown(&dir, Some(Uid::from_raw(65534)), None).unwrap();
+            assert!(matches!(check_socket_dir(&dir), Err(ServerError::UnsafeDir { owner: 65534, .. })));
+            nix::unistd::chown(&dir, Some(Uid::from_raw(0)), None).unwrap();
+        } else {
+            assert!(matches!(sticky, Err(ServerError::UnsafeDir { .. })), "a user's sticky directory");
         }
         if nix::unistd::geteuid().is_root() {
             // Made first by another user (a predictable name in /tmp).
