@@ -551,6 +551,17 @@ async fn flow_once(looking: Looking) -> anyhow::Result<(f64, usize)> {
         let effect = if r["ok"] == true { r["result"].clone() } else { r["error"]["effect"].clone() };
         match looking {
             Looking::Verified => {
+                // Where a verified step's time goes, for whoever tunes the settle rules.
+                if std::env::var_os("TETHER_BENCH_STEPS").is_some() {
+                    eprintln!(
+                        "flow step {:>2} {:<20} {:>5} ms (settled_ms {}, {})",
+                        i + 1,
+                        step.name,
+                        effect["duration_ms"],
+                        effect["settled_ms"],
+                        effect["settled_by"]
+                    );
+                }
                 obs = effect["after_observation_id"].as_str().context("after_observation_id")?.to_string();
                 image = (
                     effect["image_size"]["width"].as_f64().context("width")?,
