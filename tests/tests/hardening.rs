@@ -75,7 +75,7 @@ async fn huge_numbers_are_refused_and_the_daemon_lives() {
         ),
         (
             "action",
-            json!({"operation_id": "c", "observation_id": obs, "action": {"type": "scroll", "x": 10, "y": 10, "direction": "down", "distance": 1e308}}),
+            json!({"operation_id": "c", "observation_id": obs, "expect": "any", "action": {"type": "scroll", "x": 10, "y": 10, "direction": "down", "distance": 1e308}}),
             "OK",
         ),
         ("screenshot", json!({"max_edge": 4_294_967_295u64}), "INVALID_PARAMS"),
@@ -97,8 +97,7 @@ async fn a_second_in_flight_request_with_the_same_id_is_refused() {
     let d = SimDaemon::start().await.unwrap();
     let mut c = Caller::new(&d).await;
     let obs = c.shot().await;
-    let press =
-        json!({"operation_id": "lp", "observation_id": obs, "action": {"type": "long_press", "x": 50, "y": 50}});
+    let press = json!({"operation_id": "lp", "observation_id": obs, "expect": "any", "action": {"type": "long_press", "x": 50, "y": 50}});
     c.send_as(5, "action", press).await;
     wait_until(|| d.phone.state().input.buttons != 0, "the long press to hold").await;
     c.send_as(5, "status", json!({})).await;
