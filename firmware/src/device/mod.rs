@@ -9,5 +9,6 @@ pub mod geometry;
 pub mod hid;
 pub mod input;
 pub mod inventory;
+pub mod ocr;
 pub mod sim;
 pub mod video;
