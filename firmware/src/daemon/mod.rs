@@ -26,6 +26,7 @@ pub mod storage;
 pub mod store;
 mod task_methods;
 pub mod tasks;
+mod text_find;
 mod token_methods;
 pub mod tokens;
 mod turn;

@@ -14,7 +14,7 @@ pub const MAX_TEXT_BYTES: usize = 16 * 1024;
 pub const MAX_PATH_POINTS: usize = 128;
 
 /// A rectangle in the coordinates of a full-resolution observation of the phone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Region {
     /// Left.
