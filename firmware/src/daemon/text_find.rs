@@ -247,10 +247,10 @@ mod tests {
         for (i, line) in lines.iter().enumerate() {
             let mut x = 10;
             for w in line.split_whitespace() {
-                let width = 10 * w.chars().count() as u32;
+                let width = 10 * u32::try_from(w.chars().count()).unwrap();
                 words.push(Word {
                     text: w.into(),
-                    bbox: TextBox { x, y: 40 * i as u32, width, height: 20 },
+                    bbox: TextBox { x, y: 40 * u32::try_from(i).unwrap(), width, height: 20 },
                     confidence: 90.0,
                     line: i,
                 });
