@@ -381,6 +381,8 @@ mod tests {
         ("task_thumbnail", [false, true, true, true], true),
         ("wait_for_change", [false, true, true, true], true),
         ("wait_for_settle", [false, true, true, true], true),
+        ("find_text", [false, true, true, true], true),
+        ("wait_for_text", [false, true, true, true], true),
     ];
 
     #[test]

@@ -932,7 +932,9 @@ mod tests {
                 "video_revoke",
                 "task_thumbnail",
                 "wait_for_change",
-                "wait_for_settle"
+                "wait_for_settle",
+                "find_text",
+                "wait_for_text"
             ]
         );
         for m in Method::ALL {
