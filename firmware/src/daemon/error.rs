@@ -81,12 +81,14 @@ pub enum DaemonError {
         search: Box<serde_json::Value>,
     },
     /// Several places match a query equally well; nothing was sent.
-    #[error("{count} places on the screen match {query:?} equally well: pass index (0-based, top to bottom, left to right), a region, or a longer text")]
+    #[error("{count} places on the screen match {query:?} equally well ({listed}): pass index (0-based, top to bottom, left to right), a region, or a longer text")]
     AmbiguousText {
         /// The query.
         query: String,
         /// How many.
         count: usize,
+        /// The candidates in words (`"Reset" at 180,420; …`), in reading order.
+        listed: String,
         /// The `text_search` object (query, observation, candidates).
         search: Box<serde_json::Value>,
     },

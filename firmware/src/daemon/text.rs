@@ -332,9 +332,19 @@ impl Daemon {
             (None, 1) => best_ones[0],
             (None, count) => {
                 let list = best_ones.iter().map(|f| found_json(f)).collect();
+                let listed = best_ones
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| {
+                        let (x, y) = f.bbox.center();
+                        format!("index {i}: {:?} at {x:.0},{y:.0}", f.text)
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ");
                 return Err(DaemonError::AmbiguousText {
                     query: query.text.clone(),
                     count,
+                    listed,
                     search: search("candidates", list),
                 });
             }
