@@ -13,6 +13,11 @@
 //! (the daemon side: keeps one worker loaded, restarts it when it dies, kills it past a
 //! read's deadline) and [`worker_main`] (the worker process's loop).
 
+pub mod preprocess;
+pub mod tesseract;
+pub mod wire;
+pub mod worker_main;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
