@@ -16,7 +16,10 @@
 pub mod preprocess;
 pub mod tesseract;
 pub mod wire;
+pub mod worker;
 pub mod worker_main;
+
+pub use worker::{missing_packages, reader_from, worker_config, TesseractWorker, WorkerCommand, WorkerConfig};
 
 use std::future::Future;
 use std::pin::Pin;

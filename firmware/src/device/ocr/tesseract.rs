@@ -310,6 +310,9 @@ pub struct Recognition {
     pub psm: PageSegMode,
     /// The picture's resolution hint, pixels per inch.
     pub ppi: u32,
+    /// Whether Tesseract retries each low-confidence line inverted (light-on-dark text;
+    /// costs time, redundant after [`super::preprocess`] normalized the picture).
+    pub invert: bool,
 }
 
 impl Engine {
@@ -337,9 +340,6 @@ impl Engine {
         if rc != 0 {
             return Err(init_error());
         }
-        // We invert light-on-dark regions ourselves (preprocess.rs); Tesseract's own retry of
-        // every line inverted costs time for nothing then.
-        engine.set_variable(c"tessedit_do_invert", c"0");
         Ok(engine)
     }
 
@@ -373,6 +373,7 @@ impl Engine {
         let handle = self.handle.as_ptr();
         // SAFETY: the handle is live; the mode is one of capi.h's enum values.
         unsafe { (api.set_page_seg_mode)(handle, how.psm as c_int) };
+        self.set_variable(c"tessedit_do_invert", if how.invert { c"1" } else { c"0" });
         // SAFETY: `pixels` holds exactly w*h bytes, one per pixel, `w` per row, as the call's
         // (bytes_per_pixel = 1, bytes_per_line = w) say; Tesseract copies them into its own
         // image, and `pixels` outlives the call anyway.
@@ -474,6 +475,7 @@ mod tests {
         match Library::open(DEFAULT_LIBRARY) {
             Ok(l) => Some(Arc::new(l)),
             Err(e) => {
+                assert!(std::env::var_os("TETHER_REQUIRE_TOOLS").is_none(), "{e}");
                 eprintln!("skipped: {e}");
                 None
             }
@@ -557,7 +559,7 @@ mod tests {
         let dir = tessdata_dir(None);
         let mut engine = Engine::new(lib, &dir, &["eng".into()]).unwrap();
         let (px, w, h) = blocky_text();
-        let how = Recognition { psm: PageSegMode::SparseText, ppi: 300 };
+        let how = Recognition { psm: PageSegMode::SparseText, ppi: 300, invert: false };
         let words = engine.recognize(&px, w, h, how).unwrap();
         let hi = words.iter().find(|w| w.text == "HI").unwrap_or_else(|| panic!("{words:?}"));
         assert!(hi.bbox.x >= 30 && hi.bbox.x <= 50 && hi.bbox.width > 80, "{hi:?}");
@@ -570,7 +572,7 @@ mod tests {
     fn a_wrong_length_never_reaches_the_engine() {
         let Some(lib) = lib() else { return };
         let mut engine = Engine::new(lib, &tessdata_dir(None), &["eng".into()]).unwrap();
-        let how = Recognition { psm: PageSegMode::Auto, ppi: 300 };
+        let how = Recognition { psm: PageSegMode::Auto, ppi: 300, invert: false };
         let e = engine.recognize(&[0; 15], 4, 4, how).unwrap_err();
         assert!(matches!(e, TesseractError::BadImage { .. }));
         assert!(matches!(engine.recognize(&[], 0, 0, how), Err(TesseractError::BadImage { .. })));

@@ -11,7 +11,7 @@
 //! Options (all optional): `--library FILE` (default [`DEFAULT_LIBRARY`]),
 //! `--tessdata DIR` (default: Tesseract's own), `--languages eng,deu` (default `eng`),
 //! and for measuring: `--psm 3|6|11`, `--scale F` (0: from the picture's width),
-//! `--normalize 0|1`, `--ppi N`.
+//! `--normalize 0|1`, `--ppi N`, `--invert 0|1` (Tesseract's own inverted retry).
 
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
@@ -36,11 +36,14 @@ pub struct Tuning {
     pub normalize: bool,
     /// Resolution hint handed to Tesseract.
     pub ppi: u32,
+    /// Whether Tesseract retries low-confidence lines inverted (its own light-on-dark
+    /// handling; redundant after normalizing).
+    pub engine_invert: bool,
 }
 
 impl Default for Tuning {
     fn default() -> Self {
-        Tuning { psm: PageSegMode::SparseText, scale: None, normalize: true, ppi: 300 }
+        Tuning { psm: PageSegMode::SparseText, scale: None, normalize: true, ppi: 300, engine_invert: false }
     }
 }
 
@@ -90,6 +93,7 @@ impl WorkerOptions {
                     o.tuning.scale = (s > 0.0).then_some(s);
                 }
                 "--normalize" => o.tuning.normalize = value()? != "0",
+                "--invert" => o.tuning.engine_invert = value()? != "0",
                 "--ppi" => {
                     let v = value()?;
                     o.tuning.ppi = v.parse().map_err(|_| format!("--ppi {v}: a number"))?;
@@ -192,7 +196,7 @@ pub fn read_image(engine: &mut Engine, image: &GrayImage, tuning: Tuning) -> Res
             &prepared.image.pixels,
             prepared.image.width,
             prepared.image.height,
-            Recognition { psm: tuning.psm, ppi: tuning.ppi },
+            Recognition { psm: tuning.psm, ppi: tuning.ppi, invert: tuning.engine_invert },
         )
         .map_err(|e| OcrError::Protocol(e.to_string()))?;
     Ok(TextRead::from_words(prepared.map_back(words, image.width, image.height)))
@@ -237,6 +241,11 @@ pub fn serve(reader: &mut Reader, input: impl Read, output: impl Write) -> Resul
 
 /// The worker process's entry: `args` are its options (after the subcommand).
 pub fn run(args: &[String]) -> ExitCode {
+    // Its own process: a subscriber here sets nothing in the daemon. Warnings by default;
+    // TETHER_OCR_LOG=debug shows every read's time.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TETHER_OCR_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).try_init();
     let options = match WorkerOptions::parse(args) {
         Ok(o) => o,
         Err(e) => {
@@ -326,6 +335,7 @@ mod tests {
     fn a_language_change_reloads_and_a_missing_language_is_unavailable() {
         let mut reader = Reader::start(&WorkerOptions::default());
         if reader.problem.is_some() {
+            assert!(std::env::var_os("TETHER_REQUIRE_TOOLS").is_none(), "{:?}", reader.problem);
             eprintln!("skipped: {:?}", reader.problem);
             return;
         }
