@@ -144,7 +144,12 @@ async fn the_worker_runs_niced_limited_and_with_a_clean_environment() {
     let vars: Vec<String> =
         env.split(|&b| b == 0).filter(|v| !v.is_empty()).map(|v| String::from_utf8_lossy(v).into_owned()).collect();
     assert!(vars.contains(&"OMP_THREAD_LIMIT=1".to_string()), "{vars:?}");
-    assert!(vars.iter().all(|v| v.starts_with("OMP_THREAD_LIMIT=") || v.starts_with("TESSDATA_PREFIX=") || v.starts_with("TETHER_OCR_LOG=")), "{vars:?}");
+    assert!(
+        vars.iter().all(|v| v.starts_with("OMP_THREAD_LIMIT=")
+            || v.starts_with("TESSDATA_PREFIX=")
+            || v.starts_with("TETHER_OCR_LOG=")),
+        "{vars:?}"
+    );
 }
 
 #[tokio::test]
@@ -179,7 +184,11 @@ async fn a_hung_worker_times_out_within_the_deadline_and_the_next_read_works() {
     assert_eq!(e, OcrError::Timeout { ms: 1500 });
     assert!(took >= deadline && took < deadline + Duration::from_secs(2), "took {took:?}");
     // The stopped worker is gone (SIGKILL ends a stopped process too).
-    wait_until("the hung worker to go", || !std::path::Path::new(&format!("/proc/{pid}/cmdline")).exists() || std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.contains(") Z")).unwrap_or(true)).await;
+    wait_until("the hung worker to go", || {
+        !std::path::Path::new(&format!("/proc/{pid}/cmdline")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.contains(") Z")).unwrap_or(true)
+    })
+    .await;
     reads_the_words(&w).await;
 }
 

@@ -77,7 +77,10 @@ fn strip(image: &GrayImage, y: u32, width: u32, height: u32) -> GrayImage {
 
 fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 fn summary(mut v: Vec<f64>) -> (f64, f64) {
@@ -108,7 +111,8 @@ async fn screens() -> anyhow::Result<Vec<(String, GrayImage, Vec<String>)>> {
         let shot = c.ok(id, "screenshot", json!({})).await?;
         id += 1;
         let state = c.ok(id, "sim_state", json!({})).await?;
-        let png = base64::engine::general_purpose::STANDARD.decode(shot["data"].as_str().context("screenshot data")?)?;
+        let png =
+            base64::engine::general_purpose::STANDARD.decode(shot["data"].as_str().context("screenshot data")?)?;
         out.push((name.to_owned(), decode_png(&png)?, shown_texts(&state)));
     }
     Ok(out)

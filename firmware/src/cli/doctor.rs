@@ -244,7 +244,8 @@ fn ocr_report(settings: &tether::config::OcrSettings) -> serde_json::Value {
             info.installed_languages.join(", ")
         )
     } else {
-        let fix = if packages.is_empty() { String::new() } else { format!("; fix: apt install {}", packages.join(" ")) };
+        let fix =
+            if packages.is_empty() { String::new() } else { format!("; fix: apt install {}", packages.join(" ")) };
         format!("UNAVAILABLE: {}{fix}", info.problem.as_deref().unwrap_or("unknown"))
     };
     json!({"enabled": true, "available": info.available, "info": info, "missing_packages": packages, "statement": statement})

@@ -307,6 +307,7 @@ pub trait TextReader: Send + Sync {
 }
 
 #[cfg(test)]
+#[allow(clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 

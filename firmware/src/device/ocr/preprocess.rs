@@ -206,7 +206,11 @@ fn resize(image: &GrayImage, scale: f32) -> GrayImage {
         }
     }
     // Sizes come from usize products of u32 edges times <= MAX_SCALE: within u32.
-    GrayImage { width: u32::try_from(ow).unwrap_or(u32::MAX), height: u32::try_from(oh).unwrap_or(u32::MAX), pixels: out }
+    GrayImage {
+        width: u32::try_from(ow).unwrap_or(u32::MAX),
+        height: u32::try_from(oh).unwrap_or(u32::MAX),
+        pixels: out,
+    }
 }
 
 #[cfg(test)]
@@ -293,7 +297,8 @@ mod tests {
     #[test]
     fn words_keep_their_text_when_mapped_back() {
         let p = Prepared { image: flat(2, 2, 0), scale: 2.0 };
-        let w = Word { text: "Hi".into(), bbox: TextBox { x: 4, y: 4, width: 8, height: 8 }, confidence: 90.0, line: 3 };
+        let w =
+            Word { text: "Hi".into(), bbox: TextBox { x: 4, y: 4, width: 8, height: 8 }, confidence: 90.0, line: 3 };
         let m = p.map_back(vec![w], 100, 100);
         assert_eq!((m[0].text.as_str(), m[0].line, m[0].bbox), ("Hi", 3, TextBox { x: 2, y: 2, width: 4, height: 4 }));
     }

@@ -185,7 +185,7 @@ impl Library {
         let lib = unsafe { libloading::Library::new(library) }
             .map_err(|e| TesseractError::Library { library: library.to_owned(), reason: e.to_string() })?;
         let n = library;
-        // SAFETY (every `symbol` call below): each type is the one capi.h declares for that
+        // SAFETY: for every `symbol` call below, each type is the one capi.h declares for that
         // name: opaque handles as pointers, `BOOL` and enums as `int`, `float` as c_float,
         // `ETEXT_DESC*` as a void pointer we always pass as NULL.
         let api = unsafe {
@@ -237,7 +237,11 @@ pub fn tessdata_dir(configured: Option<&Path>) -> PathBuf {
     if let Some(p) = std::env::var_os("TESSDATA_PREFIX").filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
     }
-    TESSDATA_CANDIDATES.iter().map(PathBuf::from).find(|p| p.is_dir()).unwrap_or_else(|| PathBuf::from(TESSDATA_CANDIDATES[0]))
+    TESSDATA_CANDIDATES
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_dir())
+        .unwrap_or_else(|| PathBuf::from(TESSDATA_CANDIDATES[0]))
 }
 
 /// The languages whose `.traineddata` is in `dir`, sorted (`osd`, orientation detection, is
@@ -360,7 +364,13 @@ impl Engine {
 
     /// Reads a grayscale picture (`width * height` bytes, rows top to bottom): its words
     /// with boxes in its pixels, confidences and Tesseract's line numbers.
-    pub fn recognize(&mut self, pixels: &[u8], width: u32, height: u32, how: Recognition) -> Result<Vec<Word>, TesseractError> {
+    pub fn recognize(
+        &mut self,
+        pixels: &[u8],
+        width: u32,
+        height: u32,
+        how: Recognition,
+    ) -> Result<Vec<Word>, TesseractError> {
         let bad = || TesseractError::BadImage { width, height, len: pixels.len() };
         let w = c_int::try_from(width).map_err(|_| bad())?;
         let h = c_int::try_from(height).map_err(|_| bad())?;
@@ -432,7 +442,12 @@ impl Engine {
             if let (Some(text), true) = (text, boxed) {
                 let text = text.trim().to_owned();
                 if !text.is_empty() {
-                    out.push(Word { text, bbox: clamp_box(l, t, r, b, width, height), confidence: confidence.clamp(0.0, 100.0), line });
+                    out.push(Word {
+                        text,
+                        bbox: clamp_box(l, t, r, b, width, height),
+                        confidence: confidence.clamp(0.0, 100.0),
+                        line,
+                    });
                 }
             }
             // SAFETY: `it` is live; Next returns 0 at the end.
@@ -466,6 +481,7 @@ impl Drop for Engine {
 }
 
 #[cfg(test)]
+#[allow(clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 

@@ -148,13 +148,24 @@ impl Answer {
 }
 
 /// A request's bytes: length, header, pixels.
-pub fn encode_request(id: u64, image: &GrayImage, languages: &[String], deadline_ms: u64) -> Result<Vec<u8>, WireError> {
-    let header = RequestHeader { id, width: image.width, height: image.height, languages: languages.to_vec(), deadline_ms };
-    let json = serde_json::to_vec(&header).map_err(|e| WireError::Malformed { what: "header", message: e.to_string() })?;
+pub fn encode_request(
+    id: u64,
+    image: &GrayImage,
+    languages: &[String],
+    deadline_ms: u64,
+) -> Result<Vec<u8>, WireError> {
+    let header =
+        RequestHeader { id, width: image.width, height: image.height, languages: languages.to_vec(), deadline_ms };
+    let json =
+        serde_json::to_vec(&header).map_err(|e| WireError::Malformed { what: "header", message: e.to_string() })?;
     if json.len() > MAX_HEADER {
         return Err(WireError::TooLarge { what: "header", len: json.len(), max: MAX_HEADER });
     }
-    let len = u32::try_from(json.len()).map_err(|_| WireError::TooLarge { what: "header", len: json.len(), max: MAX_HEADER })?;
+    let len = u32::try_from(json.len()).map_err(|_| WireError::TooLarge {
+        what: "header",
+        len: json.len(),
+        max: MAX_HEADER,
+    })?;
     let mut out = Vec::with_capacity(4 + json.len() + image.pixels.len());
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&json);
@@ -243,7 +254,8 @@ pub fn read_request(r: &mut impl Read) -> Result<Option<Request>, WireError> {
 
 /// Writes `value` as one JSON line and flushes.
 pub fn write_line(w: &mut impl Write, value: &impl Serialize) -> Result<(), WireError> {
-    let mut line = serde_json::to_vec(value).map_err(|e| WireError::Malformed { what: "answer", message: e.to_string() })?;
+    let mut line =
+        serde_json::to_vec(value).map_err(|e| WireError::Malformed { what: "answer", message: e.to_string() })?;
     line.push(b'\n');
     w.write_all(&line)?;
     w.flush()?;
@@ -267,8 +279,8 @@ pub fn parse_line(line: &[u8]) -> Result<FromWorker, WireError> {
     let value: serde_json::Value =
         serde_json::from_slice(line).map_err(|e| WireError::Malformed { what: "answer", message: e.to_string() })?;
     if value.get("hello").is_some() {
-        let h: Hello =
-            serde_json::from_value(value).map_err(|e| WireError::Malformed { what: "hello", message: e.to_string() })?;
+        let h: Hello = serde_json::from_value(value)
+            .map_err(|e| WireError::Malformed { what: "hello", message: e.to_string() })?;
         return Ok(FromWorker::Hello(h.hello));
     }
     let a: Answer =
@@ -357,7 +369,8 @@ mod tests {
 
     #[test]
     fn answers_and_hello_round_trip() {
-        let word = Word { text: "Done".into(), bbox: TextBox { x: 1, y: 2, width: 3, height: 4 }, confidence: 91.5, line: 0 };
+        let word =
+            Word { text: "Done".into(), bbox: TextBox { x: 1, y: 2, width: 3, height: 4 }, confidence: 91.5, line: 0 };
         let read = TextRead::from_words(vec![word]);
         let mut out = Vec::new();
         write_line(&mut out, &Answer::read(3, read.clone())).unwrap();
@@ -377,7 +390,9 @@ mod tests {
             other => panic!("{other:?}"),
         }
         match parse_line(lines[1]).unwrap() {
-            FromWorker::Answer(a) => assert_eq!(a.into_result().unwrap_err(), OcrError::BadImage("0x0 is empty".into())),
+            FromWorker::Answer(a) => {
+                assert_eq!(a.into_result().unwrap_err(), OcrError::BadImage("0x0 is empty".into()))
+            }
             other => panic!("{other:?}"),
         }
         assert_eq!(parse_line(lines[2]).unwrap(), FromWorker::Hello(info));

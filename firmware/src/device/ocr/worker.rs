@@ -165,7 +165,8 @@ impl TesseractWorker {
         let deadline = if options.deadline.is_zero() { self.inner.config.default_deadline } else { options.deadline };
         let ms = u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX);
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let request = encode_request(id, &image, &options.languages, ms).map_err(|e| OcrError::Protocol(e.to_string()))?;
+        let request =
+            encode_request(id, &image, &options.languages, ms).map_err(|e| OcrError::Protocol(e.to_string()))?;
         drop(image);
         let mut slot = self.inner.slot.lock().await;
         // Out of the slot while reading: dropped (and killed) if this future is.

@@ -62,7 +62,12 @@ pub struct WorkerOptions {
 
 impl Default for WorkerOptions {
     fn default() -> Self {
-        WorkerOptions { library: DEFAULT_LIBRARY.into(), tessdata: None, languages: vec!["eng".into()], tuning: Tuning::default() }
+        WorkerOptions {
+            library: DEFAULT_LIBRARY.into(),
+            tessdata: None,
+            languages: vec!["eng".into()],
+            tuning: Tuning::default(),
+        }
     }
 }
 
@@ -136,8 +141,14 @@ impl Reader {
     pub fn start(options: &WorkerOptions) -> Reader {
         let library = Library::open(&options.library).map(Arc::new);
         let dir = tessdata_dir(options.tessdata.as_deref());
-        let mut r =
-            Reader { library, dir, engine: None, defaults: options.languages.clone(), problem: None, tuning: options.tuning };
+        let mut r = Reader {
+            library,
+            dir,
+            engine: None,
+            defaults: options.languages.clone(),
+            problem: None,
+            tuning: options.tuning,
+        };
         let defaults = r.defaults.clone();
         if let Err(e) = r.engine_for(&defaults) {
             r.problem = Some(e.to_string());
@@ -219,7 +230,7 @@ pub fn serve(reader: &mut Reader, input: impl Read, output: impl Write) -> Resul
                     id = header.id,
                     width = image.width,
                     height = image.height,
-                    ms = started.elapsed().as_millis() as u64,
+                    ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
                     deadline_ms = header.deadline_ms,
                     ok = result.is_ok(),
                     "read"
