@@ -229,6 +229,67 @@ pub struct Config {
     pub board: Option<Board>,
     /// How actions verify their effect on the screen (`[act]`).
     pub act: ActSettings,
+    /// Reading text in the phone's pictures (`[ocr]`).
+    pub ocr: OcrSettings,
+}
+
+/// `[ocr]`: the text reader (Tesseract in a worker process; see `device::ocr`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OcrSettings {
+    /// Whether the daemon reads text at all (`false`: text tools answer unavailable and no
+    /// worker is started).
+    pub enabled: bool,
+    /// Tesseract language codes read by default, e.g. `["eng", "deu"]`; each needs its
+    /// `tesseract-ocr-<code>` package.
+    pub languages: Vec<String>,
+    /// The Tesseract library to load (a file name searched the usual way, or a path);
+    /// default `libtesseract.so.5`.
+    pub library: Option<PathBuf>,
+    /// The directory with the `.traineddata` files; default: `$TESSDATA_PREFIX`, else
+    /// Debian's `/usr/share/tesseract-ocr/5/tessdata`.
+    pub tessdata: Option<PathBuf>,
+    /// How long one read may take before its worker is killed (ms).
+    pub read_deadline_ms: u64,
+    /// The worker's address-space limit (MiB): a runaway allocation kills the worker, not
+    /// the appliance.
+    pub memory_limit_mib: u64,
+}
+
+impl Default for OcrSettings {
+    fn default() -> Self {
+        OcrSettings {
+            enabled: true,
+            languages: vec!["eng".into()],
+            library: None,
+            tessdata: None,
+            read_deadline_ms: u64::try_from(crate::device::ocr::DEFAULT_READ_DEADLINE.as_millis()).unwrap_or(10_000),
+            memory_limit_mib: crate::device::ocr::worker::DEFAULT_MEMORY_LIMIT_MIB,
+        }
+    }
+}
+
+impl OcrSettings {
+    /// Checks the languages and numbers; the error names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        use crate::device::ocr::tesseract::{check_language, MAX_LANGUAGES};
+        if self.languages.is_empty() || self.languages.len() > MAX_LANGUAGES {
+            return Err(format!("ocr.languages needs 1..={MAX_LANGUAGES} codes, has {}", self.languages.len()));
+        }
+        for l in &self.languages {
+            check_language(l).map_err(|e| format!("ocr.languages: {e}"))?;
+        }
+        if !(100..=600_000).contains(&self.read_deadline_ms) {
+            return Err(format!("ocr.read_deadline_ms = {} is outside 100..=600000", self.read_deadline_ms));
+        }
+        if !(256..=16_384).contains(&self.memory_limit_mib) {
+            return Err(format!("ocr.memory_limit_mib = {} is outside 256..=16384", self.memory_limit_mib));
+        }
+        if self.library.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+            return Err("ocr.library is empty".into());
+        }
+        Ok(())
+    }
 }
 
 /// `[limits]`: what keeps the daemon responsive and its memory bounded whatever clients do.
@@ -353,6 +414,7 @@ struct ConfigFile {
     limits: Option<LimitsConfig>,
     mdns_dir: Option<PathBuf>,
     act: Option<ActSettings>,
+    ocr: Option<OcrSettings>,
 }
 
 /// Errors loading the configuration.
@@ -473,6 +535,7 @@ impl Config {
             },
             board: None,
             act: ActSettings::default(),
+            ocr: OcrSettings::default(),
         }
     }
 
@@ -552,6 +615,7 @@ impl Config {
             limits,
             mdns_dir,
             act,
+            ocr,
         } = file;
         c.sim = sim.unwrap_or(c.sim);
         c.data_dir = data_dir.unwrap_or(c.data_dir);
@@ -579,6 +643,7 @@ impl Config {
         c.limits = limits.unwrap_or(c.limits);
         c.mdns_dir = mdns_dir.or(c.mdns_dir);
         c.act = act.unwrap_or(c.act);
+        c.ocr = ocr.unwrap_or(c.ocr);
         c.validate()?;
         Ok(c)
     }
@@ -596,6 +661,7 @@ impl Config {
         self.input.validate()?;
         self.limits.validate()?;
         self.act.check()?;
+        self.ocr.validate()?;
         let s = &self.sim_phone;
         if !(64..=7680).contains(&s.capture_width) || !(64..=4320).contains(&s.capture_height) {
             return Err(format!(
@@ -670,6 +736,11 @@ mod tests {
             ("[act]\nignore = [{ x = 0.5, y = 0.0, width = 1.5, height = 0.1 }]", "act.ignore[0]"),
             ("[act]\nsamples = 3", "act.samples"),
             ("[act]\nquiet = 300", "quiet"),
+            ("[ocr]\nlanguages = []", "ocr.languages"),
+            ("[ocr]\nlanguages = [\"../eng\"]", "ocr.languages"),
+            ("[ocr]\nread_deadline_ms = 5", "ocr.read_deadline_ms"),
+            ("[ocr]\nmemory_limit_mib = 1", "ocr.memory_limit_mib"),
+            ("[ocr]\nlangs = [\"eng\"]", "langs"),
         ] {
             let err = Config::from_toml(Profile::Laptop, toml).unwrap_err();
             assert!(err.contains(field), "{toml}: {err}");
@@ -684,6 +755,8 @@ mod tests {
             "unset act fields keep defaults"
         );
         assert_eq!(c.limits.max_connections, 64, "unset limits keep defaults");
+        let c = Config::from_toml(Profile::Laptop, "[ocr]\nlanguages = [\"eng\", \"deu\"]").unwrap();
+        assert_eq!((c.ocr.languages.len(), c.ocr.enabled, c.ocr.read_deadline_ms), (2, true, 10_000));
     }
 
     #[test]

@@ -83,6 +83,13 @@ enum Command {
         #[command(flatten)]
         remote: RemoteArgs,
     },
+    /// The OCR worker process the daemon starts (requests on stdin, answers on stdout).
+    #[command(hide = true)]
+    OcrWorker {
+        /// The worker's options (`--library`, `--tessdata`, `--languages`, …).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 /// `tether task` subcommands.
@@ -472,6 +479,7 @@ fn main() -> ExitCode {
         },
         Command::Login { url } => cli::login::run_login(&url),
         Command::Mcp { socket, remote } => cli::mcp::run_mcp(socket, remote),
+        Command::OcrWorker { args } => Ok(tether::device::ocr::worker_main::run(&args)),
     };
     finish(result)
 }

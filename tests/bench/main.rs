@@ -20,6 +20,8 @@ use tether::device::input::InputTimings;
 use tether::device::sim::SimConfig;
 use tether_tests::harness::{RawClient, SimDaemon};
 
+mod ocr;
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -375,8 +377,20 @@ async fn https_status(n: usize) -> anyhow::Result<(f64, f64, f64, f64)> {
     result
 }
 
-const SECTIONS: [&str; 11] =
-    ["screenshots", "actions", "memory", "stalled", "video", "mjpeg", "lease", "https", "diff", "flow", "verified_tap"];
+const SECTIONS: [&str; 12] = [
+    "screenshots",
+    "actions",
+    "memory",
+    "stalled",
+    "video",
+    "mjpeg",
+    "lease",
+    "https",
+    "diff",
+    "flow",
+    "verified_tap",
+    "ocr",
+];
 
 /// `n` verified taps on a Demo toggle (it flips at once) on a fresh sim at its defaults
 /// (30 fps): each round trip in ms, and how many settled by still frames.
@@ -718,6 +732,9 @@ async fn main() -> anyhow::Result<()> {
         let (times, still) = verified_taps(taps).await?;
         let (p50, p99) = summary(times);
         println!("| verified tap, a toggle that flips at once (sim, 30 fps) | {p50:.0} ms | {p99:.0} ms | {taps} taps, round trip from request to answer; {still} settled by still frames |");
+    }
+    if run("ocr") {
+        ocr::ocr_section(3).await?;
     }
     if run("https") {
         let (w50, w99, f50, f99) = https_status(n).await?;

@@ -338,3 +338,15 @@ impl Caller {
         }
     }
 }
+
+/// The `tether-ocr-worker` binary built with this crate: next to the running test or bench
+/// executable (`target/<profile>/`), or one directory up (integration tests run from
+/// `target/<profile>/deps/`). Build it first: `cargo build -p tether-tests --bin
+/// tether-ocr-worker` (cargo builds a package's bins before its integration tests).
+pub fn test_ocr_worker() -> PathBuf {
+    let name = "tether-ocr-worker";
+    let exe = std::env::current_exe().unwrap_or_default();
+    let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    let candidates = [dir.join(name), dir.parent().map(|p| p.join(name)).unwrap_or_default()];
+    candidates.iter().find(|p| p.is_file()).cloned().unwrap_or_else(|| candidates[0].clone())
+}

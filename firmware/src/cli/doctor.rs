@@ -44,7 +44,9 @@ pub fn run_doctor(
         }
     });
     let decoders = decoder_report();
+    let ocr = ocr_report(&daemon_config.ocr);
     let report = json!({
+        "ocr": ocr,
         "version": env!("CARGO_PKG_VERSION"),
         "decoders": decoders,
         "profile": format!("{profile:?}").to_lowercase(),
@@ -102,6 +104,7 @@ pub fn run_doctor(
     for (what, statement) in decoders.as_object().into_iter().flatten() {
         println!("  decode: {what:<6} {}", statement.as_str().unwrap_or("?"));
     }
+    println!("  ocr:    {}", report["ocr"]["statement"].as_str().unwrap_or("?"));
     match daemon["reachable"].as_bool() {
         Some(true) => println!("  daemon: answering on {}", path.display()),
         _ => println!("  daemon: not reachable on {}", path.display()),
@@ -216,4 +219,34 @@ fn https_report(profile: Profile, daemon: &serde_json::Value) -> serde_json::Val
         rustls_pki_types::CertificateDer::pem_slice_iter(&pem).next()?.ok().map(|der| Fingerprint::of(&der).to_string())
     });
     json!({"serving": false, "fingerprint": fp, "urls": []})
+}
+
+/// Whether text reading works: a worker started as the daemon would start it (this binary's
+/// `ocr-worker`, the `[ocr]` settings), its hello, and the packages to add otherwise.
+fn ocr_report(settings: &tether::config::OcrSettings) -> serde_json::Value {
+    use tether::device::ocr::{missing_packages, worker_config, TesseractWorker, WorkerCommand};
+    if !settings.enabled {
+        return json!({"enabled": false, "statement": "off ([ocr] enabled = false)"});
+    }
+    let Some(program) = WorkerCommand::current_exe() else {
+        return json!({"enabled": true, "available": false, "statement": "cannot find this executable to start the worker"});
+    };
+    let info = match super::client_runtime() {
+        Ok(rt) => rt.block_on(TesseractWorker::new(worker_config(settings, program)).ready()),
+        Err(e) => return json!({"enabled": true, "available": false, "statement": format!("no runtime: {e}")}),
+    };
+    let packages = missing_packages(&info);
+    let statement = if info.available {
+        format!(
+            "Tesseract {}, reading {} (installed: {})",
+            info.version.as_deref().unwrap_or("?"),
+            info.languages.join(", "),
+            info.installed_languages.join(", ")
+        )
+    } else {
+        let fix =
+            if packages.is_empty() { String::new() } else { format!("; fix: apt install {}", packages.join(" ")) };
+        format!("UNAVAILABLE: {}{fix}", info.problem.as_deref().unwrap_or("unknown"))
+    };
+    json!({"enabled": true, "available": info.available, "info": info, "missing_packages": packages, "statement": statement})
 }

@@ -13,6 +13,14 @@
 //! (the daemon side: keeps one worker loaded, restarts it when it dies, kills it past a
 //! read's deadline) and [`worker_main`] (the worker process's loop).
 
+pub mod preprocess;
+pub mod tesseract;
+pub mod wire;
+pub mod worker;
+pub mod worker_main;
+
+pub use worker::{missing_packages, reader_from, worker_config, TesseractWorker, WorkerCommand, WorkerConfig};
+
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -309,6 +317,7 @@ impl std::fmt::Debug for SharedReader {
 }
 
 #[cfg(test)]
+#[allow(clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 

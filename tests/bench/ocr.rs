@@ -1,0 +1,186 @@
+//! The `ocr` section: the text reader (Tesseract in its worker process, started from the
+//! tests crate's `tether-ocr-worker`) on the sim's screens at 2160p capture (723x1568
+//! screenshots, what `screenshot` returns).
+//!
+//! Accuracy: every text `sim_state` lists (labels, texts, titles) is looked for as an exact
+//! run of words in the read, in reading order. Timing: full reads of every screen, a
+//! 700x120 strip (a changed region), and the worker's peak RSS.
+//!
+//! `TETHER_BENCH_OCR_ARGS="--psm 3 --scale 1.5 --normalize 0"` hands tuning options to
+//! the worker, to compare choices; `TETHER_BENCH_OCR_MISSES=1` prints what was missed.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use base64::Engine as _;
+use serde_json::{json, Value};
+use tether::device::input::InputTimings;
+use tether::device::ocr::{GrayImage, ReadOptions, TesseractWorker, TextRead, TextReader, WorkerCommand, WorkerConfig};
+use tether::device::sim::{SimConfig, APP_NAMES};
+use tether_tests::harness::{test_ocr_worker, SimDaemon};
+
+/// A PNG screenshot as gray pixels.
+pub fn decode_png(bytes: &[u8]) -> anyhow::Result<GrayImage> {
+    let mut decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+    decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    let mut reader = decoder.read_info()?;
+    let mut buf = vec![0; reader.output_buffer_size().context("PNG size")?];
+    let info = reader.next_frame(&mut buf)?;
+    let (w, h) = (info.width, info.height);
+    let data = &buf[..info.buffer_size()];
+    let channels = info.color_type.samples();
+    let rgb: Vec<u8> = match channels {
+        1 => return Ok(GrayImage { width: w, height: h, pixels: data.to_vec() }),
+        2 => return Ok(GrayImage { width: w, height: h, pixels: data.chunks_exact(2).map(|p| p[0]).collect() }),
+        3 => data.to_vec(),
+        _ => data.chunks_exact(channels).flat_map(|p| [p[0], p[1], p[2]]).collect(),
+    };
+    Ok(GrayImage::from_rgb(w, h, &rgb))
+}
+
+/// The texts the sim says it shows: element labels and texts (each paragraph) and the title.
+fn shown_texts(state: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in state["elements"].as_array().into_iter().flatten() {
+        for key in ["label", "text"] {
+            if let Some(t) = e[key].as_str() {
+                out.extend(t.split('\n').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned));
+            }
+        }
+    }
+    if let Some(t) = state["title"].as_str() {
+        out.push(t.to_owned());
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Whether `text`'s words appear as a run in the read's words (reading order).
+pub fn found(read: &TextRead, text: &str) -> bool {
+    let want: Vec<&str> = text.split_whitespace().collect();
+    let have: Vec<&str> = read.words.iter().map(|w| w.text.as_str()).collect();
+    !want.is_empty() && have.windows(want.len()).any(|w| w == want.as_slice())
+}
+
+/// A strip of `image`: `width` x `height` at (x, y), clamped.
+fn strip(image: &GrayImage, y: u32, width: u32, height: u32) -> GrayImage {
+    let width = width.min(image.width);
+    let height = height.min(image.height.saturating_sub(y));
+    let mut pixels = Vec::with_capacity((width * height) as usize);
+    for row in y..y + height {
+        let start = (row * image.width) as usize;
+        pixels.extend_from_slice(&image.pixels[start..start + width as usize]);
+    }
+    GrayImage { width, height, pixels }
+}
+
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+fn summary(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let at = |p: f64| v[((p / 100.0 * (v.len() - 1) as f64).round() as usize).min(v.len() - 1)];
+    if v.is_empty() {
+        (f64::NAN, f64::NAN)
+    } else {
+        (at(50.0), at(99.0))
+    }
+}
+
+/// The sim's screens: the home screen, then each app.
+async fn screens() -> anyhow::Result<Vec<(String, GrayImage, Vec<String>)>> {
+    let d = SimDaemon::start_phone(
+        SimConfig { capture_width: 3840, capture_height: 2160, ..SimConfig::default() },
+        InputTimings::default(),
+    )
+    .await?;
+    let mut c = d.connect().await?;
+    let mut out = Vec::new();
+    let mut id = 1;
+    for name in std::iter::once("home").chain(APP_NAMES.iter().copied()) {
+        id += 1;
+        let action = if name == "home" { json!({"type": "home"}) } else { json!({"type": "open_app", "name": name}) };
+        c.ok(id, "action", json!({"operation_id": format!("bench-{id}"), "action": action})).await?;
+        id += 1;
+        let shot = c.ok(id, "screenshot", json!({})).await?;
+        id += 1;
+        let state = c.ok(id, "sim_state", json!({})).await?;
+        let png =
+            base64::engine::general_purpose::STANDARD.decode(shot["data"].as_str().context("screenshot data")?)?;
+        out.push((name.to_owned(), decode_png(&png)?, shown_texts(&state)));
+    }
+    Ok(out)
+}
+
+/// Runs the section and prints its rows.
+pub async fn ocr_section(rounds: usize) -> anyhow::Result<()> {
+    let args: Vec<String> =
+        std::env::var("TETHER_BENCH_OCR_ARGS").unwrap_or_default().split_whitespace().map(str::to_owned).collect();
+    let misses = std::env::var_os("TETHER_BENCH_OCR_MISSES").is_some();
+    let worker = TesseractWorker::new(WorkerConfig {
+        command: WorkerCommand { program: test_ocr_worker(), args: args.clone() },
+        languages: vec!["eng".into()],
+        memory_limit: 1 << 30,
+        default_deadline: Duration::from_secs(30),
+    });
+    let screens = screens().await?;
+    let options = ReadOptions { deadline: Duration::from_secs(30), ..ReadOptions::default() };
+    // Accuracy, one read per screen (the first also waits for the worker to load).
+    let (mut total, mut hits) = (0, 0);
+    let mut per_screen = Vec::new();
+    for (name, image, texts) in &screens {
+        let read = worker.read(image.clone(), options.clone()).await?;
+        let missed: Vec<&String> = texts.iter().filter(|t| !found(&read, t)).collect();
+        total += texts.len();
+        hits += texts.len() - missed.len();
+        per_screen.push(format!("{name} {}/{}", texts.len() - missed.len(), texts.len()));
+        if misses && !missed.is_empty() {
+            let lines: Vec<&str> = read.lines.iter().map(|l| l.text.as_str()).collect();
+            eprintln!("{name}: missed {missed:?}\n  read {lines:?}");
+        }
+    }
+    // Full reads, every screen `rounds` times.
+    let mut full = Vec::new();
+    for _ in 0..rounds {
+        for (_, image, _) in &screens {
+            let t = Instant::now();
+            worker.read(image.clone(), options.clone()).await?;
+            full.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    // A changed region: a 700x120 strip of the Settings screen, under its title.
+    let settings = screens.iter().find(|s| s.0 == "Settings").map_or(&screens[0].1, |s| &s.1);
+    let region = strip(settings, 300, 700, 120);
+    let mut regions = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        worker.read(region.clone(), options.clone()).await?;
+        regions.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let rss = worker.worker_pid().and_then(peak_rss_kib).map_or(f64::NAN, |k| k as f64 / 1024.0);
+    let (f50, f99) = summary(full.clone());
+    let (r50, r99) = summary(regions);
+    let size = (screens[0].1.width, screens[0].1.height);
+    let tuning = if args.is_empty() { "default tuning".to_owned() } else { args.join(" ") };
+    println!(
+        "| OCR accuracy, sim screens | {:.1} % | - | {hits} of {total} texts `sim_state` lists found by exact match ({}); {tuning} |",
+        100.0 * hits as f64 / total.max(1) as f64,
+        per_screen.join(", ")
+    );
+    println!(
+        "| OCR full read, {}x{} screenshot | {f50:.0} ms | {f99:.0} ms | {} reads over {} screens, worker kept loaded, round trip |",
+        size.0,
+        size.1,
+        full.len(),
+        screens.len()
+    );
+    println!("| OCR region read, 700x120 strip | {r50:.0} ms | {r99:.0} ms | 20 reads |");
+    println!("| OCR worker peak RSS (VmHWM) | {rss:.1} MiB | - | Tesseract 5 + eng, after the reads above |");
+    Ok(())
+}
