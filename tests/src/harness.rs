@@ -45,6 +45,15 @@ impl SimDaemon {
         SimDaemon::start_options(sim, DaemonOptions { timings, ..DaemonOptions::default() }).await
     }
 
+    /// Starts a daemon that reads text (the `tether-ocr-worker` built with this crate, as
+    /// `serve` runs its own), over a phone configured as `sim`.
+    pub async fn start_reading(sim: SimConfig) -> anyhow::Result<SimDaemon> {
+        let program = tether::device::ocr::worker::WorkerCommand { program: test_ocr_worker(), args: Vec::new() };
+        let settings = tether::config::OcrSettings::default();
+        let reader = tether::device::ocr::worker::reader_from(&settings, program).map(tether::device::ocr::SharedReader);
+        SimDaemon::start_options(sim, DaemonOptions { text_reader: reader, ..DaemonOptions::default() }).await
+    }
+
     /// Starts a daemon over a phone configured as `sim` with `options`; `sim`, the layout
     /// (the phone's) and the data directory (a temporary one) are filled in.
     pub async fn start_options(sim: SimConfig, options: DaemonOptions) -> anyhow::Result<SimDaemon> {

@@ -272,8 +272,7 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
                 limits: config.limits.daemon_limits(),
                 https: https_info,
                 act: config.act.clone(),
-                // Wired to the OCR worker once `[ocr]` exists (issue 33, engine half).
-                text_reader: None,
+                text_reader: text_reader(&config.ocr),
             },
         )
         .context("start daemon")?;
@@ -432,6 +431,17 @@ async fn wait_for_signal() {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
+}
+
+/// The text reader `[ocr]` asks for: this binary's `ocr-worker`, kept loaded. `None` when
+/// reading is disabled, or this executable cannot be found again (then the text methods
+/// answer `OCR_UNAVAILABLE`, saying so).
+fn text_reader(settings: &tether::config::OcrSettings) -> Option<tether::device::ocr::SharedReader> {
+    let Some(program) = tether::device::ocr::worker::WorkerCommand::current_exe() else {
+        tracing::warn!("the running executable cannot be found: text reading is off");
+        return None;
+    };
+    tether::device::ocr::worker::reader_from(settings, program).map(tether::device::ocr::SharedReader)
 }
 
 #[cfg(test)]

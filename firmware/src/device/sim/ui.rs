@@ -566,7 +566,9 @@ impl Ui {
         for (i, name) in APP_NAMES.iter().enumerate() {
             let r = self.icon_rect(i);
             if elements {
-                l.elements.push(labelled(el(format!("app{i}"), ElementKind::AppIcon, r), name));
+                // As on iOS, the label under the icon opens the app too.
+                let hit = Rect { h: r.h + cx.sy(16) + size, ..r };
+                l.elements.push(labelled(el(format!("app{i}"), ElementKind::AppIcon, hit), name));
             }
             l.paint.push(Paint::Round(r, cx.sx(45), icon_colour(i)));
             let initial: String = name.chars().take(1).collect();
