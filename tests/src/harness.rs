@@ -50,7 +50,8 @@ impl SimDaemon {
     pub async fn start_reading(sim: SimConfig) -> anyhow::Result<SimDaemon> {
         let program = tether::device::ocr::worker::WorkerCommand { program: test_ocr_worker(), args: Vec::new() };
         let settings = tether::config::OcrSettings::default();
-        let reader = tether::device::ocr::worker::reader_from(&settings, program).map(tether::device::ocr::SharedReader);
+        let reader =
+            tether::device::ocr::worker::reader_from(&settings, program).map(tether::device::ocr::SharedReader);
         SimDaemon::start_options(sim, DaemonOptions { text_reader: reader, ..DaemonOptions::default() }).await
     }
 

@@ -131,11 +131,14 @@ async fn measure(s: &mut Screen, name: &str, table: &mut Vec<(String, usize, usi
         let text = t["text"].as_str().unwrap();
         let r = s.c.ok("find_text", json!({"text": text, "match": "exact", "observation_id": obs})).await;
         let at = image_box(t, screen, image);
-        let placed = r["matches"].as_array().unwrap().iter().any(|m| {
-            within(m["center"]["x"].as_f64().unwrap(), m["center"]["y"].as_f64().unwrap(), at, 4.0)
-        });
+        let placed = r["matches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| within(m["center"]["x"].as_f64().unwrap(), m["center"]["y"].as_f64().unwrap(), at, 4.0));
         if !placed {
-            let read: Vec<&str> = shot["text"]["lines"].as_array().unwrap().iter().filter_map(|l| l["text"].as_str()).collect();
+            let read: Vec<&str> =
+                shot["text"]["lines"].as_array().unwrap().iter().filter_map(|l| l["text"].as_str()).collect();
             missed.push(format!("{text:?} (read: {read:?})"));
         }
     }
@@ -222,7 +225,12 @@ async fn tap_text_lands_on_the_named_text_or_refuses() {
             let touch = after["touches"].as_array().unwrap().last().unwrap();
             let (x, y) = (touch["down"][0].as_f64().unwrap(), touch["down"][1].as_f64().unwrap());
             let r0 = &t["rect"];
-            let b = (r0["x"].as_f64().unwrap(), r0["y"].as_f64().unwrap(), r0["w"].as_f64().unwrap(), r0["h"].as_f64().unwrap());
+            let b = (
+                r0["x"].as_f64().unwrap(),
+                r0["y"].as_f64().unwrap(),
+                r0["w"].as_f64().unwrap(),
+                r0["h"].as_f64().unwrap(),
+            );
             // A few phone pixels of slack: the screenshot is ~0.6x the phone.
             assert!(within(x, y, b, 8.0), "step {step}: tap_text {text:?} landed at ({x}, {y}), outside {b:?}: {r}");
             obs = v["after_observation_id"].as_str().map(str::to_string);
@@ -233,7 +241,10 @@ async fn tap_text_lands_on_the_named_text_or_refuses() {
                 matches!(code, "TEXT_NOT_FOUND" | "AMBIGUOUS_TEXT" | "STALE_OBSERVATION" | "OBSERVATION_EXPIRED"),
                 "step {step}: tap_text {text:?}: {r}"
             );
-            assert!(!new_touch && after["touches"].as_array().map_or(0, Vec::len) == touches, "step {step}: refused yet tapped: {r}");
+            assert!(
+                !new_touch && after["touches"].as_array().map_or(0, Vec::len) == touches,
+                "step {step}: refused yet tapped: {r}"
+            );
             refused += 1;
             obs = None;
         }
@@ -261,22 +272,39 @@ async fn find_wait_and_expect_text_answer_what_the_screen_says() {
 
     // Nothing is tapped for a text that is not there; the error lists what is.
     let before = s.at_rest().await["touches"].as_array().map_or(0, Vec::len);
-    let r = s.c.call("action", json!({"operation_id": "nf", "action": {"type": "tap_text", "text": "Setings", "match": "exact"}})).await;
+    let r =
+        s.c.call(
+            "action",
+            json!({"operation_id": "nf", "action": {"type": "tap_text", "text": "Setings", "match": "exact"}}),
+        )
+        .await;
     assert_eq!(r["error"]["code"], "TEXT_NOT_FOUND", "{r}");
     assert!(r["error"]["text_search"]["nearest"].as_array().is_some_and(|n| !n.is_empty()), "{r}");
     assert_eq!(s.at_rest().await["touches"].as_array().map_or(0, Vec::len), before, "nothing tapped");
 
     // tap_text opens Settings, checked by expect_text; expect_no_text catches what should not be there.
-    let r = s.c.call("action", json!({"operation_id": "open", "action": {"type": "tap_text", "text": "Settings"},
-                                      "expect_text": "Airplane Mode"})).await;
+    let r =
+        s.c.call(
+            "action",
+            json!({"operation_id": "open", "action": {"type": "tap_text", "text": "Settings"},
+                                      "expect_text": "Airplane Mode"}),
+        )
+        .await;
     assert_eq!(r["ok"], true, "{r}");
     assert_eq!(s.at_rest().await["app"], "Settings");
     assert!(r["result"]["text_target"]["center"]["x"].is_number(), "{r}");
-    let r = s.c.call("action", json!({"operation_id": "gen", "action": {"type": "tap_text", "text": "General"},
-                                      "expect_no_text": "Reset"})).await;
+    let r =
+        s.c.call(
+            "action",
+            json!({"operation_id": "gen", "action": {"type": "tap_text", "text": "General"},
+                                      "expect_no_text": "Reset"}),
+        )
+        .await;
     assert_eq!(r["error"]["code"], "UNEXPECTED_TEXT", "General shows Reset: {r}");
     assert!(r["error"]["effect"]["after_observation_id"].is_string(), "{r}");
-    let r = s.c.call("action", json!({"operation_id": "bk", "action": {"type": "back"}, "expect_text": "Nowhere Mode"})).await;
+    let r =
+        s.c.call("action", json!({"operation_id": "bk", "action": {"type": "back"}, "expect_text": "Nowhere Mode"}))
+            .await;
     assert_eq!(r["error"]["code"], "EXPECTED_TEXT_MISSING", "{r}");
     assert_eq!(r["error"]["side_effect_possible"], true, "{r}");
 
@@ -284,7 +312,12 @@ async fn find_wait_and_expect_text_answer_what_the_screen_says() {
     s.act(json!({"type": "back"})).await;
     let none = s.c.ok("wait_for_text", json!({"text": "Reset", "timeout_ms": 0})).await;
     assert_eq!(none["satisfied"], false, "{none}");
-    let r = s.c.call("action", json!({"operation_id": "gen2", "action": {"type": "tap_text", "text": "General"}, "verify": false})).await;
+    let r =
+        s.c.call(
+            "action",
+            json!({"operation_id": "gen2", "action": {"type": "tap_text", "text": "General"}, "verify": false}),
+        )
+        .await;
     assert_eq!(r["ok"], true, "{r}");
     let came = s.c.ok("wait_for_text", json!({"text": "Reset", "timeout_ms": 5000})).await;
     assert_eq!(came["satisfied"], true, "{came}");
@@ -303,8 +336,13 @@ async fn after_an_action_the_changed_region_reads_as_a_full_read_would() {
     let mut obs = s.c.ok("screenshot", json!({"text": true})).await["metadata"]["observation_id"].clone();
     for (i, target) in ["Add", "Add", "Month", "+"].iter().enumerate() {
         s.ops += 1;
-        let r = s.c.call("action", json!({"operation_id": format!("re-{i}"), "observation_id": obs,
-                                          "action": {"type": "tap_text", "text": target}, "expect": "any"})).await;
+        let r =
+            s.c.call(
+                "action",
+                json!({"operation_id": format!("re-{i}"), "observation_id": obs,
+                                          "action": {"type": "tap_text", "text": target}, "expect": "any"}),
+            )
+            .await;
         if r["ok"] != true {
             // "+" may read as another symbol: the point is the re-read, not this tap.
             assert!(matches!(r["error"]["code"].as_str(), Some("TEXT_NOT_FOUND" | "AMBIGUOUS_TEXT")), "{r}");

@@ -175,6 +175,9 @@ impl TextRead {
     /// lines sorted top to bottom (then left to right), words left to right within a line,
     /// `line` fields renumbered, empty words dropped.
     pub fn from_words(mut words: Vec<Word>) -> TextRead {
+        for w in &mut words {
+            w.text = without_bars(&w.text);
+        }
         words.retain(|w| !w.text.trim().is_empty());
         let mut groups: std::collections::BTreeMap<usize, Vec<Word>> = std::collections::BTreeMap::new();
         for w in words {
@@ -220,6 +223,18 @@ impl TextRead {
         let offset = self.lines.len();
         words.extend(inside.words.iter().map(|w| Word { line: w.line + offset, ..w.clone() }));
         TextRead::from_words(words)
+    }
+}
+
+/// `word` without a vertical bar stuck to either end: a text field's caret (drawn right
+/// after the last letter) or a border line read as `|` is never part of a word on a phone
+/// screen. A word that is only bars is left alone (it is then a line, not a word's edge).
+fn without_bars(word: &str) -> String {
+    let trimmed = word.trim_matches(|c| matches!(c, '|' | '│' | '¦'));
+    if trimmed.chars().any(char::is_alphanumeric) {
+        trimmed.to_string()
+    } else {
+        word.to_string()
     }
 }
 
@@ -343,6 +358,13 @@ mod tests {
         assert_eq!(read.line_words(0).len(), 2);
         assert_eq!(read.words[1].line, 0);
         assert_eq!(read.lines[0].bbox, TextBox { x: 0, y: 100, width: 120, height: 20 });
+    }
+
+    #[test]
+    fn a_caret_stuck_to_a_word_is_not_part_of_it() {
+        let read = TextRead::from_words(vec![word("5|", 0, 0, 0), word("|Call", 30, 0, 0), word("|", 60, 0, 0)]);
+        let texts: Vec<&str> = read.words.iter().map(|w| w.text.as_str()).collect();
+        assert_eq!(texts, ["5", "Call", "|"]);
     }
 
     #[test]

@@ -61,7 +61,7 @@ pub fn layout(cx: &Cx, query: &str) -> (Vec<Element>, Vec<Paint>, Rect) {
             let icon = Rect { x: r.x + cx.sx(30), y: r.y + cx.sy(20), w: cx.sx(110), h: cx.sy(110) };
             paint.push(Paint::Round(icon, cx.sx(26), icon_colour(app)));
             let initial: String = name.chars().take(1).collect();
-            paint.push(text_centred(&initial, icon, cx.font(66), colour::WHITE));
+            paint.push(super::apps::artwork(text_centred(&initial, icon, cx.font(66), colour::WHITE)));
             let tx = icon.x + icon.w + cx.sx(36);
             paint.push(text_at(name, tx, r.y + (r.h - size) / 2, size, colour::BLACK, r));
         }

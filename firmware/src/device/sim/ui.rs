@@ -217,6 +217,10 @@ pub struct TextRun {
     pub artwork: bool,
 }
 
+/// A dimming this strong or stronger hides what is under it from `texts` (Spotlight's
+/// 190; an alert's lighter dimming leaves the page readable, as on iOS).
+const VEILED: u8 = 160;
+
 /// Whether `a` lies wholly inside `b`.
 fn inside(a: &Rect, b: &Rect) -> bool {
     a.x >= b.x && a.y >= b.y && a.x + a.w <= b.x + b.w && a.y + a.h <= b.y + b.h
@@ -433,15 +437,19 @@ impl Ui {
     /// Every line of text the screen shows whole (not clipped, not artwork), top to bottom.
     pub fn texts(&self) -> Vec<ShownText> {
         let screen = Rect { x: 0, y: 0, w: self.width, h: self.height };
-        let mut shown: Vec<ShownText> = self
-            .scene()
-            .paint
+        let paint = self.scene().paint;
+        let mut shown: Vec<ShownText> = paint
             .iter()
-            .filter_map(|p| match p {
+            .enumerate()
+            .filter_map(|(i, p)| match p {
                 Paint::Text(t) if !t.artwork && !t.text.trim().is_empty() => {
                     let text = t.text.trim_end().to_string();
                     let rect = Rect { x: t.x, y: t.y, w: width(&text, t.size), h: t.size };
-                    (inside(&rect, &t.clip) && inside(&rect, &screen)).then_some(ShownText { text, rect })
+                    // Under Spotlight's veil (iOS blurs what is behind it) nobody reads it.
+                    let veiled = paint[i + 1..]
+                        .iter()
+                        .any(|q| matches!(q, Paint::Dim(d, a) if *a >= VEILED && inside(&rect, d)));
+                    (inside(&rect, &t.clip) && inside(&rect, &screen) && !veiled).then_some(ShownText { text, rect })
                 }
                 _ => None,
             })
@@ -940,7 +948,7 @@ fn accessory_bar(cx: &Cx) -> Vec<Paint> {
         }
     }
     // A chevron-like "v" to the right: hide the bar.
-    out.push(apps::text_in("v", cx.r(1010, 2390, 80, 110), 0, cx.font(51), [60, 60, 67]));
+    out.push(apps::artwork(apps::text_in("v", cx.r(1010, 2390, 80, 110), 0, cx.font(51), [60, 60, 67])));
     out
 }
 

@@ -117,7 +117,8 @@ impl App for Controls {
         for (id, r, sign) in [("stepper_minus", minus, "-"), ("stepper_plus", plus, "+")] {
             e.push(labelled(el(id, ElementKind::Button, r), sign));
             p.push(Paint::Round(r, cx.sx(16), colour::TRACK));
-            p.push(text_centred(sign, r, cx.font(60), colour::BLACK));
+            // The stepper's signs are symbols on iOS.
+            p.push(super::artwork(text_centred(sign, r, cx.font(60), colour::BLACK)));
         }
         let digit = cx.r(330, 720, 80, 80);
         let value = self.stepper.to_string();
