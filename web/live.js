@@ -352,7 +352,7 @@ function textFinder({ control, phone, canvas, drive, geometry, refreshGeometry, 
       const why = (t && t.problem) || 'this appliance does not say why';
       say(`Reading text is not available: ${why}`, 'unavailable');
       helloTimer = setTimeout(askAgain, helloWait);
-      helloWait = Math.min(helloWait * 2, 30000);
+      helloWait = Math.min(helloWait * 2, 10000);
     } else {
       helloWait = 2000;
       if (result.dataset.kind === 'unavailable') say('');
