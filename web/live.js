@@ -410,9 +410,16 @@ function textFinder({ control, phone, canvas, drive, geometry, refreshGeometry, 
     return { x, y, w: Math.max(1, Math.min(canvas.width - x, Math.ceil(box.width * sx))),
       h: Math.max(1, Math.min(canvas.height - y, Math.ceil(box.height * sy))) };
   };
-  const ctx = canvas.getContext('2d');
+  // Read through a small canvas of its own (made for reading back), not the picture's: the
+  // picture's canvas stays the GPU's, the comparison costs at most 96 px across per box.
+  const scratch = document.createElement('canvas');
+  const scratchCtx = scratch.getContext('2d', { willReadFrequently: true });
   const luma = (r) => {
-    const d = ctx.getImageData(r.x, r.y, r.w, r.h).data;
+    const w = Math.min(r.w, 96);
+    const h = Math.max(1, Math.round((r.h * w) / r.w));
+    if (scratch.width !== w || scratch.height !== h) Object.assign(scratch, { width: w, height: h });
+    scratchCtx.drawImage(canvas, r.x, r.y, r.w, r.h, 0, 0, w, h);
+    const d = scratchCtx.getImageData(0, 0, w, h).data;
     const out = new Uint8Array(d.length / 4);
     for (let i = 0, j = 0; i < d.length; i += 4, j++) out[j] = (d[i] * 77 + d[i + 1] * 150 + d[i + 2] * 29) >> 8;
     return out;

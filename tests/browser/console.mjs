@@ -378,27 +378,32 @@ try {
 
   await step('Find text on screen: one highlight over the Settings label, a click taps it; NoSuchText names the nearest', async () => {
     await waitFor('home', async () => { const s = await sim(); return s.screen === 'home' && !s.animating; });
-    // The text reader starts beside the daemon; the field is enabled once hello says it reads.
+    // The text reader starts beside the daemon (hello says "starting" meanwhile); the page
+    // asks hello again and enables the field once it reads.
+    const reader = await waitFor('the text reader to start', async () => {
+      const t = (await call('hello')).capabilities.text;
+      return (t.available || !/starting/.test(t.problem || '')) && t;
+    }, 30000);
+    if (!reader.available) throw new Error(`this daemon cannot read text: ${reader.problem}`);
     const field = page.locator('#find-text');
     const line = page.locator('#find-text-result');
-    try {
-      await page.locator('#find-text:enabled').waitFor({ timeout: 40000 });
-    } catch (e) {
-      throw new Error(`the search stayed disabled: ${await line.textContent()}`);
-    }
+    await page.locator('#find-text:enabled').waitFor({ timeout: 15000 })
+      .catch(async () => { throw new Error(`the search stayed disabled: ${await line.textContent()}`); });
     const find = async (text, kind) => {
       await field.fill(text);
       await field.press('Enter');
       await page.locator(`#find-text-result[data-kind="${kind}"]`).waitFor({ timeout: 20000 })
         .catch(async () => { throw new Error(`searching "${text}": ${await line.textContent()}`); });
     };
-    // Where the sim draws the Settings label, in page pixels: under its icon (the element's
-    // rect is the icon; the label is the band below it, as tall as half the icon).
+    // Where the sim draws the Settings label, in page pixels: its line of text as sim_state
+    // lists it (`texts`), or else the band under the icon (the element's rect is the icon).
     const home = await sim();
     const icon = home.elements.find((e) => e.kind === 'app_icon' && e.label === 'Settings');
     if (!icon) throw new Error(`no icon labelled Settings: ${JSON.stringify(home.elements.map((e) => e.label))}`);
     const [w, h] = home.screen_size;
-    const labelBand = { x: icon.rect.x, y: icon.rect.y + icon.rect.h, width: icon.rect.w, height: icon.rect.h / 2 };
+    const drawn = (home.texts || []).find((t) => t.text === 'Settings');
+    const labelBand = drawn ? { x: drawn.rect.x, y: drawn.rect.y, width: drawn.rect.w, height: drawn.rect.h }
+      : { x: icon.rect.x, y: icon.rect.y + icon.rect.h, width: icon.rect.w, height: icon.rect.h / 2 };
     const toPage = (r, box) => ({ x: box.x + (r.x / w) * box.width, y: box.y + (r.y / h) * box.height,
       width: (r.width / w) * box.width, height: (r.height / h) * box.height });
     const inside = (p, r) => p.x >= r.x && p.x <= r.x + r.width && p.y >= r.y && p.y <= r.y + r.height;
