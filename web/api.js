@@ -134,16 +134,8 @@ export class Control {
   }
 
   send(method, params = {}) {
-    return this.start(method, params).done;
-  }
-
-  /**
-   * Sends without waiting: `{id, done}`, where `done` settles like `send`'s promise and
-   * `id` is what `cancel` takes (for a long wait the page no longer wants).
-   */
-  start(method, params = {}) {
     const id = this.nextId++;
-    const done = new Promise((resolve, reject) => {
+    return new Promise((resolve, reject) => {
       if (!this.ws || this.ws.readyState !== WebSocket.OPEN) {
         reject(new ApiError('DISCONNECTED', 'not connected to the appliance; retrying', { retryable: true }));
         return;
@@ -151,13 +143,6 @@ export class Control {
       this.pending.set(id, { resolve, reject });
       this.ws.send(JSON.stringify({ id, method, ...params }));
     });
-    return { id, done };
-  }
-
-  /** Asks the appliance to end request `id` of this connection early (it answers CANCELLED). */
-  cancel(id) {
-    if (!this.pending.has(id)) return;
-    this.send('cancel', { request_id: id }).catch(() => { /* answered or gone either way */ });
   }
 
   /** Calls `method` once connected. */
