@@ -587,6 +587,16 @@ try {
     if (controls !== 0) throw new Error(`${controls} controls visible to a viewer`);
     if (await p.getByRole('link', { name: 'Access' }).isVisible()) throw new Error('Access shown to a viewer');
     await shot(p, '11-view-only');
+    // A viewer may look for text (find_text is observing) but its highlights tap nothing.
+    if ((await call('hello')).capabilities.text.available) {
+      await p.locator('#find-text:enabled').waitFor({ timeout: 15000 });
+      await p.locator('#find-text').fill('Settings');
+      await p.locator('#find-text').press('Enter');
+      await p.locator('#find-text-result[data-kind="found"]').waitFor({ timeout: 20000 });
+      const hits = await p.locator('#highlights .hit').count();
+      const tappable = await p.locator('#highlights .hit.tappable, #find-text-matches button').count();
+      if (hits !== 1 || tappable !== 0) throw new Error(`a viewer's search: ${hits} highlights, ${tappable} tappable`);
+    }
     const before = (await sim()).input.reports;
     expectedErrors.push('view: Failed to load resource: the server responded with a status of 403');
     const forged = await p.evaluate(async () => {
