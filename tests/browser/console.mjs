@@ -589,6 +589,7 @@ try {
     await shot(p, '11-view-only');
     // A viewer may look for text (find_text is observing) but its highlights tap nothing.
     if ((await call('hello')).capabilities.text.available) {
+      await waitFor('home', async () => { const s = await sim(); return s.screen === 'home' && !s.animating; });
       await p.locator('#find-text:enabled').waitFor({ timeout: 15000 });
       await p.locator('#find-text').fill('Settings');
       await p.locator('#find-text').press('Enter');
