@@ -414,11 +414,11 @@ function textFinder({ control, phone, canvas, drive, geometry, refreshGeometry, 
   // picture's canvas stays the GPU's, the comparison costs at most 96 px across per box.
   const scratch = document.createElement('canvas');
   const scratchCtx = scratch.getContext('2d', { willReadFrequently: true });
-  const luma = (r) => {
+  const luma = (r, source = canvas) => {
     const w = Math.min(r.w, 96);
     const h = Math.max(1, Math.round((r.h * w) / r.w));
     if (scratch.width !== w || scratch.height !== h) Object.assign(scratch, { width: w, height: h });
-    scratchCtx.drawImage(canvas, r.x, r.y, r.w, r.h, 0, 0, w, h);
+    scratchCtx.drawImage(source, r.x, r.y, r.w, r.h, 0, 0, w, h);
     const d = scratchCtx.getImageData(0, 0, w, h).data;
     const out = new Uint8Array(d.length / 4);
     for (let i = 0, j = 0; i < d.length; i += 4, j++) out[j] = (d[i] * 77 + d[i + 1] * 150 + d[i + 2] * 29) >> 8;
@@ -447,16 +447,20 @@ function textFinder({ control, phone, canvas, drive, geometry, refreshGeometry, 
     const mine = ++searches;
     node.setAttribute('aria-busy', 'true');
     say(`Reading the screen for “${text}”…`, 'busy');
-    let r;
+    // The picture as the read starts: when the matches' boxes show the same in it and once
+    // the answer is in, the read saw what the highlights are drawn over.
+    const start = canvas.width > 2 ? await createImageBitmap(canvas).catch(() => null) : null;
     try {
-      r = await control.call('find_text', { text });
-      if (mine === searches && !sameShape(r.image_size)) {
-        await refreshGeometry();
-        if (!sameShape(r.image_size)) throw Object.assign(new Error('the phone\'s picture changed shape while it was read; search again'), { code: 'GEOMETRY_CHANGED' });
+      const r = await control.call('find_text', { text });
+      if (mine === searches && !sameShape(r.image_size)) await refreshGeometry();
+      if (mine !== searches) return;
+      if (!sameShape(r.image_size)) {
+        say('The phone\'s picture changed shape while it was read; search again.', 'problem');
+      } else {
+        show(text, r, start);
       }
     } catch (e) {
       if (mine !== searches) return;
-      node.removeAttribute('aria-busy');
       if (e.code === 'OCR_UNAVAILABLE') {
         setCapability({ available: false, problem: e.message });
       } else if (e.code === 'OCR_FAILED') {
@@ -464,15 +468,13 @@ function textFinder({ control, phone, canvas, drive, geometry, refreshGeometry, 
       } else {
         say(explain(e), 'problem');
       }
-      return;
     } finally {
       if (mine === searches) node.removeAttribute('aria-busy');
+      if (start) start.close();
     }
-    if (mine !== searches) return;
-    show(text, r);
   }
 
-  function show(text, r) {
+  function show(text, r, start) {
     const size = r.image_size;
     const matches = r.matches || [];
     layer.dataset.observation = r.observation_id;
@@ -480,6 +482,13 @@ function textFinder({ control, phone, canvas, drive, geometry, refreshGeometry, 
       const near = (r.nearest || []).slice(0, MAX_NEAREST).map((n) => `“${n.text}”`);
       say(near.length ? `Not found: “${text}” — nearest: ${near.join(', ')}.`
         : `Not found: “${text}” — no text was read on the screen.`, 'none');
+      return;
+    }
+    const boxes = matches.map((m) => onCanvas(m.box, size));
+    const before = boxes.map((b) => luma(b));
+    if (start && (start.width !== canvas.width || start.height !== canvas.height
+      || boxes.some((b, i) => moved(luma(b, start), before[i])))) {
+      say('The screen changed while it was read; search again.', 'problem');
       return;
     }
     place();
@@ -509,9 +518,6 @@ function textFinder({ control, phone, canvas, drive, geometry, refreshGeometry, 
     const count = r.count > matches.length ? `${r.count} matches (${matches.length} shown)`
       : matches.length === 1 ? '1 match' : `${matches.length} matches`;
     say(`${count} for “${text}”${drive ? ': click a highlight (or a button below) to tap it.' : '.'}`, 'found');
-
-    const boxes = matches.map((m) => onCanvas(m.box, size));
-    const before = boxes.map(luma);
     const checker = setInterval(() => {
       if (boxes.some((b, i) => moved(before[i], luma(b)))) clear('The screen changed under the highlights; search again.');
     }, HIGHLIGHT_CHECK_MS);
@@ -525,8 +531,9 @@ function textFinder({ control, phone, canvas, drive, geometry, refreshGeometry, 
     const m = matches[i];
     // The tap changes the screen: the highlights would be stale the moment it lands.
     clear(`Tapping “${m.text}”…`);
+    const at = searches;
     const done = await tap(observationId, m.center);
-    if (!shown && result.dataset.kind !== 'unavailable') {
+    if (at === searches && !shown && result.dataset.kind !== 'unavailable') {
       say(done ? `Tapped “${m.text}”.` : `“${m.text}” was not tapped (see why below).`, done ? 'tapped' : 'problem');
     }
     field.focus();
