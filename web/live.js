@@ -41,7 +41,8 @@ export function livePage(app) {
   const act = (build) => {
     queue = queue.then(async () => {
       try {
-        const obs = build.needsObservation ? await observe() : null;
+        const obs = build.observationId ? { observation_id: build.observationId }
+          : build.needsObservation ? await observe() : null;
         const action = build(obs);
         // A person watches the video: answer once the input is sent, without waiting for
         // the screen to settle (act-and-verify is for agents).
@@ -196,7 +197,17 @@ export function livePage(app) {
     act(() => ({ type: 'type_text', text }));
   } }, typeField, el('button', { type: 'submit', 'data-control': true }, 'Type')) : null;
 
-  const page = el('section', { class: 'live' }, frame, el('div', { class: 'side' }, task.node, keys, typeForm, problem, note));
+  // Text on the screen: a search whose matches are highlighted on the picture; a click on
+  // one taps exactly that box, in the observation its text was read from.
+  const finder = control.may('find_text') ? textFinder({
+    control, phone, canvas, drive,
+    geometry: () => geometry,
+    refreshGeometry: observe,
+    tap: (observationId, p) => act(Object.assign(() => ({ type: 'tap', x: p.x, y: p.y }), { observationId })),
+  }) : null;
+
+  const page = el('section', { class: 'live' }, frame,
+    el('div', { class: 'side' }, task.node, keys, typeForm, finder && finder.node, problem, note));
   // The first observation sets the geometry; the video follows it.
   observe().catch((e) => {
     // A view login may still look: it is the picture we need, not the observation.
@@ -204,7 +215,7 @@ export function livePage(app) {
   }).finally(() => video.start());
   // A new video generation (a new resolution) means a new geometry.
   const watch = setInterval(() => observe().catch(() => {}), 10000);
-  return { node: page, stop: () => { video.stop(); clearInterval(watch); task.stop(); } };
+  return { node: page, stop: () => { video.stop(); clearInterval(watch); task.stop(); if (finder) finder.stop(); } };
 }
 
 const ACTIVE = ['running', 'paused', 'waiting', 'taken_over'];
@@ -266,4 +277,288 @@ function thin(path, n) {
   const out = [];
   for (let i = 0; i < n; i++) out.push(path[Math.round((i * (path.length - 1)) / (n - 1))]);
   return out;
+}
+
+// ---------------------------------------------------------------- text on the screen
+
+// How long highlights stay when nothing under them changes. A highlight is a box of the
+// observation `find_text` read, and a click taps that observation's pixels: the daemon keeps
+// an observation 30 s, so past that a click could not hit "exactly the highlighted box".
+// Clearing a little earlier than the daemon forgets it leaves room for the click's trip.
+const HIGHLIGHT_MS = 25000;
+// Whether the picture under a highlight changed: checked on the canvas every so often, as
+// the mean luma difference (0..255) of the box against what it showed when the highlights
+// appeared. Video of a still screen decodes to the same pixels (skipped blocks), so a
+// small bound suffices; text that moved, scrolled or went away differs by far more.
+const HIGHLIGHT_CHECK_MS = 250;
+const HIGHLIGHT_CHANGED = 10;
+// Matches listed as buttons under the field (all of them are highlighted on the picture).
+const MAX_LISTED = 8;
+// Nearest texts a "not found" names.
+const MAX_NEAREST = 5;
+
+/**
+ * "Find text on screen": `find_text` on a fresh read of the phone, each match highlighted
+ * over the live picture and listed as a button (the keyboard's way to the same tap).
+ *
+ * Highlights go away when the query is cleared, on the next search, when the picture under
+ * any of them changes, and after HIGHLIGHT_MS. "The picture under them" is judged here, on
+ * the canvas, rather than with `wait_for_change`: the sim's status bar clock changes every
+ * second and each `wait_for_change` answer is a new observation, and observations are few
+ * (32) and shared with the agents; a change elsewhere on the screen (a clock, a spinner)
+ * leaves the highlighted text where it was, so the highlights stay.
+ *
+ * Clicking a highlight sends a `tap` at its centre with the `observation_id` of the read, so
+ * the tap lands on exactly the box shown, through the same admission as every other input
+ * on this page (`act`): only a login that may act gets clickable highlights, and while a
+ * task's agent drives the daemon refuses and the page says so (pointing at Take over), as
+ * for a click on the picture.
+ */
+function textFinder({ control, phone, canvas, drive, geometry, refreshGeometry, tap }) {
+  const field = el('input', { type: 'search', id: 'find-text', name: 'find-text', autocomplete: 'off',
+    spellcheck: 'false', enterkeyhint: 'search', placeholder: 'e.g. Settings', 'aria-describedby': 'find-text-result' });
+  const submit = el('button', { type: 'submit', id: 'find-text-go' }, 'Find');
+  const result = el('p', { id: 'find-text-result', class: 'find-result', role: 'status' });
+  const list = el('ol', { id: 'find-text-matches', class: drive ? 'find-matches drive' : 'find-matches', 'aria-label': 'Matches' });
+  const form = el('form', { class: 'find', role: 'search', 'aria-label': 'Find text on screen' },
+    el('label', { for: 'find-text' }, 'Find text on screen'),
+    el('div', { class: 'find-row' }, field, submit));
+  const node = el('div', { id: 'find', class: 'find-text' }, form, result, list);
+  // Over the picture, exactly where the canvas draws it; its children are in % of it.
+  const layer = el('div', { id: 'highlights', class: 'highlights' });
+  phone.append(layer);
+
+  let available = false;
+  let searches = 0; // the newest search wins; older answers are dropped
+  let shown = null; // {observationId, matches, hits, samples, timers}
+  let helloTimer = null;
+  let helloWait = 2000;
+
+  const say = (text, kind = '') => {
+    result.textContent = text;
+    result.dataset.kind = kind;
+  };
+
+  // Whether text can be read: `hello`'s capabilities.text. A reader that is still starting
+  // says so (available: false), so while unavailable we ask again, less and less often.
+  const setCapability = (t) => {
+    clearTimeout(helloTimer);
+    available = !!(t && t.available);
+    field.disabled = !available;
+    submit.disabled = !available;
+    node.dataset.available = String(available);
+    if (!available) {
+      clear();
+      const why = (t && t.problem) || 'this appliance does not say why';
+      say(`Reading text is not available: ${why}`, 'unavailable');
+      helloTimer = setTimeout(askAgain, helloWait);
+      helloWait = Math.min(helloWait * 2, 10000);
+    } else {
+      helloWait = 2000;
+      if (result.dataset.kind === 'unavailable') say('');
+    }
+  };
+  const askAgain = async () => {
+    try {
+      const h = await control.call('hello', {});
+      setCapability(h.capabilities && h.capabilities.text);
+    } catch {
+      helloTimer = setTimeout(askAgain, helloWait);
+    }
+  };
+  const capability = (h) => setCapability(h && h.capabilities && h.capabilities.text);
+  capability(control.hello);
+  const offOpen = control.on('open', capability);
+
+  // Where the canvas's picture is, in the phone's box: all of the canvas with the default
+  // object-fit (fill); the letterboxed part of it with contain/scale-down.
+  const place = () => {
+    const bw = canvas.clientWidth;
+    const bh = canvas.clientHeight;
+    let w = bw;
+    let h = bh;
+    const fit = getComputedStyle(canvas).objectFit;
+    if ((fit === 'contain' || fit === 'scale-down') && canvas.width > 2 && canvas.height > 2) {
+      const k = Math.min(bw / canvas.width, bh / canvas.height, fit === 'scale-down' ? 1 : Infinity);
+      w = canvas.width * k;
+      h = canvas.height * k;
+    }
+    Object.assign(layer.style, { left: `${canvas.offsetLeft + (bw - w) / 2}px`, top: `${canvas.offsetTop + (bh - h) / 2}px`,
+      width: `${w}px`, height: `${h}px` });
+  };
+  const resized = new ResizeObserver(place);
+  resized.observe(canvas);
+
+  function clear(why) {
+    if (shown) {
+      clearInterval(shown.checker);
+      clearTimeout(shown.expiry);
+      shown = null;
+    }
+    layer.replaceChildren();
+    list.replaceChildren();
+    delete layer.dataset.observation;
+    if (why !== undefined) say(why);
+  }
+
+  // A box of the read (its image pixels) in canvas pixels.
+  const onCanvas = (box, size) => {
+    const sx = canvas.width / size.width;
+    const sy = canvas.height / size.height;
+    const x = Math.max(0, Math.floor(box.x * sx));
+    const y = Math.max(0, Math.floor(box.y * sy));
+    return { x, y, w: Math.max(1, Math.min(canvas.width - x, Math.ceil(box.width * sx))),
+      h: Math.max(1, Math.min(canvas.height - y, Math.ceil(box.height * sy))) };
+  };
+  // Read through a small canvas of its own (made for reading back), not the picture's: the
+  // picture's canvas stays the GPU's, the comparison costs at most 96 px across per box.
+  const scratch = document.createElement('canvas');
+  const scratchCtx = scratch.getContext('2d', { willReadFrequently: true });
+  const luma = (r, source = canvas) => {
+    const w = Math.min(r.w, 96);
+    const h = Math.max(1, Math.round((r.h * w) / r.w));
+    if (scratch.width !== w || scratch.height !== h) Object.assign(scratch, { width: w, height: h });
+    scratchCtx.drawImage(source, r.x, r.y, r.w, r.h, 0, 0, w, h);
+    const d = scratchCtx.getImageData(0, 0, w, h).data;
+    const out = new Uint8Array(d.length / 4);
+    for (let i = 0, j = 0; i < d.length; i += 4, j++) out[j] = (d[i] * 77 + d[i + 1] * 150 + d[i + 2] * 29) >> 8;
+    return out;
+  };
+  const moved = (a, b) => {
+    if (a.length !== b.length) return true;
+    let sum = 0;
+    for (let i = 0; i < a.length; i++) sum += Math.abs(a[i] - b[i]);
+    return sum / a.length > HIGHLIGHT_CHANGED;
+  };
+
+  // The picture the read came from and the picture shown are the phone's active rectangle
+  // both (find_text reads the whole of it; the canvas shows the crop of the last
+  // observation): same shape, or the geometry changed between them.
+  const sameShape = (size) => {
+    const g = geometry();
+    if (!g) return false;
+    return Math.abs(size.width / size.height - g.crop.width / g.crop.height) < 0.01 * (g.crop.width / g.crop.height);
+  };
+
+  async function search() {
+    const text = field.value.trim();
+    clear();
+    if (!text || !available) return;
+    const mine = ++searches;
+    node.setAttribute('aria-busy', 'true');
+    say(`Reading the screen for “${text}”…`, 'busy');
+    // The picture as the read starts: when the matches' boxes show the same in it and once
+    // the answer is in, the read saw what the highlights are drawn over.
+    const start = canvas.width > 2 ? await createImageBitmap(canvas).catch(() => null) : null;
+    try {
+      const r = await control.call('find_text', { text });
+      if (mine === searches && !sameShape(r.image_size)) await refreshGeometry();
+      if (mine !== searches) return;
+      if (!sameShape(r.image_size)) {
+        say('The phone\'s picture changed shape while it was read; search again.', 'problem');
+      } else {
+        show(text, r, start);
+      }
+    } catch (e) {
+      if (mine !== searches) return;
+      if (e.code === 'OCR_UNAVAILABLE') {
+        setCapability({ available: false, problem: e.message });
+      } else if (e.code === 'OCR_FAILED') {
+        say(`Reading the screen failed; try again. (${e.code}: ${e.message})`, 'problem');
+      } else {
+        say(explain(e), 'problem');
+      }
+    } finally {
+      if (mine === searches) node.removeAttribute('aria-busy');
+      if (start) start.close();
+    }
+  }
+
+  function show(text, r, start) {
+    const size = r.image_size;
+    const matches = r.matches || [];
+    layer.dataset.observation = r.observation_id;
+    if (!matches.length) {
+      const near = (r.nearest || []).slice(0, MAX_NEAREST).map((n) => `“${n.text}”`);
+      say(near.length ? `Not found: “${text}” — nearest: ${near.join(', ')}.`
+        : `Not found: “${text}” — no text was read on the screen.`, 'none');
+      return;
+    }
+    const boxes = matches.map((m) => onCanvas(m.box, size));
+    const before = boxes.map((b) => luma(b));
+    if (start && (start.width !== canvas.width || start.height !== canvas.height
+      || boxes.some((b, i) => moved(luma(b, start), before[i])))) {
+      say('The screen changed while it was read; search again.', 'problem');
+      return;
+    }
+    place();
+    const hits = matches.map((m, i) => {
+      // For the pointer; the keyboard's (and a screen reader's) way is the list of buttons.
+      const hit = el('div', { class: drive ? 'hit tappable' : 'hit', 'data-index': String(i), 'data-text': m.text,
+        'aria-hidden': 'true', title: drive ? `Tap “${m.text}”` : m.text });
+      if (matches.length > 1) hit.dataset.n = String(i + 1);
+      Object.assign(hit.style, { left: `${(100 * m.box.x) / size.width}%`, top: `${(100 * m.box.y) / size.height}%`,
+        width: `${(100 * m.box.width) / size.width}%`, height: `${(100 * m.box.height) / size.height}%` });
+      if (drive) hit.addEventListener('click', () => press(i));
+      return hit;
+    });
+    layer.replaceChildren(...hits);
+    const items = matches.slice(0, MAX_LISTED).map((m, i) => {
+      const label = `${matches.length > 1 ? `${i + 1} ` : ''}“${m.text}”`;
+      if (!drive) return el('li', {}, label);
+      const b = el('button', { type: 'button', 'data-control': true, 'data-index': String(i),
+        'aria-label': `Tap “${m.text}” on the phone (match ${i + 1} of ${matches.length})`,
+        onclick: () => press(i),
+        onfocus: () => hits[i].classList.add('current'), onblur: () => hits[i].classList.remove('current'),
+        onmouseenter: () => hits[i].classList.add('current'), onmouseleave: () => hits[i].classList.remove('current') }, label);
+      return el('li', {}, b);
+    });
+    if (matches.length > MAX_LISTED) items.push(el('li', { class: 'more' }, `and ${matches.length - MAX_LISTED} more on the picture`));
+    list.replaceChildren(...items);
+    const count = r.count > matches.length ? `${r.count} matches (${matches.length} shown)`
+      : matches.length === 1 ? '1 match' : `${matches.length} matches`;
+    say(`${count} for “${text}”${drive ? ': click a highlight (or a button below) to tap it.' : '.'}`, 'found');
+    const checker = setInterval(() => {
+      if (boxes.some((b, i) => moved(before[i], luma(b)))) clear('The screen changed under the highlights; search again.');
+    }, HIGHLIGHT_CHECK_MS);
+    const expiry = setTimeout(() => clear(`Highlights cleared after ${HIGHLIGHT_MS / 1000} s (the read they come from expires); search again.`), HIGHLIGHT_MS);
+    shown = { observationId: r.observation_id, matches, checker, expiry };
+  }
+
+  async function press(i) {
+    if (!shown) return;
+    const { observationId, matches } = shown;
+    const m = matches[i];
+    // The tap changes the screen: the highlights would be stale the moment it lands.
+    clear(`Tapping “${m.text}”…`);
+    const at = searches;
+    const done = await tap(observationId, m.center);
+    if (at === searches && !shown && result.dataset.kind !== 'unavailable') {
+      say(done ? `Tapped “${m.text}”.` : `“${m.text}” was not tapped (see why below).`, done ? 'tapped' : 'problem');
+    }
+    field.focus();
+  }
+
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    search();
+  });
+  // An emptied field (Escape in a search field, or deleting the text) takes the highlights away.
+  field.addEventListener('input', () => {
+    if (field.value.trim()) return;
+    searches += 1;
+    node.removeAttribute('aria-busy');
+    clear(available ? '' : undefined);
+  });
+
+  return {
+    node,
+    stop: () => {
+      searches += 1;
+      clear();
+      clearTimeout(helloTimer);
+      resized.disconnect();
+      offOpen();
+    },
+  };
 }

@@ -376,6 +376,86 @@ try {
     await waitFor('home', async () => { const s = await sim(); return s.screen === 'home' && !s.animating; });
   });
 
+  await step('Find text on screen: one highlight over the Settings label, a click taps it; NoSuchText names the nearest', async () => {
+    await waitFor('home', async () => { const s = await sim(); return s.screen === 'home' && !s.animating; });
+    // The text reader starts beside the daemon (hello says "starting" meanwhile); the page
+    // asks hello again and enables the field once it reads.
+    const reader = await waitFor('the text reader to start', async () => {
+      const t = (await call('hello')).capabilities.text;
+      return (t.available || !/starting/.test(t.problem || '')) && t;
+    }, 30000);
+    if (!reader.available) throw new Error(`this daemon cannot read text: ${reader.problem}`);
+    const field = page.locator('#find-text');
+    const line = page.locator('#find-text-result');
+    await page.locator('#find-text:enabled').waitFor({ timeout: 15000 })
+      .catch(async () => { throw new Error(`the search stayed disabled: ${await line.textContent()}`); });
+    const find = async (text, kind) => {
+      await field.fill(text);
+      await field.press('Enter');
+      await page.locator(`#find-text-result[data-kind="${kind}"]`).waitFor({ timeout: 20000 })
+        .catch(async () => { throw new Error(`searching "${text}": ${await line.textContent()}`); });
+    };
+    // Where the sim draws the Settings label, in page pixels: its line of text as sim_state
+    // lists it (`texts`), or else the band under the icon (the element's rect is the icon).
+    const home = await sim();
+    const icon = home.elements.find((e) => e.kind === 'app_icon' && e.label === 'Settings');
+    if (!icon) throw new Error(`no icon labelled Settings: ${JSON.stringify(home.elements.map((e) => e.label))}`);
+    const [w, h] = home.screen_size;
+    const drawn = (home.texts || []).find((t) => t.text === 'Settings');
+    const labelBand = drawn ? { x: drawn.rect.x, y: drawn.rect.y, width: drawn.rect.w, height: drawn.rect.h }
+      : { x: icon.rect.x, y: icon.rect.y + icon.rect.h, width: icon.rect.w, height: icon.rect.h / 2 };
+    const toPage = (r, box) => ({ x: box.x + (r.x / w) * box.width, y: box.y + (r.y / h) * box.height,
+      width: (r.width / w) * box.width, height: (r.height / h) * box.height });
+    const inside = (p, r) => p.x >= r.x && p.x <= r.x + r.width && p.y >= r.y && p.y <= r.y + r.height;
+    const centre = (b) => ({ x: b.x + b.width / 2, y: b.y + b.height / 2 });
+
+    await find('Settings', 'found');
+    const hits = page.locator('#highlights .hit');
+    const n = await hits.count();
+    if (n !== 1) throw new Error(`${n} highlights for Settings: ${await line.textContent()}`);
+    const canvasBox = await page.locator('#screen').boundingBox();
+    const band = toPage(labelBand, canvasBox);
+    const hitBox = await hits.first().boundingBox();
+    if (!inside(centre(hitBox), band)) {
+      throw new Error(`the highlight ${JSON.stringify(hitBox)} is not over the Settings label ${JSON.stringify(band)}`);
+    }
+    if (!(await line.textContent()).includes('1 match')) throw new Error(`the line says: ${await line.textContent()}`);
+    await shot(page, '09-find-text');
+
+    await find('NoSuchText', 'none');
+    const none = await line.textContent();
+    // The nearest texts are named, quoted: at least one of the home screen's labels.
+    const named = [...none.matchAll(/“([^”]+)”/g)].map((m) => m[1]).filter((t) => t !== 'NoSuchText');
+    if (!/nearest:/.test(none) || named.length === 0) throw new Error(`the not-found line names nothing near: ${none}`);
+    if (await hits.count() !== 0) throw new Error('highlights stayed after a search that found nothing');
+    await shot(page, '10-find-text-none');
+
+    // A click on the highlight taps its centre in the read's observation: the sim's touch
+    // lands inside the highlighted box.
+    await find('Settings', 'found');
+    const box = await hits.first().boundingBox();
+    const touchesBefore = (await sim()).touches.length ? (await sim()).touches.at(-1).seq : 0;
+    const done = await actionsDone(page);
+    await page.mouse.click(box.x + box.width / 2, box.y + box.height / 2);
+    await waitFor('the page to count the tap', async () => (await actionsDone(page)) > done);
+    const touch = await waitFor('the tap on the sim', async () => (await sim()).touches.find((t) => t.seq > touchesBefore));
+    const at = { x: canvasBox.x + (touch.down[0] / w) * canvasBox.width, y: canvasBox.y + (touch.down[1] / h) * canvasBox.height };
+    if (touch.kind !== 'tap' || !inside(at, box)) {
+      throw new Error(`the tap ${JSON.stringify(touch)} (page ${JSON.stringify(at)}) is outside the highlight ${JSON.stringify(box)}`);
+    }
+    if (await hits.count() !== 0) throw new Error('the highlight stayed after its tap');
+    await page.locator('#find-text-result[data-kind="tapped"]').waitFor();
+    // Settings opens when the sim takes a touch on an icon's label as one on its icon.
+    if (touch.target === icon.id) {
+      await waitFor('Settings in front', async () => { const s = await sim(); return s.app === 'Settings' && !s.animating; });
+      await page.getByRole('button', { name: 'Home', exact: true }).click();
+      await waitFor('home', async () => { const s = await sim(); return s.screen === 'home' && !s.animating; });
+    } else {
+      console.log(`     the tap landed on the Settings label, which the sim does not count as its icon (target ${touch.target}): Settings not opened`);
+    }
+    await field.fill('');
+  });
+
   await step('a task shows with its steps; approval and pause from the page', async () => {
     const lease = new Client();
     await lease.connect();
@@ -507,6 +587,17 @@ try {
     if (controls !== 0) throw new Error(`${controls} controls visible to a viewer`);
     if (await p.getByRole('link', { name: 'Access' }).isVisible()) throw new Error('Access shown to a viewer');
     await shot(p, '11-view-only');
+    // A viewer may look for text (find_text is observing) but its highlights tap nothing.
+    if ((await call('hello')).capabilities.text.available) {
+      await waitFor('home', async () => { const s = await sim(); return s.screen === 'home' && !s.animating; });
+      await p.locator('#find-text:enabled').waitFor({ timeout: 15000 });
+      await p.locator('#find-text').fill('Settings');
+      await p.locator('#find-text').press('Enter');
+      await p.locator('#find-text-result[data-kind="found"]').waitFor({ timeout: 20000 });
+      const hits = await p.locator('#highlights .hit').count();
+      const tappable = await p.locator('#highlights .hit.tappable, #find-text-matches button').count();
+      if (hits !== 1 || tappable !== 0) throw new Error(`a viewer's search: ${hits} highlights, ${tappable} tappable`);
+    }
     const before = (await sim()).input.reports;
     expectedErrors.push('view: Failed to load resource: the server responded with a status of 403');
     const forged = await p.evaluate(async () => {

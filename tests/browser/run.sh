@@ -15,6 +15,9 @@ missing=()
 command -v chromium >/dev/null || missing+=(chromium)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
+# Find text on screen: the daemon's text reader (Tesseract 5 and its English data, Debian's).
+ldconfig -p 2>/dev/null | grep 'libtesseract\.so\.5' >/dev/null || missing+=(libtesseract5)
+[ -e /usr/share/tesseract-ocr/5/tessdata/eng.traineddata ] || missing+=(tesseract-ocr-eng)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "installing: ${missing[*]}"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
