@@ -38,9 +38,18 @@ pub fn decode_png(bytes: &[u8]) -> anyhow::Result<GrayImage> {
     Ok(GrayImage::from_rgb(w, h, &rgb))
 }
 
-/// The texts the sim says it shows: element labels and texts (each paragraph) and the title.
+/// The texts the sim says it shows: its `texts` list (each line as drawn) when it has one,
+/// else element labels and texts (each paragraph) and the title.
 fn shown_texts(state: &Value) -> Vec<String> {
     let mut out = Vec::new();
+    if let Some(texts) = state["texts"].as_array() {
+        out.extend(
+            texts.iter().filter_map(|t| t["text"].as_str()).map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned),
+        );
+        out.sort();
+        out.dedup();
+        return out;
+    }
     for e in state["elements"].as_array().into_iter().flatten() {
         for key in ["label", "text"] {
             if let Some(t) = e[key].as_str() {
