@@ -272,6 +272,8 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
                 limits: config.limits.daemon_limits(),
                 https: https_info,
                 act: config.act.clone(),
+                // Wired to the OCR worker once `[ocr]` exists (issue 33, engine half).
+                text_reader: None,
             },
         )
         .context("start daemon")?;

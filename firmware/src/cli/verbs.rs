@@ -59,8 +59,11 @@ fn command(tool: &ToolDef, verb: &'static str) -> Command {
             a
         } else {
             let mut a = Arg::new(param.name).long(flag_name(param.name)).value_name("VALUE").help(help);
-            if let ParamKind::Choice(words) = param.kind {
-                a = a.value_parser(clap::builder::PossibleValuesParser::new(words));
+            match param.kind {
+                ParamKind::Choice(words) => a = a.value_parser(clap::builder::PossibleValuesParser::new(words)),
+                ParamKind::Flag => a = a.action(ArgAction::SetTrue).value_name(None::<&str>),
+                ParamKind::Region => a = a.value_name("X,Y,W,H"),
+                _ => {}
             }
             a
         };
@@ -110,6 +113,12 @@ fn long_about(tool: &ToolDef) -> String {
              writes): of the one --observation-id names, or else of a fresh one this command takes first.",
         );
     }
+    if tool.name == "wait_for_text" {
+        text.push_str(&format!(
+            "\n\nExit status: 0 when the text appeared (or, with --gone, went), {NO_CHANGE_STATUS} (as timeout(1)) \
+             when it did not before the timeout, 1 on an error."
+        ));
+    }
     if tool.name == "wait_for_change" {
         text.push_str(&format!(
             "\n\nExit status: 0 when the screen changed, {NO_CHANGE_STATUS} (as timeout(1)) when nothing changed \
@@ -126,6 +135,13 @@ fn long_about(tool: &ToolDef) -> String {
 fn arguments(tool: &ToolDef, m: &ArgMatches) -> anyhow::Result<Map<String, Value>> {
     let mut args = Map::new();
     for param in tool.params {
+        if param.kind == ParamKind::Flag {
+            // A flag is a bool to clap (asking for strings would panic).
+            if m.get_flag(param.name) {
+                args.insert(param.name.into(), Value::Bool(true));
+            }
+            continue;
+        }
         let values: Vec<&String> = match m.get_many::<String>(param.name) {
             Some(v) => v.collect(),
             None => continue,
@@ -141,6 +157,15 @@ fn arguments(tool: &ToolDef, m: &ArgMatches) -> anyhow::Result<Map<String, Value
             ),
             ParamKind::Text | ParamKind::Choice(_) => Value::from(one()),
             ParamKind::Keys => Value::from(values.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
+            ParamKind::Flag => Value::Bool(true),
+            ParamKind::Region => {
+                let parts: Vec<&str> = one().split(',').map(str::trim).collect();
+                let numbers: Result<Vec<u32>, _> = parts.iter().map(|p| p.parse::<u32>()).collect();
+                match numbers.ok().filter(|n| n.len() == 4 && n[2] > 0 && n[3] > 0) {
+                    Some(n) => serde_json::json!({"x": n[0], "y": n[1], "width": n[2], "height": n[3]}),
+                    None => bail!("{name} is X,Y,W,H in whole pixels of the screenshot (got {:?})", one()),
+                }
+            }
             ParamKind::Points => {
                 let mut points = Vec::new();
                 for v in &values {
@@ -207,7 +232,9 @@ pub fn run(tool: &'static ToolDef, m: &ArgMatches) -> anyhow::Result<ExitCode> {
 /// A verb's exit status after a successful call: `wait-for-change` that saw no change
 /// answers [`NO_CHANGE_STATUS`].
 fn exit_status(tool: &ToolDef, result: &Value) -> ExitCode {
-    if tool.name == "wait_for_change" && result["changed"] != Value::Bool(true) {
+    if (tool.name == "wait_for_change" && result["changed"] != Value::Bool(true))
+        || (tool.name == "wait_for_text" && result["satisfied"] != Value::Bool(true))
+    {
         ExitCode::from(NO_CHANGE_STATUS)
     } else {
         ExitCode::SUCCESS

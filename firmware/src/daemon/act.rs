@@ -14,6 +14,8 @@ use super::operations::{Begin, OperationState};
 use super::play::{Abandoned, AbandonedStep};
 use super::settle::{Answer, Sample, Until, WatchFor};
 use super::task_methods::by;
+use super::text::TextBasis;
+use super::text_find;
 use super::{Daemon, DaemonError, InputError, InputStep, Observation, Session};
 use crate::device::geometry::{detect_active_rect, ObservationMapping, PixelRect};
 use crate::device::hid::{named_key, HidReport, KeyStroke, UntypeableText};
@@ -175,7 +177,11 @@ impl Daemon {
             observations.set_luma(&obs.id, luma);
             obs
         };
-        Ok(json!({
+        let text = match p.text {
+            Some(true) => Some(self.screenshot_text(frame.clone(), &obs, cancel).await?),
+            _ => None,
+        };
+        let mut shot = json!({
             "mime_type": "image/png",
             "data": base64::engine::general_purpose::STANDARD.encode(&image.png),
             "metadata": {
@@ -189,7 +195,11 @@ impl Daemon {
                 "image_size": {"width": image.width, "height": image.height},
                 "frame_age_ms": u64::try_from(frame.captured_at.elapsed().as_millis()).unwrap_or(u64::MAX),
             }
-        }))
+        });
+        if let (Some(text), Value::Object(m)) = (text, &mut shot) {
+            m.insert("text".into(), text);
+        }
+        Ok(shot)
     }
 
     pub(super) async fn preview(&self, p: &PreviewParams, cancel: &CancellationToken) -> Result<Value, DaemonError> {
@@ -299,7 +309,30 @@ impl Daemon {
             operation: (key.clone(), p.operation_id.clone()),
             started,
         };
-        let run = self.run_action(session, acting, p.observation_id.as_deref(), &p.action, journal, cancel).await;
+        // `tap_text` is a tap at its text's centre, found before any input.
+        let target = match p.action.text_query() {
+            Some(_) => match self.resolve_tap_text(acting, p.observation_id.as_deref(), &p.action, cancel).await {
+                Ok(target) => Some(target),
+                Err(e) => {
+                    let result = Err(DaemonError::ActionFailed(e.action_body(&p.operation_id)));
+                    self.record_step(session, acting, acting.task(), "action", &args, &result, started.elapsed(), None)
+                        .await;
+                    self.finish_operation(&key, &result);
+                    return result;
+                }
+            },
+            None => None,
+        };
+        let (observation_id, action) = match &target {
+            Some(t) => (Some(t.observation_id.as_str()), &t.action),
+            None => (p.observation_id.as_deref(), &p.action),
+        };
+        // The fresh observation is read too when the caller works with text.
+        let before_text = observation_id.and_then(|id| self.observation_text(id));
+        let wants_text =
+            target.is_some() || p.expect_text.is_some() || p.expect_no_text.is_some() || before_text.is_some();
+        let basis = wants_text.then_some(TextBasis { before: before_text });
+        let run = self.run_action(session, acting, observation_id, action, journal, cancel).await;
         let task = run.task;
         let result = match run.outcome {
             Ok(reports) => {
@@ -316,7 +349,12 @@ impl Daemon {
                     timeout_ms: p.settle_timeout_ms,
                     return_image: p.return_image.unwrap_or_default(),
                 };
-                let mut verified = self.verified(verify.then_some(&spec), acting, &run, reports, cancel).await;
+                if let Some(t) = &target {
+                    out.insert("text_target".into(), t.described.clone());
+                }
+                let mut verified =
+                    self.verified(verify.then_some(&spec), acting, &run, reports, basis.as_ref(), cancel).await;
+                verified = verified.and_then(|fields| self.check_expected_text(p, fields));
                 let checked = verify && run.baseline.is_some();
                 match &p.action {
                     ActionSpec::OpenApp { name } if checked => {
@@ -353,6 +391,7 @@ impl Daemon {
         acting: Acting,
         run: &ActionRun,
         reports: usize,
+        text: Option<&TextBasis>,
         cancel: &CancellationToken,
     ) -> Result<serde_json::Map<String, Value>, DaemonError> {
         let mut out = serde_json::Map::new();
@@ -364,7 +403,7 @@ impl Daemon {
             out.insert("why".into(), "no picture to compare with (no capture or no signal)".into());
             return Ok(out);
         };
-        match self.verify_effect(spec, acting, baseline, run, cancel).await {
+        match self.verify_effect(spec, acting, baseline, run, text, cancel).await {
             // Cancelled while watching: the input was sent all the same.
             Err(DaemonError::Cancelled) => Err(DaemonError::Input(InputError::Cancelled { reports_sent: reports })),
             other => other,
@@ -380,6 +419,7 @@ impl Daemon {
         acting: Acting,
         baseline: &Sample,
         run: &ActionRun,
+        text: Option<&TextBasis>,
         cancel: &CancellationToken,
     ) -> Result<serde_json::Map<String, Value>, DaemonError> {
         let settings = self.act_settings();
@@ -401,6 +441,7 @@ impl Daemon {
             task: acting.task(),
             return_image: p.return_image,
             rules: &rules,
+            text: text.map(|t| (t, cancel)),
         };
         let mut fields = self.answer(&watched, answer).await?;
         fields.insert("expect".into(), json!(expect));
@@ -409,6 +450,41 @@ impl Daemon {
             (Expect::NoChange, true) => Err(DaemonError::UnexpectedChange { effect: Box::new(fields) }),
             _ => Ok(fields),
         }
+    }
+
+    /// `expect_text` / `expect_no_text`, checked on the text of the settled screen (the
+    /// answer's fresh observation). The input was sent: a failure carries the effect.
+    fn check_expected_text(
+        &self,
+        p: &ActionParams,
+        fields: serde_json::Map<String, Value>,
+    ) -> Result<serde_json::Map<String, Value>, DaemonError> {
+        if p.expect_text.is_none() && p.expect_no_text.is_none() {
+            return Ok(fields);
+        }
+        let read = fields.get("after_observation_id").and_then(Value::as_str).and_then(|id| self.observation_text(id));
+        let Some((text, _)) = read else {
+            // Not read (no picture, or the reader failed): the expectation cannot be checked.
+            let why = fields.get("text_error").and_then(Value::as_str).unwrap_or("no picture of the settled screen");
+            let mut body = ErrorBody::from(&DaemonError::Ocr(crate::device::ocr::OcrError::WorkerDied(why.into())));
+            body.message = format!(
+                "the input was sent, but the settled screen could not be read to check the expected text: {why}"
+            );
+            body.side_effect_possible = true;
+            body.effect = Some(Box::new(Value::Object(fields)));
+            return Err(DaemonError::ActionFailed(body));
+        };
+        if let Some(t) = &p.expect_text {
+            if !text_find::shows(&text, t) {
+                return Err(DaemonError::ExpectedTextMissing { text: t.clone(), effect: Box::new(fields) });
+            }
+        }
+        if let Some(t) = &p.expect_no_text {
+            if text_find::shows(&text, t) {
+                return Err(DaemonError::UnexpectedText { text: t.clone(), effect: Box::new(fields) });
+            }
+        }
+        Ok(fields)
     }
 
     /// The thumbnail a task's step records: the screenshot its coordinates were read in.
@@ -491,7 +567,7 @@ impl Daemon {
                     timeout_ms: p.settle_timeout_ms,
                     return_image: p.return_image.unwrap_or_default(),
                 };
-                let verified = self.verified(verify.then_some(&spec), acting, &whole, reports, cancel).await;
+                let verified = self.verified(verify.then_some(&spec), acting, &whole, reports, None, cancel).await;
                 match verified {
                     Ok(fields) => {
                         let mut out = serde_json::Map::new();
@@ -753,6 +829,8 @@ impl Daemon {
                 duration: Duration::from_millis(800),
             },
             ActionSpec::Consumer { key } => Gesture::Consumer(key.usage()),
+            // Resolved into a tap before planning (`Daemon::resolve_tap_text`).
+            ActionSpec::TapText { .. } => return Err(DaemonError::Worker("tap_text resolution")),
             ActionSpec::OpenApp { name } => {
                 // Spotlight, a moment for its field to take focus, the name, Return.
                 let typed = self.inner.keymap.strokes(&format!("{name}\n"))?;

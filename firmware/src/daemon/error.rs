@@ -70,6 +70,47 @@ pub enum DaemonError {
         /// The verification's fields (a fresh observation).
         effect: Box<serde_json::Map<String, serde_json::Value>>,
     },
+    /// No text on the screen matches a query; nothing was sent.
+    #[error("no text on the screen matches {query:?}{hint}")]
+    TextNotFound {
+        /// The query.
+        query: String,
+        /// What the screen says that comes closest, for a person ("; nearest: …").
+        hint: String,
+        /// The `text_search` object (query, observation, nearest).
+        search: Box<serde_json::Value>,
+    },
+    /// Several places match a query equally well; nothing was sent.
+    #[error("{count} places on the screen match {query:?} equally well ({listed}): pass index (0-based, top to bottom, left to right), a region, or a longer text")]
+    AmbiguousText {
+        /// The query.
+        query: String,
+        /// How many.
+        count: usize,
+        /// The candidates in words (`"Reset" at 180,420; …`), in reading order.
+        listed: String,
+        /// The `text_search` object (query, observation, candidates).
+        search: Box<serde_json::Value>,
+    },
+    /// `expect_text` is not on the settled screen.
+    #[error("the input was sent and the screen settled, but {text:?} is not on it")]
+    ExpectedTextMissing {
+        /// The text expected.
+        text: String,
+        /// The verification's fields (a fresh observation).
+        effect: Box<serde_json::Map<String, serde_json::Value>>,
+    },
+    /// `expect_no_text` is on the settled screen.
+    #[error("the input was sent and the screen settled, and {text:?} is on it")]
+    UnexpectedText {
+        /// The text that should not be there.
+        text: String,
+        /// The verification's fields (a fresh observation).
+        effect: Box<serde_json::Map<String, serde_json::Value>>,
+    },
+    /// Reading text failed or is not possible here.
+    #[error(transparent)]
+    Ocr(#[from] crate::device::ocr::OcrError),
     /// `type_text` with a line break, and the caller did not ask for Returns.
     #[error("the text has a line break: in a single-line field Return ends editing at the first one and the rest would be lost, so nothing was typed. For a multi-line field pass newlines: \"return\" (each line break is pressed as Return), or type the lines one by one")]
     TextHasNewline,
@@ -279,6 +320,12 @@ impl DaemonError {
             DaemonError::UnexpectedChange { .. } => (ErrorCode::UnexpectedChange, true),
             DaemonError::AppNotOpened { .. } => (ErrorCode::AppNotOpened, true),
             DaemonError::TextHasNewline => (ErrorCode::TextHasNewline, false),
+            DaemonError::TextNotFound { .. } => (ErrorCode::TextNotFound, false),
+            DaemonError::AmbiguousText { .. } => (ErrorCode::AmbiguousText, false),
+            DaemonError::ExpectedTextMissing { .. } => (ErrorCode::ExpectedTextMissing, true),
+            DaemonError::UnexpectedText { .. } => (ErrorCode::UnexpectedText, true),
+            DaemonError::Ocr(crate::device::ocr::OcrError::Unavailable(_)) => (ErrorCode::OcrUnavailable, false),
+            DaemonError::Ocr(_) => (ErrorCode::OcrFailed, false),
             DaemonError::Task(e) => (e.code(), false),
             DaemonError::Token(e) => (
                 match e {
@@ -340,9 +387,14 @@ impl From<&DaemonError> for ErrorBody {
         }
         if let DaemonError::NoVisibleEffect { effect, .. }
         | DaemonError::UnexpectedChange { effect }
-        | DaemonError::AppNotOpened { effect, .. } = err
+        | DaemonError::AppNotOpened { effect, .. }
+        | DaemonError::ExpectedTextMissing { effect, .. }
+        | DaemonError::UnexpectedText { effect, .. } = err
         {
             body.effect = Some(Box::new(serde_json::Value::Object(effect.as_ref().clone())));
+        }
+        if let DaemonError::TextNotFound { search, .. } | DaemonError::AmbiguousText { search, .. } = err {
+            body.text_search = Some(search.clone());
         }
         body
     }

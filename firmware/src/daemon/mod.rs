@@ -26,6 +26,8 @@ pub mod storage;
 pub mod store;
 mod task_methods;
 pub mod tasks;
+mod text;
+mod text_find;
 mod token_methods;
 pub mod tokens;
 mod turn;
@@ -139,6 +141,8 @@ pub struct DaemonOptions {
     pub https: Option<HttpsInfo>,
     /// How actions verify their effect on the screen.
     pub act: ActSettings,
+    /// What reads text on the screen (`None`: text methods answer `OCR_UNAVAILABLE`).
+    pub text_reader: Option<crate::device::ocr::SharedReader>,
 }
 
 /// Finished tasks kept by default.
@@ -560,6 +564,8 @@ impl Daemon {
             Call::VideoRevoke(_) => self.video_revoke(session),
             Call::WaitForChange(p) => self.wait_for_change(acting, p, cancel).await?,
             Call::WaitForSettle(p) => self.wait_for_settle(acting, p, cancel).await?,
+            Call::FindText(p) => self.find_text(acting, p, cancel).await?,
+            Call::WaitForText(p) => self.wait_for_text(acting, p, cancel).await?,
         };
         Ok(value)
     }
@@ -623,6 +629,7 @@ impl Daemon {
                 sim: self.inner.options.sim,
                 hid_backend: self.inner.hid_backend,
                 video_backend: self.inner.video_backend,
+                text: self.text_capability(),
             },
             limits: Limits::CURRENT,
             caller: session.caller.clone(),
@@ -916,6 +923,8 @@ mod tests {
             return_image: None,
             quiet_ms: None,
             settle_timeout_ms: None,
+            expect_text: None,
+            expect_no_text: None,
         })
     }
 
@@ -1093,6 +1102,8 @@ mod tests {
             Method::TaskMessages => format!(r#"{{"task":{task}}}"#),
             Method::TaskThumbnail => format!(r#"{{"task":{task},"seq":1}}"#),
             Method::WaitForChange | Method::WaitForSettle => r#"{"timeout_ms":10}"#.into(),
+            Method::FindText => r#"{"text":"Settings"}"#.into(),
+            Method::WaitForText => r#"{"text":"Done","timeout_ms":10}"#.into(),
         };
         Method::ALL
             .iter()

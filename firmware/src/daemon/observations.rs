@@ -40,6 +40,8 @@ pub struct Observation {
     pub thumbnail: Option<Thumbnail>,
     /// Its sampled luma, what `wait_for_change` compares the screen with.
     pub luma: Option<std::sync::Arc<crate::device::video::luma::LumaThumb>>,
+    /// The text read on it (boxes in its image's pixels), once read.
+    pub text: Option<std::sync::Arc<crate::device::ocr::TextRead>>,
 }
 
 /// A small PNG of an observation (shared, never copied).
@@ -117,6 +119,7 @@ impl ObservationStore {
             taken: now,
             thumbnail: None,
             luma: None,
+            text: None,
         };
         self.items.push_back(obs.clone());
         while self.items.len() > OBSERVATIONS_KEPT {
@@ -152,6 +155,11 @@ impl ObservationStore {
         Ok(obs.clone())
     }
 
+    /// Observation `id` as kept, whatever its age or state.
+    pub fn peek(&self, id: &str) -> Option<&Observation> {
+        self.items.iter().find(|o| o.id == id)
+    }
+
     /// Keeps `png` as the thumbnail of observation `id` (if it is still kept).
     pub fn set_thumbnail(&mut self, id: &str, png: Thumbnail) {
         if let Some(o) = self.items.iter_mut().find(|o| o.id == id) {
@@ -163,6 +171,13 @@ impl ObservationStore {
     pub fn set_luma(&mut self, id: &str, luma: std::sync::Arc<crate::device::video::luma::LumaThumb>) {
         if let Some(o) = self.items.iter_mut().find(|o| o.id == id) {
             o.luma = Some(luma);
+        }
+    }
+
+    /// Keeps `text` as what was read on observation `id` (if it is still kept).
+    pub fn set_text(&mut self, id: &str, text: std::sync::Arc<crate::device::ocr::TextRead>) {
+        if let Some(o) = self.items.iter_mut().find(|o| o.id == id) {
+            o.text = Some(text);
         }
     }
 

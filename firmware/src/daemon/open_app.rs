@@ -146,8 +146,14 @@ impl Daemon {
             until: Until::Settled,
         };
         let watched = self.watch(&baseline, &rules, ended, what, cancel).await?;
-        let answer =
-            Answer { from: ended, image_edge, task: acting.task(), return_image: ReturnImage::None, rules: &rules };
+        let answer = Answer {
+            from: ended,
+            image_edge,
+            task: acting.task(),
+            return_image: ReturnImage::None,
+            rules: &rules,
+            text: None,
+        };
         let mut fields = self.answer(&watched, answer).await?;
         fields.insert("dismissed".into(), "spotlight".into());
         Ok(fields)

@@ -37,6 +37,7 @@ use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::observations::{FrameRef, MAX_SCREENSHOT_BYTES, THUMBNAIL_EDGE};
+use super::text::{lines_json, TextBasis};
 use super::{Acting, Daemon, DaemonError};
 use crate::device::geometry::{ObservationMapping, PixelRect};
 use crate::device::video::image::{fit, observe};
@@ -357,6 +358,8 @@ pub(super) struct Answer<'a> {
     pub return_image: ReturnImage,
     /// The rules the watch used.
     pub rules: &'a ChangeRules,
+    /// Read the fresh observation's text too, from this basis ([`TextBasis`]).
+    pub text: Option<(&'a TextBasis, &'a CancellationToken)>,
 }
 
 /// Longest wait in [`Daemon::sample_after`] for a frame captured after its moment.
@@ -642,6 +645,17 @@ impl Daemon {
             }
             obs
         };
+        if let Some((basis, cancel)) = a.text {
+            match self.read_after(frame.clone(), &obs.id, mapping, region, basis, cancel).await {
+                Ok(text) => {
+                    out.insert("text_lines".into(), lines_json(&text));
+                }
+                Err(DaemonError::Cancelled) => return Err(DaemonError::Cancelled),
+                Err(e) => {
+                    out.insert("text_error".into(), e.public_message().into());
+                }
+            }
+        }
         out.insert("changed_region".into(), region.map(|r| image_rect(&r, &mapping)).into());
         out.insert("after_observation_id".into(), obs.id.into());
         out.insert("after_frame_id".into(), frame.sequence.into());
@@ -687,6 +701,7 @@ impl Daemon {
             task: acting.task(),
             return_image: p.return_image.unwrap_or_default(),
             rules: &rules,
+            text: None,
         };
         let mut out = self.answer(&watched, answer).await?;
         out.insert("waited_ms".into(), millis(started.elapsed()).into());
@@ -765,6 +780,7 @@ impl Daemon {
             task: acting.task(),
             return_image: p.return_image.unwrap_or_default(),
             rules: &rules,
+            text: None,
         };
         let mut out = self.answer(&watched, answer).await?;
         out.insert("changed".into(), watched.changed_at.is_some().into());

@@ -18,6 +18,9 @@ pub struct Capabilities {
     pub hid_backend: &'static str,
     /// Video backend name.
     pub video_backend: &'static str,
+    /// Whether text on the screen can be read (`find_text`, `tap_text`, …): engine,
+    /// version, languages, or the problem.
+    pub text: serde_json::Value,
 }
 
 /// Result of `hello`.

@@ -189,7 +189,9 @@ impl Method {
             | Method::TaskEvents
             | Method::TaskThumbnail
             | Method::WaitForChange
-            | Method::WaitForSettle => (Some(View), OwnTask, Any),
+            | Method::WaitForSettle
+            | Method::FindText
+            | Method::WaitForText => (Some(View), OwnTask, Any),
             Method::SimState => (Some(View), Refused, Any),
             Method::Action | Method::Batch => (Some(Operate), OwnTask, Any),
             Method::Calibrate | Method::TaskOpen => (Some(Operate), Refused, Any),
@@ -330,6 +332,8 @@ mod tests {
             Method::Attach => r#"{"task":7}"#,
             Method::Detach | Method::VideoOpen | Method::VideoRevoke => "{}",
             Method::WaitForChange | Method::WaitForSettle => r#"{"timeout_ms":10}"#,
+            Method::FindText => r#"{"text":"Settings"}"#,
+            Method::WaitForText => r#"{"text":"Done","timeout_ms":10}"#,
             Method::MailboxFlush => r#"{"after_seq":0}"#,
             Method::UserMessage => r#"{"text":"hi"}"#,
             Method::TaskMessages => r#"{"task":7}"#,
@@ -377,6 +381,8 @@ mod tests {
         ("task_thumbnail", [false, true, true, true], true),
         ("wait_for_change", [false, true, true, true], true),
         ("wait_for_settle", [false, true, true, true], true),
+        ("find_text", [false, true, true, true], true),
+        ("wait_for_text", [false, true, true, true], true),
     ];
 
     #[test]

@@ -134,6 +134,26 @@ pub enum ErrorCode {
     /// refuses writes), so it was not made: nothing changed. Reads still work;
     /// `status.storage` says why. Retry once space was freed.
     StorageFailed,
+    // --- reading the screen ---
+    /// No text on the screen matches the query; nothing was sent. `text_search.nearest`
+    /// lists what the screen says that comes closest.
+    TextNotFound,
+    /// Several places match the query equally well; nothing was sent.
+    /// `text_search.candidates` lists them: pass `index` (0-based, reading order), a
+    /// `region`, or a longer text.
+    AmbiguousText,
+    /// `expect_text`: the input was sent, the screen settled, and the text is not on it.
+    /// `effect` has a fresh observation.
+    ExpectedTextMissing,
+    /// `expect_no_text`: the input was sent, the screen settled, and the text is on it.
+    UnexpectedText,
+    /// This appliance cannot read text (the OCR engine or its language data is missing,
+    /// or reading is disabled); the message names what to install. `hello`'s
+    /// `capabilities.text` says so up front.
+    OcrUnavailable,
+    /// Reading text failed this time (the reader took too long or stopped); it was
+    /// restarted and the next read works. Retry.
+    OcrFailed,
 }
 
 impl ErrorCode {
@@ -159,6 +179,7 @@ impl ErrorCode {
                 | ErrorCode::TaskActive
                 | ErrorCode::RateLimited
                 | ErrorCode::StorageFailed
+                | ErrorCode::OcrFailed
         )
     }
 
@@ -174,6 +195,8 @@ impl ErrorCode {
                 | ErrorCode::NoVisibleEffect
                 | ErrorCode::UnexpectedChange
                 | ErrorCode::AppNotOpened
+                | ErrorCode::ExpectedTextMissing
+                | ErrorCode::UnexpectedText
         )
     }
 
@@ -229,6 +252,12 @@ impl ErrorCode {
             ErrorCode::AppNotOpened => "APP_NOT_OPENED",
             ErrorCode::TextHasNewline => "TEXT_HAS_NEWLINE",
             ErrorCode::StorageFailed => "STORAGE_FAILED",
+            ErrorCode::TextNotFound => "TEXT_NOT_FOUND",
+            ErrorCode::AmbiguousText => "AMBIGUOUS_TEXT",
+            ErrorCode::ExpectedTextMissing => "EXPECTED_TEXT_MISSING",
+            ErrorCode::UnexpectedText => "UNEXPECTED_TEXT",
+            ErrorCode::OcrUnavailable => "OCR_UNAVAILABLE",
+            ErrorCode::OcrFailed => "OCR_FAILED",
         }
     }
 }
@@ -264,6 +293,10 @@ pub struct ErrorBody {
     /// verified action answers with, `after_observation_id` among them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub effect: Option<Box<serde_json::Value>>,
+    /// For `TEXT_NOT_FOUND` and `AMBIGUOUS_TEXT`: the query, the observation it was looked
+    /// for in, and the `nearest` texts or the `candidates`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text_search: Option<Box<serde_json::Value>>,
 }
 
 impl ErrorBody {
@@ -278,6 +311,7 @@ impl ErrorBody {
             operation_id: None,
             reports_sent: None,
             effect: None,
+            text_search: None,
         }
     }
 }
@@ -288,7 +322,7 @@ mod tests {
 
     /// Every variant, in declaration order. A new variant goes here too: the array's length
     /// makes that a deliberate edit, and the test below then checks its wire name.
-    const EVERY: [ErrorCode; 49] = [
+    const EVERY: [ErrorCode; 55] = [
         ErrorCode::InvalidJson,
         ErrorCode::RequestTooLarge,
         ErrorCode::NestingTooDeep,
@@ -338,6 +372,12 @@ mod tests {
         ErrorCode::AppNotOpened,
         ErrorCode::TextHasNewline,
         ErrorCode::StorageFailed,
+        ErrorCode::TextNotFound,
+        ErrorCode::AmbiguousText,
+        ErrorCode::ExpectedTextMissing,
+        ErrorCode::UnexpectedText,
+        ErrorCode::OcrUnavailable,
+        ErrorCode::OcrFailed,
     ];
 
     #[test]

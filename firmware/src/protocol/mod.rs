@@ -14,6 +14,7 @@ pub mod params;
 mod request;
 mod strict_json;
 pub mod task_params;
+pub mod text_params;
 pub mod token_params;
 
 pub use access::{Acting, Denied, Humans, Role, Rule, TokenRule};

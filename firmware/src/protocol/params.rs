@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::text_params::{TextMatch, TextQuery};
+
 /// Largest `max_edge` a screenshot may ask for.
 pub const MAX_EDGE_LIMIT: u32 = 4096;
 /// Default `max_edge` of a screenshot.
@@ -14,7 +16,7 @@ pub const MAX_TEXT_BYTES: usize = 16 * 1024;
 pub const MAX_PATH_POINTS: usize = 128;
 
 /// A rectangle in the coordinates of a full-resolution observation of the phone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Region {
     /// Left.
@@ -43,6 +45,9 @@ pub struct ScreenshotParams {
     /// How long to wait for it, 0..=5000 ms.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// Also read the text on it: words and lines with boxes in the image's pixels.
+    #[serde(default)]
+    pub text: Option<bool>,
 }
 
 /// Default `max_edge` of a preview.
@@ -214,9 +219,41 @@ pub enum ActionSpec {
         /// The app's name as Spotlight finds it.
         name: String,
     },
+    /// Tap the centre of a text read on the screen (the observation's text, read if
+    /// needed; without an observation, a fresh screenshot's). Several equally good matches
+    /// are `AMBIGUOUS_TEXT` unless `index` picks one; none is `TEXT_NOT_FOUND`.
+    TapText {
+        /// The text (or pattern), one line of 1..=256 bytes.
+        text: String,
+        /// How to compare (default `ignore_case`).
+        #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+        mode: Option<TextMatch>,
+        /// Fuzzy matching's lowest similarity, 0.5..=1.0 (default 0.8).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        threshold: Option<f64>,
+        /// Only text whose centre lies here (observation pixels).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        region: Option<Region>,
+        /// Which of several matches, 0-based in reading order (top to bottom, left to right).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        index: Option<u32>,
+    },
 }
 
 impl ActionSpec {
+    /// `tap_text`'s query.
+    pub fn text_query(&self) -> Option<TextQuery> {
+        match self {
+            ActionSpec::TapText { text, mode, threshold, region, .. } => Some(TextQuery {
+                text: text.clone(),
+                mode: mode.unwrap_or_default(),
+                threshold: *threshold,
+                region: *region,
+            }),
+            _ => None,
+        }
+    }
+
     /// Whether the action needs an observation (it has coordinates).
     pub fn needs_observation(&self) -> bool {
         matches!(
@@ -338,6 +375,13 @@ pub struct ActionParams {
     /// Longest wait for it to settle, 0..=30000 ms (default 3000).
     #[serde(default)]
     pub settle_timeout_ms: Option<u64>,
+    /// Once settled, this text must be on screen (`ignore_case`), else the answer is
+    /// `EXPECTED_TEXT_MISSING` (the input was sent).
+    #[serde(default)]
+    pub expect_text: Option<String>,
+    /// Once settled, this text must not be on screen, else `UNEXPECTED_TEXT`.
+    #[serde(default)]
+    pub expect_no_text: Option<String>,
 }
 
 /// Parameters of `wait_for_change`: wait until the screen differs from a picture.

@@ -24,6 +24,7 @@ use super::task_params::{
     self, BatchParams, TaskConfirmParams, TaskControlParams, TaskEventsParams, TaskFinishParams, TaskListParams,
     TaskNoteParams, TaskOpenParams, TaskThumbnailParams, MAX_BATCH_ACTIONS,
 };
+use super::text_params::{self, FindTextParams, WaitForTextParams, MAX_QUERY_BYTES};
 use super::token_params::{PairParams, TokenParams};
 use super::{ErrorBody, ErrorCode, MAX_NESTING_DEPTH, MAX_REQUEST_BYTES};
 
@@ -98,6 +99,10 @@ pub enum Method {
     WaitForChange,
     /// Wait until the screen stops changing.
     WaitForSettle,
+    /// Where a text is on the screen (read from a screenshot).
+    FindText,
+    /// Wait until a text appears on the screen, or is gone.
+    WaitForText,
 }
 
 impl Method {
@@ -131,6 +136,8 @@ impl Method {
         Method::TaskThumbnail,
         Method::WaitForChange,
         Method::WaitForSettle,
+        Method::FindText,
+        Method::WaitForText,
     ];
 
     /// The wire name.
@@ -164,6 +171,8 @@ impl Method {
             Method::TaskThumbnail => "task_thumbnail",
             Method::WaitForChange => "wait_for_change",
             Method::WaitForSettle => "wait_for_settle",
+            Method::FindText => "find_text",
+            Method::WaitForText => "wait_for_text",
         }
     }
 
@@ -252,6 +261,10 @@ pub enum Call {
     WaitForChange(WaitForChangeParams),
     /// `wait_for_settle`.
     WaitForSettle(WaitForSettleParams),
+    /// `find_text`.
+    FindText(FindTextParams),
+    /// `wait_for_text`.
+    WaitForText(WaitForTextParams),
 }
 
 impl Call {
@@ -286,6 +299,8 @@ impl Call {
             Call::VideoRevoke(_) => Method::VideoRevoke,
             Call::WaitForChange(_) => Method::WaitForChange,
             Call::WaitForSettle(_) => Method::WaitForSettle,
+            Call::FindText(_) => Method::FindText,
+            Call::WaitForText(_) => Method::WaitForText,
         }
     }
 }
@@ -567,6 +582,16 @@ fn request_from_value(value: Value) -> Result<Request, RequestError> {
                 .map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
             Call::WaitForSettle(p)
         }
+        Method::FindText => {
+            let p: FindTextParams = params(id, known, fields)?;
+            text_params::validate_find(&p).map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
+            Call::FindText(p)
+        }
+        Method::WaitForText => {
+            let p: WaitForTextParams = params(id, known, fields)?;
+            text_params::validate_wait(&p).map_err(|m| RequestError::new(Some(id), ErrorCode::InvalidParams, m))?;
+            Call::WaitForText(p)
+        }
     };
     Ok(Request { id, task_token, call })
 }
@@ -620,7 +645,14 @@ fn validate_batch(p: &BatchParams) -> Result<(), String> {
             return_image: None,
             quiet_ms: None,
             settle_timeout_ms: None,
+            expect_text: None,
+            expect_no_text: None,
         };
+        if matches!(action, ActionSpec::TapText { .. }) {
+            return Err(format!(
+                "batch: actions[{i}]: tap_text reads the screen first and is not available in a batch; call action"
+            ));
+        }
         validate_action(&one).map_err(|m| format!("batch: actions[{i}]: {}", m.trim_start_matches("action: ")))?;
     }
     Ok(())
@@ -662,7 +694,22 @@ fn validate_action(p: &ActionParams) -> Result<(), String> {
         ActionSpec::OpenApp { name } if name.trim().is_empty() || name.len() > 128 || name.contains(['\n', '\r']) => {
             return Err("action: open_app name must be one line of 1-128 bytes".into());
         }
+        ActionSpec::TapText { .. } => {
+            if let Some(q) = p.action.text_query() {
+                q.check("action: tap_text")?;
+            }
+        }
         _ => {}
+    }
+    for (name, text) in [("expect_text", &p.expect_text), ("expect_no_text", &p.expect_no_text)] {
+        if let Some(t) = text {
+            if t.trim().is_empty() || t.len() > MAX_QUERY_BYTES || t.contains(['\n', '\r']) {
+                return Err(format!("action: {name} must be one line of 1-{MAX_QUERY_BYTES} bytes"));
+            }
+            if !p.verify.unwrap_or(true) {
+                return Err(format!("action: {name} is checked on the settled screen; it needs verify (the default)"));
+            }
+        }
     }
     Ok(())
 }
@@ -885,7 +932,9 @@ mod tests {
                 "video_revoke",
                 "task_thumbnail",
                 "wait_for_change",
-                "wait_for_settle"
+                "wait_for_settle",
+                "find_text",
+                "wait_for_text"
             ]
         );
         for m in Method::ALL {

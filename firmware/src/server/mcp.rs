@@ -39,7 +39,10 @@ observation_id. Every action waits until the screen settles and says what change
 observation that the next pointer tool uses: no screenshot is needed between steps unless you want to see \
 the screen (return_image: region or full brings the picture with the answer). NO_VISIBLE_EFFECT means the \
 input was sent and nothing changed: look before trying again. APP_NOT_OPENED means open_app found no app of \
-that name (the phone is back on the home screen). wait_for_change and wait_for_settle wait for \
+that name (the phone is back on the home screen). To act on something with a label (a button, a row, a \
+tab, a link), tap_text taps it by its text, read on the appliance, with no coordinates; find_text says \
+where a text is, screenshot with text: true lists every line with its box, and expect_text on any action \
+checks what the settled screen says. wait_for_text, wait_for_change and wait_for_settle wait for \
 things you did not do. Inside a task a human may pause you (your call then waits), take over, or stop the \
 task; ask with confirm before anything irreversible.";
 

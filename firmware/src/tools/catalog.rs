@@ -29,6 +29,10 @@ pub enum ParamKind {
     Points,
     /// 2–6 key names (CLI: words).
     Keys,
+    /// Yes or no (CLI: a flag, `--name`).
+    Flag,
+    /// A rectangle `{x, y, width, height}` of pixels (CLI: `X,Y,W,H`).
+    Region,
 }
 
 /// One parameter of a tool.
@@ -99,6 +103,43 @@ const RETURN_IMAGE: Param = p(
     false,
     "A picture with the answer: none (default), region (what changed) or full (the screen).",
 );
+const EXPECT_TEXT: Param = p(
+    "expect_text",
+    ParamKind::Text,
+    false,
+    "Once the screen settles, this text must be on it (read on the appliance, case ignored), else the error is \
+     EXPECTED_TEXT_MISSING (the input was sent): a check that the action did what you meant.",
+);
+const EXPECT_NO_TEXT: Param = p(
+    "expect_no_text",
+    ParamKind::Text,
+    false,
+    "Once the screen settles, this text must not be on it, else the error is UNEXPECTED_TEXT (e.g. \"Error\").",
+);
+const TEXT_QUERY: Param =
+    p("text", ParamKind::Text, true, "The text as the screen shows it, e.g. \"Sign in\" (one line).");
+const TEXT_MATCH: Param = p(
+    "match",
+    ParamKind::Choice(&["ignore_case", "exact", "fuzzy", "regex"]),
+    false,
+    "How to compare: ignore_case (default: case and punctuation around the words ignored), exact, fuzzy \
+     (tolerates misread letters, see threshold) or regex (searched in each line).",
+);
+const TEXT_THRESHOLD: Param =
+    p("threshold", ParamKind::Number, false, "Fuzzy only: the lowest similarity, 0.5..1 (default 0.8).");
+const TEXT_REGION: Param = p(
+    "region",
+    ParamKind::Region,
+    false,
+    "Only text centred in this rectangle {x, y, width, height}, in pixels of the screenshot read.",
+);
+const TEXT_OBSERVATION: Param = p(
+    "observation_id",
+    ParamKind::Text,
+    false,
+    "Read this screenshot instead of a fresh one (its text is kept with it; one taken without text is read \
+     only while it still shows the screen).",
+);
 /// No upper bound but the journal's own (sequence numbers are `i64`).
 const UNBOUNDED: u64 = i64::MAX as u64;
 const WAIT_MS: ParamKind = ParamKind::Integer { min: *WAIT_MS_RANGE.start(), max: *WAIT_MS_RANGE.end() };
@@ -120,10 +161,80 @@ pub const TOOLS: &[ToolDef] = &[
         in_task: false,
         about: "Take a screenshot of the iPhone's screen. Coordinates for tap, swipe and the other \
                 pointer tools are pixels of this image; its observation id is in the text.",
-        params: &[p(
-            "max_edge",
-            ParamKind::Integer { min: 64, max: MAX_EDGE_LIMIT as u64 },
-            false, "Longest edge of the image in pixels, 64..4096 (default 1568).")],
+        params: &[
+            p(
+                "max_edge",
+                ParamKind::Integer { min: 64, max: MAX_EDGE_LIMIT as u64 },
+                false,
+                "Longest edge of the image in pixels, 64..4096 (default 1568).",
+            ),
+            p(
+                "text",
+                ParamKind::Flag,
+                false,
+                "Also read the text on the screen: the answer lists every line with its box in this image's \
+                 pixels, so you can find what to tap without looking at the picture.",
+            ),
+        ],
+    },
+    ToolDef {
+        name: "find_text",
+        verb: Some("find-text"),
+        method: Method::FindText,
+        read_only: true,
+        in_task: false,
+        about: "Find a text on the screen, read on the appliance (OCR): each match with its box and centre in \
+                pixels of a fresh screenshot (or of observation_id's), best first; when none matches, the \
+                nearest texts the screen shows. Use it to locate labels, buttons and messages instead of \
+                estimating coordinates from the picture.",
+        params: &[TEXT_QUERY, TEXT_MATCH, TEXT_THRESHOLD, TEXT_REGION, TEXT_OBSERVATION],
+    },
+    ToolDef {
+        name: "tap_text",
+        verb: Some("tap-text"),
+        method: Method::Action,
+        read_only: false,
+        in_task: false,
+        about: "Tap a text on the screen, found by reading it on the appliance: no coordinates needed. Prefer \
+                it to tap for anything with a label (buttons, rows, links, tabs). Verified like tap. Several \
+                equally good matches: AMBIGUOUS_TEXT with the candidates (pass index or region); none: \
+                TEXT_NOT_FOUND with the nearest texts on the screen. Nothing is tapped then.",
+        params: &[
+            TEXT_QUERY,
+            TEXT_MATCH,
+            TEXT_THRESHOLD,
+            TEXT_REGION,
+            p(
+                "index",
+                ParamKind::Integer { min: 0, max: 49 },
+                false,
+                "Which of several equally good matches, 0..49, in reading order (top to bottom, left to right).",
+            ),
+            TEXT_OBSERVATION,
+            OPERATION,
+            EXPECT,
+            EXPECT_TEXT,
+            EXPECT_NO_TEXT,
+            RETURN_IMAGE,
+        ],
+    },
+    ToolDef {
+        name: "wait_for_text",
+        verb: Some("wait-for-text"),
+        method: Method::WaitForText,
+        read_only: true,
+        in_task: false,
+        about: "Wait until a text appears on the screen (or, with gone, is gone), reading each new picture, up \
+                to the timeout: after starting something slow (a page load, a download, a message). The answer \
+                says whether it happened, where the text is, and has a fresh observation.",
+        params: &[
+            TEXT_QUERY,
+            TEXT_MATCH,
+            TEXT_THRESHOLD,
+            TEXT_REGION,
+            p("gone", ParamKind::Flag, false, "Wait until the text is no longer on the screen instead."),
+            p("timeout_ms", WAIT_MS, false, "How long to wait, 0..30000 ms (default 5000)."),
+        ],
     },
     ToolDef {
         name: "tap",
@@ -132,7 +243,7 @@ pub const TOOLS: &[ToolDef] = &[
         read_only: false,
         in_task: false,
         about: "Tap a point on the screen.",
-        params: &[X, Y, OBSERVATION, OPERATION, EXPECT, RETURN_IMAGE],
+        params: &[X, Y, OBSERVATION, OPERATION, EXPECT, EXPECT_TEXT, EXPECT_NO_TEXT, RETURN_IMAGE],
     },
     ToolDef {
         name: "double_tap",
@@ -141,7 +252,7 @@ pub const TOOLS: &[ToolDef] = &[
         read_only: false,
         in_task: false,
         about: "Double-tap a point on the screen.",
-        params: &[X, Y, OBSERVATION, OPERATION, EXPECT, RETURN_IMAGE],
+        params: &[X, Y, OBSERVATION, OPERATION, EXPECT, EXPECT_TEXT, EXPECT_NO_TEXT, RETURN_IMAGE],
     },
     ToolDef {
         name: "long_press",
@@ -150,7 +261,7 @@ pub const TOOLS: &[ToolDef] = &[
         read_only: false,
         in_task: false,
         about: "Press and hold a point for 1.5 s (context menus, rearranging icons).",
-        params: &[X, Y, OBSERVATION, OPERATION, EXPECT, RETURN_IMAGE],
+        params: &[X, Y, OBSERVATION, OPERATION, EXPECT, EXPECT_TEXT, EXPECT_NO_TEXT, RETURN_IMAGE],
     },
     ToolDef {
         name: "swipe",
@@ -168,6 +279,8 @@ pub const TOOLS: &[ToolDef] = &[
             OBSERVATION,
             OPERATION,
             EXPECT,
+            EXPECT_TEXT,
+            EXPECT_NO_TEXT,
             RETURN_IMAGE,
         ],
     },
@@ -184,6 +297,8 @@ pub const TOOLS: &[ToolDef] = &[
             OBSERVATION,
             OPERATION,
             EXPECT,
+            EXPECT_TEXT,
+            EXPECT_NO_TEXT,
             RETURN_IMAGE,
         ],
     },
@@ -202,6 +317,8 @@ pub const TOOLS: &[ToolDef] = &[
             OBSERVATION,
             OPERATION,
             EXPECT,
+            EXPECT_TEXT,
+            EXPECT_NO_TEXT,
             RETURN_IMAGE,
         ],
     },
@@ -225,6 +342,8 @@ pub const TOOLS: &[ToolDef] = &[
             ),
             OPERATION,
             EXPECT,
+            EXPECT_TEXT,
+            EXPECT_NO_TEXT,
             RETURN_IMAGE,
         ],
     },
@@ -235,7 +354,14 @@ pub const TOOLS: &[ToolDef] = &[
         read_only: false,
         in_task: false,
         about: "Press one key: enter, tab, escape, backspace, delete, space, up, down, left, right, f1..f12, or a character.",
-        params: &[p("key", ParamKind::Text, true, "The key's name or a single character."), OPERATION, EXPECT, RETURN_IMAGE],
+        params: &[
+            p("key", ParamKind::Text, true, "The key's name or a single character."),
+            OPERATION,
+            EXPECT,
+            EXPECT_TEXT,
+            EXPECT_NO_TEXT,
+            RETURN_IMAGE,
+        ],
     },
     ToolDef {
         name: "hotkey",
@@ -248,6 +374,8 @@ pub const TOOLS: &[ToolDef] = &[
             p("keys", ParamKind::Keys, true, "2 to 6 key names: modifiers first, then the key."),
             OPERATION,
             EXPECT,
+            EXPECT_TEXT,
+            EXPECT_NO_TEXT,
             RETURN_IMAGE,
         ],
     },
@@ -258,7 +386,7 @@ pub const TOOLS: &[ToolDef] = &[
         read_only: false,
         in_task: false,
         about: "Go to the home screen.",
-        params: &[OPERATION, EXPECT, RETURN_IMAGE],
+        params: &[OPERATION, EXPECT, EXPECT_TEXT, EXPECT_NO_TEXT, RETURN_IMAGE],
     },
     ToolDef {
         name: "app_switcher",
@@ -267,7 +395,7 @@ pub const TOOLS: &[ToolDef] = &[
         read_only: false,
         in_task: false,
         about: "Show the app switcher.",
-        params: &[OPERATION, EXPECT, RETURN_IMAGE],
+        params: &[OPERATION, EXPECT, EXPECT_TEXT, EXPECT_NO_TEXT, RETURN_IMAGE],
     },
     ToolDef {
         name: "open_app",
@@ -278,7 +406,14 @@ pub const TOOLS: &[ToolDef] = &[
         about: "Open an app by name through Spotlight (as you would type it in Spotlight). When no app \
                 of that name comes to the front the error is APP_NOT_OPENED and the phone is left on the \
                 home screen.",
-        params: &[p("name", ParamKind::Text, true, "The app's name, e.g. Settings."), OPERATION, EXPECT, RETURN_IMAGE],
+        params: &[
+            p("name", ParamKind::Text, true, "The app's name, e.g. Settings."),
+            OPERATION,
+            EXPECT,
+            EXPECT_TEXT,
+            EXPECT_NO_TEXT,
+            RETURN_IMAGE,
+        ],
     },
     ToolDef {
         name: "back",
@@ -287,7 +422,7 @@ pub const TOOLS: &[ToolDef] = &[
         read_only: false,
         in_task: false,
         about: "Go back (Cmd+[), like the back button at the top left of many apps.",
-        params: &[OPERATION, EXPECT, RETURN_IMAGE],
+        params: &[OPERATION, EXPECT, EXPECT_TEXT, EXPECT_NO_TEXT, RETURN_IMAGE],
     },
     ToolDef {
         name: "wait_for_change",
@@ -381,6 +516,18 @@ impl ParamKind {
                 },
             }),
             ParamKind::Keys => json!({"type": "array", "minItems": 2, "maxItems": 6, "items": {"type": "string"}}),
+            ParamKind::Flag => json!({"type": "boolean"}),
+            ParamKind::Region => json!({
+                "type": "object",
+                "properties": {
+                    "x": {"type": "integer", "minimum": 0},
+                    "y": {"type": "integer", "minimum": 0},
+                    "width": {"type": "integer", "minimum": 1},
+                    "height": {"type": "integer", "minimum": 1},
+                },
+                "required": ["x", "y", "width", "height"],
+                "additionalProperties": false,
+            }),
         }
     }
 }
@@ -409,7 +556,7 @@ impl ToolDef {
 
     /// Whether the tool takes coordinates (pixels of a screenshot).
     pub fn points(&self) -> bool {
-        self.params.iter().any(|p| p.name == "observation_id")
+        self.params.iter().any(|p| matches!(p.name, "x" | "path" | "from_x"))
     }
 
     /// The MCP description: `about`, and for a tool that takes coordinates which picture
@@ -473,6 +620,13 @@ impl ParamKind {
             ParamKind::Keys => {
                 v.as_array().is_some_and(|a| (2..=6).contains(&a.len()) && a.iter().all(Value::is_string))
             }
+            ParamKind::Flag => v.is_boolean(),
+            ParamKind::Region => v.as_object().is_some_and(|o| {
+                o.len() == 4
+                    && ["x", "y", "width", "height"].iter().all(|k| o.get(*k).and_then(Value::as_u64).is_some())
+                    && o.get("width").and_then(Value::as_u64) != Some(0)
+                    && o.get("height").and_then(Value::as_u64) != Some(0)
+            }),
         }
     }
 
@@ -486,6 +640,8 @@ impl ParamKind {
             ParamKind::Choice(words) => format!("one of {}", words.join(", ")),
             ParamKind::Points => "2 to 128 points {x, y}".into(),
             ParamKind::Keys => "2 to 6 key names".into(),
+            ParamKind::Flag => "true or false".into(),
+            ParamKind::Region => "a rectangle {x, y, width, height} of whole pixels (width and height > 0)".into(),
         }
     }
 }

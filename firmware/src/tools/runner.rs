@@ -124,6 +124,16 @@ impl ToolError {
                 "No app of that name opened; the phone is on the home screen. Check the app's name as the home \
                  screen shows it (take a screenshot), then try again with that name."
             }
+            E::TextNotFound => {
+                "The text is not on the screen: check its spelling against the nearest texts, scroll to reveal it, \
+                 or wait_for_text if it is still coming."
+            }
+            E::AmbiguousText => "Several places match: pass index (0 = first in reading order) or a region.",
+            E::ExpectedTextMissing | E::UnexpectedText => {
+                "The action ran but the screen does not say what you expected: look at the screen before going on."
+            }
+            E::OcrUnavailable => "Text reading is not installed on this appliance: use screenshot and coordinates.",
+            E::OcrFailed => "Reading the screen failed this time; retry.",
             E::TextHasNewline => {
                 "Nothing was typed. For a multi-line field pass newlines return (tether type --newlines return); \
                  for single-line fields type each line on its own."
@@ -230,7 +240,12 @@ impl<B: Backend> Runner<B> {
     pub async fn run(&self, tool: &ToolDef, args: Map<String, Value>) -> Result<ToolOutput, ToolError> {
         tool.check_args(&args).map_err(|m| ToolError::new(ErrorCode::InvalidParams, m))?;
         match tool.name {
-            "screenshot" => self.screenshot(args.get("max_edge").and_then(Value::as_u64)).await,
+            "screenshot" => {
+                let text = args.get("text").and_then(Value::as_bool).unwrap_or(false);
+                self.screenshot(args.get("max_edge").and_then(Value::as_u64), text).await
+            }
+            "find_text" => self.find_text(args).await,
+            "wait_for_text" => self.wait_for_text(args).await,
             "status" => self.status().await,
             "wait_for_change" | "wait_for_settle" => self.wait(tool, args).await,
             "confirm" => {
@@ -260,10 +275,13 @@ impl<B: Backend> Runner<B> {
         }
     }
 
-    async fn screenshot(&self, max_edge: Option<u64>) -> Result<ToolOutput, ToolError> {
+    async fn screenshot(&self, max_edge: Option<u64>, with_text: bool) -> Result<ToolOutput, ToolError> {
         let mut params = Map::new();
         if let Some(e) = max_edge {
             params.insert("max_edge".into(), e.into());
+        }
+        if with_text {
+            params.insert("text".into(), true.into());
         }
         let mut r = self.backend.call("screenshot", params).await?;
         let meta = r.get("metadata").cloned().unwrap_or(Value::Null);
@@ -280,6 +298,16 @@ impl<B: Backend> Runner<B> {
             id = seen.observation_id
         );
         *self.latest.lock_plain() = Some(seen);
+        let mut text = text;
+        if let Some(lines) = r["text"]["lines"].as_array() {
+            text.push_str(&format!(
+                "\nText on the screen ({} lines; box x,y widthxheight in its pixels):",
+                lines.len()
+            ));
+            for l in lines {
+                text.push_str(&format!("\n{} {:?}", box_words(&l["box"]), l["text"].as_str().unwrap_or_default()));
+            }
+        }
         let mime = r["mime_type"].as_str().map(str::to_string);
         let image = match (mime, r.as_object_mut().and_then(|o| o.remove("data"))) {
             (Some(mime), Some(Value::String(data))) => Some((mime, data)),
@@ -342,6 +370,68 @@ impl<B: Backend> Runner<B> {
         text.push_str(&self.describe_effect(&r, tool.name == "wait_for_settle"));
         let image = take_image(&mut r);
         Ok(ToolOutput { text, result: r, image })
+    }
+
+    /// `find_text`: the matches, and their screenshot becomes the latest here.
+    async fn find_text(&self, args: Map<String, Value>) -> Result<ToolOutput, ToolError> {
+        let r = self.backend.call(Method::FindText.as_str(), args).await?;
+        self.remember(&r);
+        let id = r["observation_id"].as_str().unwrap_or_default();
+        let query = r["query"]["text"].as_str().unwrap_or_default();
+        let matches = r["matches"].as_array().cloned().unwrap_or_default();
+        let mut text = match matches.len() {
+            0 => format!("{query:?} is not on the screen (observation {id})."),
+            n => format!("{n} match(es) for {query:?} in observation {id}, best first (centre x,y; box):"),
+        };
+        for m in &matches {
+            text.push_str(&format!(
+                "\n{:?} at {},{} (box {}, score {})",
+                m["text"].as_str().unwrap_or_default(),
+                m["center"]["x"],
+                m["center"]["y"],
+                box_words(&m["box"]),
+                m["score"]
+            ));
+        }
+        push_nearest(&mut text, &r["nearest"]);
+        Ok(ToolOutput { text, result: r, image: None })
+    }
+
+    /// `wait_for_text`: whether it came (or went), and where.
+    async fn wait_for_text(&self, args: Map<String, Value>) -> Result<ToolOutput, ToolError> {
+        let r = self.backend.call(Method::WaitForText.as_str(), args).await?;
+        self.remember(&r);
+        let query = r["query"]["text"].as_str().unwrap_or_default();
+        let waited = r["waited_ms"].as_u64().unwrap_or(0);
+        let gone = r["gone"] == Value::Bool(true);
+        let mut text = match (r["satisfied"] == Value::Bool(true), gone) {
+            (true, false) => format!("{query:?} is on the screen (after {waited} ms)."),
+            (true, true) => format!("{query:?} is gone from the screen (after {waited} ms)."),
+            (false, false) => format!("{query:?} did not appear in {waited} ms."),
+            (false, true) => format!("{query:?} was still on the screen after {waited} ms."),
+        };
+        if let Some(first) = r["matches"].as_array().and_then(|m| m.first()) {
+            text.push_str(&format!(
+                " At {},{} (box {}).",
+                first["center"]["x"],
+                first["center"]["y"],
+                box_words(&first["box"])
+            ));
+        }
+        push_nearest(&mut text, &r["nearest"]);
+        if let Some(id) = r["observation_id"].as_str() {
+            text.push_str(&format!(" Observation {id} shows the screen now."));
+        }
+        Ok(ToolOutput { text, result: r, image: None })
+    }
+
+    /// Makes an answer's observation (`observation_id`, `image_size`) the latest here.
+    fn remember(&self, r: &Value) {
+        if let (Some(id), Some(w), Some(h)) =
+            (r["observation_id"].as_str(), r["image_size"]["width"].as_u64(), r["image_size"]["height"].as_u64())
+        {
+            *self.latest.lock_plain() = Some(Seen { observation_id: id.to_string(), width: w, height: h });
+        }
     }
 
     /// Words for what an action or a wait did to the screen, and makes its fresh
@@ -410,7 +500,7 @@ impl<B: Backend> Runner<B> {
         match (latest, self.no_screenshot) {
             (Some(seen), _) => Ok((seen.observation_id.clone(), Some(seen), "the latest screenshot")),
             (None, NoScreenshot::TakeOne) => {
-                self.screenshot(None).await?;
+                self.screenshot(None, false).await?;
                 let seen = self.latest.lock_plain().clone();
                 let seen =
                     seen.ok_or_else(|| ToolError::new(ErrorCode::NoFrame, "the screenshot had no observation id"))?;
@@ -439,6 +529,14 @@ impl<B: Backend> Runner<B> {
             "hotkey" => json!({"type": "hotkey", "keys": args["keys"]}),
             "home" | "app_switcher" | "back" => json!({"type": tool.name}),
             "open_app" => json!({"type": "open_app", "name": args["name"]}),
+            "tap_text" => json!({
+                "type": "tap_text",
+                "text": args["text"],
+                "match": args.get("match"),
+                "threshold": args.get("threshold"),
+                "region": args.get("region"),
+                "index": args.get("index"),
+            }),
             other => return Err(ToolError::new(ErrorCode::UnknownMethod, format!("no tool {other}"))),
         };
         let mut spec = obj(spec);
@@ -475,7 +573,13 @@ impl<B: Backend> Runner<B> {
         };
         params.insert("operation_id".into(), operation.clone().into());
         params.insert("action".into(), Value::Object(spec));
-        for key in ["expect", "return_image"] {
+        if tool.name == "tap_text" {
+            // The text is the target: read a fresh screenshot unless one is named.
+            if let Some(id) = args.get("observation_id").filter(|v| !v.is_null()) {
+                params.insert("observation_id".into(), id.clone());
+            }
+        }
+        for key in ["expect", "return_image", "expect_text", "expect_no_text"] {
             if let Some(v) = args.get(key).filter(|v| !v.is_null()) {
                 params.insert(key.into(), v.clone());
             }
@@ -502,6 +606,15 @@ impl<B: Backend> Runner<B> {
             text.push_str(&format!(" (coordinates read in {which}, observation {id})"));
         }
         text.push_str(&format!("; operation_id {operation}."));
+        if let Some(t) = r.get("text_target").filter(|t| t.is_object()) {
+            text.push_str(&format!(
+                " Tapped {:?} at {},{} (box {}).",
+                t["text"].as_str().unwrap_or_default(),
+                t["center"]["x"],
+                t["center"]["y"],
+                box_words(&t["box"])
+            ));
+        }
         if status == "outcome_unknown" {
             text.push_str(" It may or may not have happened: take a screenshot to see.");
         }
@@ -510,6 +623,21 @@ impl<B: Backend> Runner<B> {
         let image = take_image(&mut r);
         Ok(ToolOutput { text: text.trim_end().to_string(), result: r, image })
     }
+}
+
+/// A box `{x, y, width, height}` as `x,y WxH`.
+fn box_words(b: &Value) -> String {
+    format!("{},{} {}x{}", b["x"], b["y"], b["width"], b["height"])
+}
+
+/// "Nearest on the screen: …" when an answer lists them.
+fn push_nearest(text: &mut String, nearest: &Value) {
+    let Some(list) = nearest.as_array().filter(|l| !l.is_empty()) else { return };
+    let words: Vec<String> = list
+        .iter()
+        .map(|n| format!("{:?} ({})", n["text"].as_str().unwrap_or_default(), box_words(&n["box"])))
+        .collect();
+    text.push_str(&format!(" Nearest on the screen: {}.", words.join(", ")));
 }
 
 fn obj(v: Value) -> Map<String, Value> {

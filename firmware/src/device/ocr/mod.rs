@@ -306,6 +306,16 @@ pub trait TextReader: Send + Sync {
     fn read(&self, image: GrayImage, options: ReadOptions) -> ReadFuture<'_>;
 }
 
+/// A reader shared by the daemon's requests (a cheap clone).
+#[derive(Clone)]
+pub struct SharedReader(pub std::sync::Arc<dyn TextReader>);
+
+impl std::fmt::Debug for SharedReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SharedReader").field(&self.0.info().engine).finish()
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::cast_possible_truncation)]
 mod tests {
@@ -314,7 +324,7 @@ mod tests {
     fn word(text: &str, x: u32, y: u32, line: usize) -> Word {
         Word {
             text: text.into(),
-            bbox: TextBox { x, y, width: 10 * text.len() as u32, height: 20 },
+            bbox: TextBox { x, y, width: 10 * u32::try_from(text.len()).unwrap(), height: 20 },
             confidence: 90.0,
             line,
         }

@@ -285,6 +285,7 @@ fn render(cfg: &SimConfig, scene: &Scene, snap: &PhoneSnapshot, clock: u64, data
         size: sx(60).max(1),
         colour: ink,
         clip: Rect { x: sx(x0), y: sy(y0), w: sx(w0), h: sy(h0) },
+        artwork: false,
     };
     draw(&mut canvas, &Paint::Text(clock_run));
     for bar in 0..4 {

@@ -142,6 +142,10 @@ pub struct SimState {
     /// two states look the same at rest exactly when their digests are equal. Invisible
     /// counters (taps on a dead control) are not in it.
     pub scene_digest: u64,
+    /// Every line of text the screen shows whole, as drawn (truncated labels end in `…`),
+    /// with its box, top to bottom; the status-bar clock and icon artwork aside. What a
+    /// reading of the screen should find.
+    pub texts: Vec<super::ui::ShownText>,
 }
 
 #[derive(Debug)]
@@ -277,6 +281,7 @@ impl SimPhone {
             alert: st.ui.alert(),
             accessory_bar: st.ui.accessory_bar(),
             scene_digest: st.ui.digest(),
+            texts: st.ui.texts(),
         }
     }
 

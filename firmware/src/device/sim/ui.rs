@@ -212,6 +212,23 @@ pub struct TextRun {
     pub colour: [u8; 3],
     /// Nothing is drawn outside this.
     pub clip: Rect,
+    /// Part of a picture (an app icon's letter stands in for its artwork), not text a
+    /// person reads: left out of [`Scene::texts`].
+    pub artwork: bool,
+}
+
+/// Whether `a` lies wholly inside `b`.
+fn inside(a: &Rect, b: &Rect) -> bool {
+    a.x >= b.x && a.y >= b.y && a.x + a.w <= b.x + b.w && a.y + a.h <= b.y + b.h
+}
+
+/// A line of text as the screen shows it (`sim_state.texts`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ShownText {
+    /// The text as drawn (a truncated label ends in `…`).
+    pub text: String,
+    /// Its box in phone pixels: the line's advance width and height.
+    pub rect: Rect,
 }
 
 /// One thing drawn, in phone pixels. A scene is a list of these over a background.
@@ -413,6 +430,26 @@ impl Ui {
     }
 
     /// The screen as drawn now (after [`Ui::tick`]).
+    /// Every line of text the screen shows whole (not clipped, not artwork), top to bottom.
+    pub fn texts(&self) -> Vec<ShownText> {
+        let screen = Rect { x: 0, y: 0, w: self.width, h: self.height };
+        let mut shown: Vec<ShownText> = self
+            .scene()
+            .paint
+            .iter()
+            .filter_map(|p| match p {
+                Paint::Text(t) if !t.artwork && !t.text.trim().is_empty() => {
+                    let text = t.text.trim_end().to_string();
+                    let rect = Rect { x: t.x, y: t.y, w: width(&text, t.size), h: t.size };
+                    (inside(&rect, &t.clip) && inside(&rect, &screen)).then_some(ShownText { text, rect })
+                }
+                _ => None,
+            })
+            .collect();
+        shown.sort_by_key(|t| (t.rect.y, t.rect.x));
+        shown
+    }
+
     pub fn scene(&self) -> Scene {
         let now = self.now_ms;
         let mut zoom = None;
@@ -533,7 +570,7 @@ impl Ui {
             }
             l.paint.push(Paint::Round(r, cx.sx(45), icon_colour(i)));
             let initial: String = name.chars().take(1).collect();
-            l.paint.push(text_centred(&initial, r, cx.font(110), colour::WHITE));
+            l.paint.push(apps::artwork(text_centred(&initial, r, cx.font(110), colour::WHITE)));
             // iOS truncates labels that do not fit under the icon (about 12 characters).
             let room = cx.sx(250);
             let shown = text::truncate(name, apps::size_f(size), apps::size_f(room));
@@ -1065,6 +1102,26 @@ mod tests {
         ui.escape();
         assert_eq!(ui.screen(), Screen::Home);
         ui.tick(t);
+    }
+
+    #[test]
+    fn texts_are_what_a_person_reads_as_drawn_and_whole() {
+        let (mut ui, t) = open("Settings");
+        let texts: Vec<String> = ui.texts().into_iter().map(|t| t.text).collect();
+        assert!(texts.contains(&"Airplane Mode".to_string()) && texts.contains(&"Settings".to_string()), "{texts:?}");
+        assert!(!texts.iter().any(|t| t == ">"), "a row's chevron is a symbol, not text: {texts:?}");
+        let p = centre(&ui, "setting_general");
+        ui.touch(p, p, 80, t);
+        ui.tick(t + PUSH_MS);
+        let texts: Vec<String> = ui.texts().into_iter().map(|t| t.text).collect();
+        assert!(texts.contains(&"Settings".to_string()) && !texts.iter().any(|t| t.starts_with('<')), "{texts:?}");
+        ui.go_home();
+        ui.tick(t + PUSH_MS + 2000);
+        let home: Vec<String> = ui.texts().into_iter().map(|t| t.text).collect();
+        assert!(home.iter().any(|t| t.ends_with('…')), "long labels as drawn, truncated: {home:?}");
+        assert!(!home.iter().any(|t| t == "D"), "icon letters are artwork: {home:?}");
+        let sorted = ui.texts().windows(2).all(|w| (w[0].rect.y, w[0].rect.x) <= (w[1].rect.y, w[1].rect.x));
+        assert!(sorted, "top to bottom");
     }
 
     #[test]

@@ -75,9 +75,16 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::KindFixed
         | C::NotAttached => StatusCode::CONFLICT,
         C::TaskEnded | C::PairingInvalid | C::TicketInvalid => StatusCode::GONE,
-        C::CalibrationFailed | C::NoVisibleEffect | C::UnexpectedChange | C::AppNotOpened => {
-            StatusCode::UNPROCESSABLE_ENTITY
-        }
+        C::CalibrationFailed
+        | C::NoVisibleEffect
+        | C::UnexpectedChange
+        | C::AppNotOpened
+        | C::TextNotFound
+        | C::AmbiguousText
+        | C::ExpectedTextMissing
+        | C::UnexpectedText => StatusCode::UNPROCESSABLE_ENTITY,
+        C::OcrUnavailable => StatusCode::NOT_IMPLEMENTED,
+        C::OcrFailed => StatusCode::SERVICE_UNAVAILABLE,
         C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         C::StorageFailed => StatusCode::INSUFFICIENT_STORAGE,
     }

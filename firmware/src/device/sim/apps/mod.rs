@@ -258,7 +258,7 @@ pub(super) fn width(s: &str, size: i32) -> i32 {
 
 /// A line of text at (`x`, `y`) (top-left of its box), `size` pixels high, clipped.
 pub(super) fn text_at(s: &str, x: i32, y: i32, size: i32, colour: [u8; 3], clip: Rect) -> Paint {
-    Paint::Text(TextRun { text: s.to_string(), x, y, size, colour, clip })
+    Paint::Text(TextRun { text: s.to_string(), x, y, size, colour, clip, artwork: false })
 }
 
 /// A line of text vertically centred in `r`, `pad` in from its left.
@@ -306,10 +306,12 @@ pub(super) fn nav_bar(cx: &Cx, title: &str, back: &str) -> (Vec<Element>, Vec<Pa
         labelled(el("back", ElementKind::Back, b), &back_label),
         labelled(el("title", ElementKind::Label, t), title),
     ];
-    let paint = vec![
-        text_in(&back_label, b, cx.sx(20), size, colour::BLUE),
-        text_centred(&text::truncate(title, size_f(size), size_f(t.w)), t, size, colour::BLACK),
-    ];
+    // The chevron is a symbol on iOS, not a letter: drawn as artwork, the name as text.
+    let chevron_w = width("< ", size);
+    let mut paint = vec![artwork(text_in("<", b, cx.sx(20), size, colour::BLUE))];
+    let name = Rect { x: b.x + chevron_w, w: b.w - chevron_w, ..b };
+    paint.push(text_in(back, name, cx.sx(20), size, colour::BLUE));
+    paint.push(text_centred(&text::truncate(title, size_f(size), size_f(t.w)), t, size, colour::BLACK));
     (elements, paint)
 }
 
@@ -399,5 +401,14 @@ pub(super) fn cell(cx: &Cx, id: String, r: Rect, label: &str, kind: ElementKind)
 
 /// A chevron (">") at the right of a navigation row.
 pub(super) fn chevron(cx: &Cx, r: Rect) -> Paint {
-    text_right(">", r, cx.sx(48), cx.font(51), colour::GREY)
+    artwork(text_right(">", r, cx.sx(48), cx.font(51), colour::GREY))
+}
+
+/// `p` (a text run) marked as part of a picture: a symbol drawn with a letter, not text a
+/// person reads (`sim_state.texts` leaves it out).
+pub(super) fn artwork(p: Paint) -> Paint {
+    match p {
+        Paint::Text(t) => Paint::Text(TextRun { artwork: true, ..t }),
+        other => other,
+    }
 }
