@@ -734,7 +734,7 @@ async fn main() -> anyhow::Result<()> {
         println!("| verified tap, a toggle that flips at once (sim, 30 fps) | {p50:.0} ms | {p99:.0} ms | {taps} taps, round trip from request to answer; {still} settled by still frames |");
     }
     if run("ocr") {
-        ocr::ocr_section(3).await?;
+        ocr::ocr_section(8).await?;
     }
     if run("https") {
         let (w50, w99, f50, f99) = https_status(n).await?;

@@ -38,9 +38,18 @@ pub fn decode_png(bytes: &[u8]) -> anyhow::Result<GrayImage> {
     Ok(GrayImage::from_rgb(w, h, &rgb))
 }
 
-/// The texts the sim says it shows: element labels and texts (each paragraph) and the title.
+/// The texts the sim says it shows: its `texts` list (each line as drawn) when it has one,
+/// else element labels and texts (each paragraph) and the title.
 fn shown_texts(state: &Value) -> Vec<String> {
     let mut out = Vec::new();
+    if let Some(texts) = state["texts"].as_array() {
+        out.extend(
+            texts.iter().filter_map(|t| t["text"].as_str()).map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned),
+        );
+        out.sort();
+        out.dedup();
+        return out;
+    }
     for e in state["elements"].as_array().into_iter().flatten() {
         for key in ["label", "text"] {
             if let Some(t) = e[key].as_str() {
@@ -147,16 +156,30 @@ pub async fn ocr_section(rounds: usize) -> anyhow::Result<()> {
     }
     // Full reads, every screen `rounds` times.
     let mut full = Vec::new();
+    let mut by_screen: Vec<Vec<f64>> = vec![Vec::new(); screens.len()];
     for _ in 0..rounds {
-        for (_, image, _) in &screens {
+        for (i, (_, image, _)) in screens.iter().enumerate() {
             let t = Instant::now();
             worker.read(image.clone(), options.clone()).await?;
-            full.push(t.elapsed().as_secs_f64() * 1000.0);
+            let ms = t.elapsed().as_secs_f64() * 1000.0;
+            full.push(ms);
+            by_screen[i].push(ms);
         }
     }
-    // A changed region: a 700x120 strip of the Settings screen, under its title.
+    // The screens with the most text (home, Contacts, Demo, Settings) are the slow ones.
+    let slowest = by_screen
+        .into_iter()
+        .zip(&screens)
+        .map(|(t, s)| (summary(t).0, s.0.clone()))
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .unwrap_or((f64::NAN, String::new()));
+    // A changed region: a 700x120 strip of the Settings screen, its first rows.
     let settings = screens.iter().find(|s| s.0 == "Settings").map_or(&screens[0].1, |s| &s.1);
     let region = strip(settings, 300, 700, 120);
+    if misses {
+        let r = worker.read(region.clone(), options.clone()).await?;
+        eprintln!("region: {:?}", r.lines.iter().map(|l| l.text.as_str()).collect::<Vec<_>>());
+    }
     let mut regions = Vec::new();
     for _ in 0..20 {
         let t = Instant::now();
@@ -180,6 +203,7 @@ pub async fn ocr_section(rounds: usize) -> anyhow::Result<()> {
         full.len(),
         screens.len()
     );
+    println!("| OCR full read, slowest screen ({}) | {:.0} ms | - | p50 of its {rounds} reads |", slowest.1, slowest.0);
     println!("| OCR region read, 700x120 strip | {r50:.0} ms | {r99:.0} ms | 20 reads |");
     println!("| OCR worker peak RSS (VmHWM) | {rss:.1} MiB | - | Tesseract 5 + eng, after the reads above |");
     Ok(())

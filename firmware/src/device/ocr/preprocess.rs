@@ -80,6 +80,22 @@ pub fn prepare(image: &GrayImage, how: Preprocess) -> Prepared {
     Prepared { image: out, scale }
 }
 
+/// The part of `image` inside `b` grown by `pad` pixels on every side (clamped to the
+/// picture), and where that part is.
+pub fn crop(image: &GrayImage, b: TextBox, pad: u32) -> (GrayImage, TextBox) {
+    let x0 = b.x.saturating_sub(pad).min(image.width.saturating_sub(1));
+    let y0 = b.y.saturating_sub(pad).min(image.height.saturating_sub(1));
+    let x1 = b.x.saturating_add(b.width).saturating_add(pad).clamp(x0 + 1, image.width.max(x0 + 1));
+    let y1 = b.y.saturating_add(b.height).saturating_add(pad).clamp(y0 + 1, image.height.max(y0 + 1));
+    let (w, h) = (x1 - x0, y1 - y0);
+    let mut pixels = Vec::with_capacity(w as usize * h as usize);
+    for y in y0..y1 {
+        let start = y as usize * image.width as usize + x0 as usize;
+        pixels.extend_from_slice(image.pixels.get(start..start + w as usize).unwrap_or(&[]));
+    }
+    (GrayImage { width: w, height: h, pixels }, TextBox { x: x0, y: y0, width: w, height: h })
+}
+
 /// A box in scaled pixels mapped to the input's, clamped to `width` x `height`.
 pub fn unscale_box(b: TextBox, scale: f32, width: u32, height: u32) -> TextBox {
     let s = f64::from(if scale.is_finite() && scale > 0.0 { scale } else { 1.0 });
@@ -282,6 +298,20 @@ mod tests {
         let img = flat(1, 1, 0);
         let p = prepare(&img, Preprocess::for_picture(1));
         assert_eq!((p.image.width, p.image.height), (3, 3));
+    }
+
+    #[test]
+    fn a_crop_is_padded_and_clamped_to_the_picture() {
+        let mut img = flat(10, 10, 0);
+        img.pixels[0] = 9;
+        let (c, at) = crop(&img, TextBox { x: 1, y: 1, width: 3, height: 3 }, 2);
+        assert_eq!((at, c.pixels[0]), (TextBox { x: 0, y: 0, width: 6, height: 6 }, 9));
+        assert!(c.check().is_ok());
+        let (c, at) = crop(&img, TextBox { x: 8, y: 8, width: 50, height: 50 }, 4);
+        assert_eq!(at, TextBox { x: 4, y: 4, width: 6, height: 6 });
+        assert!(c.check().is_ok());
+        let (c, _) = crop(&img, TextBox { x: 40, y: 40, width: 0, height: 0 }, 0);
+        assert!(c.check().is_ok(), "a box outside still crops a pixel");
     }
 
     #[test]

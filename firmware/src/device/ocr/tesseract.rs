@@ -115,6 +115,8 @@ pub enum PageSegMode {
     Auto = 3,
     /// `PSM_SINGLE_BLOCK` (6): one uniform block of text.
     SingleBlock = 6,
+    /// `PSM_SINGLE_LINE` (7): one line of text.
+    SingleLine = 7,
     /// `PSM_SPARSE_TEXT` (11): as much text as possible, in no particular order.
     SparseText = 11,
 }

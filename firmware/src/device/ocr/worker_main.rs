@@ -11,7 +11,8 @@
 //! Options (all optional): `--library FILE` (default [`DEFAULT_LIBRARY`]),
 //! `--tessdata DIR` (default: Tesseract's own), `--languages eng,deu` (default `eng`),
 //! and for measuring: `--psm 3|6|11`, `--scale F` (0: from the picture's width),
-//! `--normalize 0|1`, `--ppi N`, `--invert 0|1` (Tesseract's own inverted retry).
+//! `--normalize 0|1`, `--ppi N`, `--invert 0|1` (Tesseract's own inverted retry), `--reread 0|1`
+//! (doubtful lines read again alone).
 
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
@@ -39,11 +40,22 @@ pub struct Tuning {
     /// Whether Tesseract retries low-confidence lines inverted (its own light-on-dark
     /// handling; redundant after normalizing).
     pub engine_invert: bool,
+    /// Whether doubtful lines are read again on their own, scaled up. Off by default:
+    /// on the sim's screens it found one text more (121) and doubled the home screen's
+    /// read time (bench `ocr`, `TETHER_BENCH_OCR_ARGS="--reread 1"`).
+    pub reread: bool,
 }
 
 impl Default for Tuning {
     fn default() -> Self {
-        Tuning { psm: PageSegMode::SparseText, scale: None, normalize: true, ppi: 300, engine_invert: false }
+        Tuning {
+            psm: PageSegMode::SparseText,
+            scale: None,
+            normalize: true,
+            ppi: 300,
+            engine_invert: false,
+            reread: false,
+        }
     }
 }
 
@@ -99,6 +111,7 @@ impl WorkerOptions {
                 }
                 "--normalize" => o.tuning.normalize = value()? != "0",
                 "--invert" => o.tuning.engine_invert = value()? != "0",
+                "--reread" => o.tuning.reread = value()? != "0",
                 "--ppi" => {
                     let v = value()?;
                     o.tuning.ppi = v.parse().map_err(|_| format!("--ppi {v}: a number"))?;
@@ -210,7 +223,58 @@ pub fn read_image(engine: &mut Engine, image: &GrayImage, tuning: Tuning) -> Res
             Recognition { psm: tuning.psm, ppi: tuning.ppi, invert: tuning.engine_invert },
         )
         .map_err(|e| OcrError::Protocol(e.to_string()))?;
-    Ok(TextRead::from_words(prepared.map_back(words, image.width, image.height)))
+    let mut read = TextRead::from_words(prepared.map_back(words, image.width, image.height));
+    if tuning.reread {
+        reread_doubtful_lines(engine, image, &mut read, tuning);
+    }
+    Ok(read)
+}
+
+/// Lines read with less confidence than this are read again on their own.
+const REREAD_BELOW: f32 = 85.0;
+/// At most this many lines are read again per picture (bounds the time).
+const MAX_REREADS: usize = 12;
+/// A line read again is scaled so that it is about this tall, pixels.
+const REREAD_LINE_HEIGHT: f32 = 64.0;
+
+/// Reads doubtful lines again, each cropped and scaled up on its own as one line: small
+/// light text on a busy background (the home screen's labels) reads better alone. A
+/// line's words take the new texts when the new read has as many words, each more
+/// confident; boxes stay those of the full read.
+fn reread_doubtful_lines(engine: &mut Engine, image: &GrayImage, read: &mut TextRead, tuning: Tuning) {
+    let mut doubtful: Vec<usize> = (0..read.lines.len())
+        .filter(|&i| read.lines[i].confidence < REREAD_BELOW && read.lines[i].bbox.height >= 6)
+        .collect();
+    doubtful.sort_by(|&a, &b| read.lines[a].confidence.total_cmp(&read.lines[b].confidence));
+    doubtful.truncate(MAX_REREADS);
+    for i in doubtful {
+        let line = read.lines[i].clone();
+        let pad = (line.bbox.height / 2).max(4);
+        let (part, _) = super::preprocess::crop(image, line.bbox, pad);
+        let scale = (REREAD_LINE_HEIGHT / line.bbox.height.max(1) as f32).clamp(1.0, super::preprocess::MAX_SCALE);
+        let prepared = prepare(&part, Preprocess { scale, normalize: tuning.normalize });
+        let how = Recognition { psm: PageSegMode::SingleLine, ppi: tuning.ppi, invert: tuning.engine_invert };
+        let Ok(again) = engine.recognize(&prepared.image.pixels, prepared.image.width, prepared.image.height, how)
+        else {
+            continue;
+        };
+        let old = read.words.get(line.first_word..line.first_word + line.words).unwrap_or(&[]);
+        let better = again.len() == old.len() && again.iter().zip(old).all(|(n, o)| n.confidence > o.confidence);
+        if !better {
+            continue;
+        }
+        for (k, n) in again.into_iter().enumerate() {
+            if let Some(w) = read.words.get_mut(line.first_word + k) {
+                w.text = n.text;
+                w.confidence = n.confidence;
+            }
+        }
+        let words = read.words.get(line.first_word..line.first_word + line.words).unwrap_or(&[]);
+        if let Some(l) = read.lines.get_mut(i) {
+            l.text = words.iter().map(|w| w.text.as_str()).collect::<Vec<_>>().join(" ");
+            l.confidence = words.iter().map(|w| w.confidence).fold(f32::INFINITY, f32::min);
+        }
+    }
 }
 
 /// Serves requests from `input` on `output` until `input` ends: the hello first, then one
