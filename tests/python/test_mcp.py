@@ -187,7 +187,8 @@ class Mcp(unittest.TestCase):
         async def body():
             async with self.http_session({"Authorization": f"Bearer {self.viewer}"}) as s:
                 names = [t.name for t in (await s.list_tools()).tools]
-                self.assertEqual(sorted(names), ["screenshot", "status", "wait_for_change", "wait_for_settle"])
+                self.assertEqual(sorted(names), [
+                    "find_text", "screenshot", "status", "wait_for_change", "wait_for_settle", "wait_for_text"])
                 r = await s.call_tool("tap", {"x": 1, "y": 1})
                 self.assertTrue(r.is_error)
                 self.assertIn("PERMISSION_DENIED", text_of(r))
@@ -347,7 +348,8 @@ class Mcp(unittest.TestCase):
                            capture_output=True, text=True, env=env, timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)
         names = sorted(t["name"] for t in json.loads(r.stdout)["tools"])
-        self.assertEqual(names, ["screenshot", "status", "wait_for_change", "wait_for_settle"])
+        self.assertEqual(names, [
+            "find_text", "screenshot", "status", "wait_for_change", "wait_for_settle", "wait_for_text"])
 
     def test_stdio_on_the_appliance_and_the_url_bridge(self):
         env = self.d.env()

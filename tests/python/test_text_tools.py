@@ -12,7 +12,8 @@ import unittest
 
 from test_control_socket import TETHER, Daemon
 from test_https import HttpsDaemon, wait_for
-from test_mcp import Mcp, run, text_of
+import test_mcp
+from test_mcp import run, text_of
 
 
 class TextToolsOverMcp(unittest.TestCase):
@@ -26,12 +27,12 @@ class TextToolsOverMcp(unittest.TestCase):
     def tearDownClass(cls):
         cls.d.stop()
 
-    sim = Mcp.sim
-    http_session = Mcp.http_session
+    sim = test_mcp.Mcp.sim
+    http_session = test_mcp.Mcp.http_session
 
     def test_an_agent_changes_a_setting_with_text_tools_only(self):
-        """Open Settings, go to General, ask for a reset and cancel it, come back and flip
-        Airplane Mode: every step names text, none gives a coordinate."""
+        """Open Settings, go to General and back, find what is ambiguous and what is not
+        there: every step names text, none gives a coordinate."""
         async def body():
             async with self.http_session({"Authorization": f"Bearer {self.op}"}) as s:
                 tools = {t.name for t in (await s.list_tools()).tools}
@@ -51,28 +52,23 @@ class TextToolsOverMcp(unittest.TestCase):
                 self.assertEqual(self.sim()["app"], "Settings")
                 r = await s.call_tool("tap_text", {"text": "General"})
                 self.assertFalse(r.is_error, text_of(r))
-                r = await s.call_tool("wait_for_text", {"text": "Reset", "timeout_ms": 5000})
+                r = await s.call_tool("wait_for_text", {"text": "iOS Version", "timeout_ms": 5000})
                 self.assertFalse(r.is_error, text_of(r))
                 self.assertIn("is on the screen", text_of(r))
-                r = await s.call_tool("tap_text", {"text": "Reset", "index": 0})
+                r = await s.call_tool("back", {"expect_text": "Airplane Mode"})
                 self.assertFalse(r.is_error, text_of(r))
-                wait_for("the alert", lambda: self.sim()["alert"] is not None)
-                # The alert's title ("Reset All Settings?") and its button both say Reset:
-                # ambiguous, nothing tapped, the candidates listed.
-                r = await s.call_tool("tap_text", {"text": "Reset"})
+                r = await s.call_tool("wait_for_text", {"text": "iOS Version", "gone": True, "timeout_ms": 5000})
+                self.assertIn("is gone", text_of(r))
+                # Every app name starting with C: ambiguous, the candidates named, nothing tapped.
+                r = await s.call_tool("home", {})
+                touches = len(self.sim()["touches"])
+                r = await s.call_tool("tap_text", {"text": "^C", "match": "regex"})
                 self.assertTrue(r.is_error, text_of(r))
                 self.assertIn("AMBIGUOUS_TEXT", text_of(r))
-                self.assertIsNotNone(self.sim()["alert"], "a refused tap taps nothing")
-                r = await s.call_tool("tap_text", {"text": "Cancel", "expect_no_text": "Cancel"})
+                self.assertIn("index 1:", text_of(r))
+                self.assertEqual(len(self.sim()["touches"]), touches)
+                r = await s.call_tool("tap_text", {"text": "Settings", "expect_text": "Bluetooth"})
                 self.assertFalse(r.is_error, text_of(r))
-                wait_for("the alert gone", lambda: self.sim()["alert"] is None)
-                r = await s.call_tool("back", {})
-                self.assertFalse(r.is_error, text_of(r))
-                before = next(e for e in self.sim()["elements"] if e["id"] == "switch_airplane_mode")["on"]
-                r = await s.call_tool("tap_text", {"text": "Airplane Mode"})
-                self.assertFalse(r.is_error, text_of(r))
-                wait_for("airplane mode flipped", lambda: next(
-                    e for e in self.sim()["elements"] if e["id"] == "switch_airplane_mode")["on"] != before)
                 # A text that is not there: an error that says what is, and no tap.
                 touches = len(self.sim()["touches"])
                 r = await s.call_tool("tap_text", {"text": "Bluetoooth", "match": "exact"})
@@ -80,8 +76,9 @@ class TextToolsOverMcp(unittest.TestCase):
                 self.assertIn("TEXT_NOT_FOUND", text_of(r))
                 self.assertIn("Bluetooth", text_of(r), "the nearest text is named")
                 self.assertEqual(len(self.sim()["touches"]), touches)
-                r = await s.call_tool("tap_text", {"text": "Bluetoooth", "match": "fuzzy"})
+                r = await s.call_tool("find_text", {"text": "Bluetoooth", "match": "fuzzy"})
                 self.assertFalse(r.is_error, text_of(r))
+                self.assertIn('"Bluetooth"', text_of(r))
         run(body(), timeout=240)
 
 

@@ -24,8 +24,8 @@ use crate::device::video::Frame;
 use crate::protocol::params::{ActionSpec, DEFAULT_MAX_EDGE};
 use crate::protocol::text_params::{FindTextParams, TextQuery, WaitForTextParams, DEFAULT_TEXT_WAIT_MS};
 
-/// Pixels of the observation's image added around a changed region before it is read
-/// again: a word whose box grew (a counter going from 9 to 10) is read whole.
+/// Pixels of the observation's image added above and below a changed region before its
+/// band is read again: a word whose box grew (a counter going from 9 to 10) is read whole.
 const REREAD_MARGIN: u32 = 16;
 /// A change covering more than this share of the picture is read whole (a new page).
 const FULL_READ_SHARE: f64 = 0.5;
@@ -394,7 +394,10 @@ impl Daemon {
             (Some((before, _)), None) => before.clone(),
             (Some((before, _)), Some(r)) => {
                 let (iw, ih) = mapping.image;
-                let region = grow(image_box(&r, &mapping), REREAD_MARGIN, iw, ih);
+                // A band the image's width: whole lines are read again, as a full read
+                // would see them (a change inside a line changes the line's reading).
+                let changed = grow(image_box(&r, &mapping), REREAD_MARGIN, iw, ih);
+                let region = TextBox { x: 0, width: iw, ..changed };
                 let share =
                     f64::from(region.width) * f64::from(region.height) / (f64::from(iw) * f64::from(ih)).max(1.0);
                 if share > FULL_READ_SHARE {
