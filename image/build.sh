@@ -23,6 +23,12 @@ base_packages=(
     initramfs-tools zstd e2fsprogs fdisk util-linux
     avahi-daemon libnss-mdns openssh-server ca-certificates iproute2
     libstdc++6 wireless-regdb
+    # Reading the screen (issue 33): `tether ocr-worker` dlopens libtesseract.so.5 and reads
+    # Debian's language data from /usr/share/tesseract-ocr/5/tessdata. English serves the us
+    # and uk keyboard layouts, German and French the de and fr ones. Not the `tesseract-ocr`
+    # CLI: it would pull cairo, pango, ICU and fontconfig for nothing the daemon uses
+    # (mmdebstrap installs no Recommends, so the data packages' Recommends of it stay out).
+    libtesseract5 tesseract-ocr-eng tesseract-ocr-deu tesseract-ocr-fra
 )
 
 build_usage() {
