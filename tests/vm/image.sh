@@ -9,7 +9,13 @@
 #   - the owner's pairing URL redeems once and only once
 #   - systemd-analyze security puts tether.service at or under 2.0
 #   - the root is read-only and the data partition was grown to fill the disk
-#   - the aarch64 binary runs `tether doctor --json` under qemu-user
+#   - the aarch64 binary runs `tether doctor --json` under qemu-user (and, with no Tesseract
+#     there, says OCR is unavailable and which package to add: the engine is dlopened)
+#   - the image carries Tesseract and its eng, deu, fra data: the daemon's `hello` (over
+#     HTTPS, with the owner's token) says capabilities.text.available with eng; `find_text`
+#     finds "Settings" on the sim's home screen through the OCR worker running inside
+#     tether.service's sandbox (as tether, nice 10, its address-space limit); `tether
+#     doctor` on the appliance agrees
 #
 # Run by tests/vm/run.sh image (and all). Uses the flash.sh base-rootfs cache.
 # Prints "tests/vm: suite image: PASS" or FAIL with the console's last lines.
@@ -99,8 +105,13 @@ assert d["board"]["name"] == "rpi4", d["board"]
 assert d["board"]["udc"] == "fe980000.usb", d["board"]
 assert d["board"]["csi"]["overlay"] == "tc358743-i2c0mux", d["board"]
 assert d["decoders"]["h264"], d["decoders"]
-' || fail "doctor --json: unexpected report"
-check "aarch64 tether doctor --json under qemu-user names the board"
+# No Tesseract in the cross toolchain library root: the dlopened engine is reported
+# missing, with the Debian package that brings it, instead of the binary failing to start.
+ocr = d["ocr"]
+assert ocr["enabled"] and not ocr["available"], ocr
+assert "libtesseract5" in ocr["missing_packages"], ocr
+' || fail "doctor --json: unexpected report: $doctor"
+check "aarch64 tether doctor --json under qemu-user names the board; OCR unavailable there (no libtesseract5)"
 
 # --- boot -----------------------------------------------------------------------------------
 # A copy with 1 GiB more at the end: the first boot grows the data partition into it.
@@ -181,6 +192,83 @@ check "tether.service is active with the sim"
 exposure=$(ssh_do "systemd-analyze security tether.service --no-pager" | awk '/Overall exposure level/{print $(NF-2)}')
 [ -n "$exposure" ] && awk -v e="$exposure" 'BEGIN{exit !(e <= 2.0)}' || fail "systemd-analyze security: exposure '$exposure' > 2.0"
 check "systemd-analyze security tether.service: $exposure (bound 2.0)"
+
+# --- reading the screen: Tesseract in the image, its worker in the unit's sandbox ---------------
+# The owner's token (tether login stored it above) for POST /api/rpc.
+token=$(python3 - "${XDG_CONFIG_HOME:-$HOME/.config}/tether/hosts.toml" "$https_port" <<'PY'
+import sys, tomllib
+with open(sys.argv[1], "rb") as f:
+    hosts = tomllib.load(f).get("host", [])
+print(next(h["token"] for h in hosts if h.get("url", "").rstrip("/").endswith(":" + sys.argv[2])))
+PY
+) || fail "no token for 127.0.0.1:$https_port in the hosts file"
+rpc() {
+    curl -sS --max-time "${2:-60}" --cacert "$work/ca.crt" --resolve "tether.local:$https_port:127.0.0.1" \
+        -H "Authorization: Bearer $token" -H 'Content-Type: application/json' -d "$1" \
+        "https://tether.local:$https_port/api/rpc"
+}
+# The worker starts in the background with the daemon; until its hello, `available` is
+# false and the problem says it is starting. Any other unavailability fails at once.
+ocr_t0=$(date +%s)
+deadline=$(( ocr_t0 + 180 ))
+while :; do
+    hello=$(rpc '{"method":"hello","protocol":"tether/1","client":"image suite"}') || fail "hello over HTTPS failed: $hello"
+    text=$(echo "$hello" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["result"]["capabilities"]["text"]))') ||
+        fail "hello has no capabilities.text: $hello"
+    echo "$text" | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["available"] else 1)' && break
+    echo "$text" | grep -q 'starting' || fail "hello: OCR is not available in the image: $text"
+    [ "$(date +%s)" -lt "$deadline" ] || fail "hello: the OCR worker did not start within 180 s: $text"
+    sleep 3
+done
+ocr_ready_s=$(( $(date +%s) - ocr_t0 ))
+summary=$(echo "$text" | python3 -c '
+import json, sys
+t = json.load(sys.stdin)
+assert t["engine"] == "tesseract" and (t["version"] or "").startswith("5."), t
+assert "eng" in t["languages"], t
+assert {"eng", "deu", "fra"} <= set(t["installed_languages"]), t
+assert not t["problem"], t
+print("Tesseract", t["version"], "reading", ",".join(t["languages"]), "of", ",".join(t["installed_languages"]))
+') || fail "hello: capabilities.text is not what the image carries: $text"
+check "hello: capabilities.text available: $summary (ready ${ocr_ready_s} s after HTTPS answered)"
+# One read end to end on the sim's home screen, through the sandboxed worker.
+ft0=$(date +%s%N)
+found=$(rpc '{"method":"find_text","text":"Settings"}' 300) || fail "find_text over HTTPS failed: $found"
+find_ms=$(( ($(date +%s%N) - ft0) / 1000000 ))
+where=$(echo "$found" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)["result"]
+assert r.get("count", 0) >= 1, r
+m = r["matches"][0]
+assert m["text"] == "Settings", m
+w, h = r["image_size"]["width"], r["image_size"]["height"]
+cx, cy = m["center"]["x"], m["center"]["y"]
+# The home screen: Settings is the second icon of the first row.
+assert w / 4 < cx < w / 2 and cy < h / 4, (m, r["image_size"])
+print(f"centre {cx},{cy} of {w}x{h}")
+') || fail "find_text Settings: $found"
+check "find_text \"Settings\" on the sim's home screen: $where, ${find_ms} ms (TCG)"
+# The worker: the daemon's child, as tether, at nice 10 (setpriority, which the unit's
+# SystemCallFilter lets back in), with its address-space limit; its memory for the notes.
+worker=$(ssh_do sh -s <<'SH'
+main=$(systemctl show -p MainPID --value tether.service)
+for d in /proc/[0-9]*; do
+    [ "$(awk '{print $4}' "$d/stat" 2>/dev/null)" = "$main" ] || continue
+    tr '\0' ' ' < "$d/cmdline" | grep -q ocr-worker || continue
+    echo "pid=${d#/proc/} user=$(stat -c %U "$d") nice=$(awk '{print $19}' "$d/stat")" \
+        "as=$(awk '/^Max address space/{print $4}' "$d/limits")" \
+        "rss_kb=$(awk '/^VmRSS/{print $2}' "$d/status") daemon_rss_kb=$(awk '/^VmRSS/{print $2}' "/proc/$main/status")"
+done
+SH
+) || true
+[ -n "$worker" ] || fail "no ocr-worker child of the daemon"
+echo "$worker" | grep -q ' user=tether ' || fail "the OCR worker does not run as tether: $worker"
+echo "$worker" | grep -q ' nice=10 ' || fail "the OCR worker does not run at nice 10 (setpriority refused?): $worker"
+echo "$worker" | grep -Eq ' as=[0-9]+ ' || fail "the OCR worker has no address-space limit: $worker"
+check "the OCR worker in tether.service: $worker"
+doctor_ocr=$(ssh_do "tether doctor --json" | python3 -c 'import json,sys; o=json.load(sys.stdin)["ocr"]; assert o["available"], o; print(o["statement"])') ||
+    fail "tether doctor on the appliance: OCR is not available"
+check "tether doctor on the appliance: ocr: $doctor_ocr"
 ro=$(ssh_do "findmnt -no OPTIONS /")
 [[ ",$ro," == *",ro,"* ]] || fail "the root is mounted $ro"
 grown_s=""
