@@ -15,7 +15,8 @@
 #     HTTPS, with the owner's token) says capabilities.text.available with eng; `find_text`
 #     finds "Settings" on the sim's home screen through the OCR worker running inside
 #     tether.service's sandbox (as tether, nice 10, its address-space limit); `tether
-#     doctor` on the appliance agrees
+#     doctor` on the appliance agrees. The read runs with a longer read deadline than
+#     shipped (a runtime drop-in, /run only): TCG is far slower than the board
 #
 # Run by tests/vm/run.sh image (and all). Uses the flash.sh base-rootfs cache.
 # Prints "tests/vm: suite image: PASS" or FAIL with the console's last lines.
@@ -207,21 +208,31 @@ rpc() {
         -H "Authorization: Bearer $token" -H 'Content-Type: application/json' -d "$1" \
         "https://tether.local:$https_port/api/rpc"
 }
-# The worker starts in the background with the daemon; until its hello, `available` is
-# false and the problem says it is starting. Any other unavailability fails at once.
-ocr_t0=$(date +%s)
-deadline=$(( ocr_t0 + 180 ))
-while :; do
-    hello=$(rpc '{"method":"hello","protocol":"tether/1","client":"image suite"}') || fail "hello over HTTPS failed: $hello"
-    text=$(echo "$hello" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["result"]["capabilities"]["text"]))') ||
-        fail "hello has no capabilities.text: $hello"
-    echo "$text" | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["available"] else 1)' && break
-    echo "$text" | grep -q 'starting' || fail "hello: OCR is not available in the image: $text"
-    [ "$(date +%s)" -lt "$deadline" ] || fail "hello: the OCR worker did not start within 180 s: $text"
-    sleep 3
-done
-ocr_ready_s=$(( $(date +%s) - ocr_t0 ))
-summary=$(echo "$text" | python3 -c '
+# wait_ocr: polls hello until capabilities.text is available (prints it, with the seconds
+# waited, in $text and $ocr_ready_s). The worker starts in the background with the daemon;
+# until its hello, `available` is false and the problem says it is starting. Returns 1 on
+# any other unavailability (the problem in $text), fails the suite after 180 s.
+wait_ocr() {
+    local t0 deadline hello
+    t0=$(date +%s); deadline=$(( t0 + 180 ))
+    while :; do
+        # The daemon may be restarting: HTTPS errors are retried until the deadline.
+        if hello=$(rpc '{"method":"hello","protocol":"tether/1","client":"image suite"}' 2>&1) &&
+            text=$(echo "$hello" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["result"]["capabilities"]["text"]))' 2>/dev/null); then
+            if echo "$text" | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["available"] else 1)'; then
+                ocr_ready_s=$(( $(date +%s) - t0 ))
+                return 0
+            fi
+            echo "$text" | grep -q 'is starting' || return 1
+        else
+            text=$hello
+        fi
+        [ "$(date +%s)" -lt "$deadline" ] || fail "hello: OCR not available within 180 s: $text"
+        sleep 3
+    done
+}
+text_summary() {
+    echo "$text" | python3 -c '
 import json, sys
 t = json.load(sys.stdin)
 assert t["engine"] == "tesseract" and (t["version"] or "").startswith("5."), t
@@ -229,11 +240,40 @@ assert "eng" in t["languages"], t
 assert {"eng", "deu", "fra"} <= set(t["installed_languages"]), t
 assert not t["problem"], t
 print("Tesseract", t["version"], "reading", ",".join(t["languages"]), "of", ",".join(t["installed_languages"]))
-') || fail "hello: capabilities.text is not what the image carries: $text"
-check "hello: capabilities.text available: $summary (ready ${ocr_ready_s} s after HTTPS answered)"
+'
+}
+# As shipped: the worker, started by the daemon at boot inside the unit's sandbox, says
+# hello. Its start may take longer than the daemon's 20 s start timeout under TCG (several
+# times slower than a Pi 4's cores, and the first boot is busy); that alone is not a
+# failure here: the restart below starts it again on a quieter VM.
+if wait_ocr; then
+    summary=$(text_summary) || fail "hello: capabilities.text is not what the image carries: $text"
+    check "hello (as shipped): capabilities.text available: $summary (${ocr_ready_s} s after HTTPS answered)"
+else
+    echo "$text" | grep -q 'did not start within' || fail "hello: OCR is not available in the image: $text"
+    echo "image: note: as shipped, the OCR worker did not start within the daemon's start timeout under TCG: $text"
+fi
+# A full read of a 1568-px screenshot takes ~9 s of aarch64 under qemu-user on this kind of
+# machine and longer under TCG (~0.3 s on x86, ~1-2 s expected on a Pi 4), past the shipped
+# 10 s read deadline. For this VM only, a runtime drop-in (in /run: gone at the next boot)
+# starts the daemon with a copy of /etc/tether/tether.toml that allows 300 s per read;
+# the unit's sandbox is untouched.
+ssh_do sh -s <<'SH' || fail "could not give the daemon the lab's read deadline"
+set -e
+{ cat /etc/tether/tether.toml; printf '\n[ocr]\nread_deadline_ms = 300000\n'; } > /run/tether-lab.toml
+chmod 0644 /run/tether-lab.toml
+mkdir -p /run/systemd/system/tether.service.d
+printf '[Service]\nExecStart=\nExecStart=/usr/bin/tether serve --config /run/tether-lab.toml\n' \
+    > /run/systemd/system/tether.service.d/lab-deadline.conf
+systemctl daemon-reload
+systemctl restart tether.service
+SH
+wait_ocr || fail "hello: OCR is not available in the image: $text"
+summary=$(text_summary) || fail "hello: capabilities.text is not what the image carries: $text"
+check "hello (lab read deadline, daemon restarted): capabilities.text available: $summary (${ocr_ready_s} s after the restart)"
 # One read end to end on the sim's home screen, through the sandboxed worker.
 ft0=$(date +%s%N)
-found=$(rpc '{"method":"find_text","text":"Settings"}' 300) || fail "find_text over HTTPS failed: $found"
+found=$(rpc '{"method":"find_text","text":"Settings"}' 400) || fail "find_text over HTTPS failed: $found"
 find_ms=$(( ($(date +%s%N) - ft0) / 1000000 ))
 where=$(echo "$found" | python3 -c '
 import json, sys
