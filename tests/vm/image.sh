@@ -15,8 +15,8 @@
 #     HTTPS, with the owner's token) says capabilities.text.available with eng; `find_text`
 #     finds "Settings" on the sim's home screen through the OCR worker running inside
 #     tether.service's sandbox (as tether, nice 10, its address-space limit); `tether
-#     doctor` on the appliance agrees. The read runs with a longer read deadline than
-#     shipped (a runtime drop-in, /run only): TCG is far slower than the board
+#     doctor` on the appliance agrees. Should the read go past the shipped deadline (TCG is
+#     far slower than the board), it is retried with a longer one (a runtime drop-in)
 #
 # Run by tests/vm/run.sh image (and all). Uses the flash.sh base-rootfs cache.
 # Prints "tests/vm: suite image: PASS" or FAIL with the console's last lines.
@@ -245,20 +245,30 @@ print("Tesseract", t["version"], "reading", ",".join(t["languages"]), "of", ",".
 # As shipped: the worker, started by the daemon at boot inside the unit's sandbox, says
 # hello. Its start may take longer than the daemon's 20 s start timeout under TCG (several
 # times slower than a Pi 4's cores, and the first boot is busy); that alone is not a
-# failure here: the restart below starts it again on a quieter VM.
+# failure here: the lab deadline below restarts the daemon, which starts it again.
+shipped=true
 if wait_ocr; then
     summary=$(text_summary) || fail "hello: capabilities.text is not what the image carries: $text"
-    check "hello (as shipped): capabilities.text available: $summary (${ocr_ready_s} s after HTTPS answered)"
+    check "hello: capabilities.text available: $summary (${ocr_ready_s} s after HTTPS answered)"
 else
     echo "$text" | grep -q 'did not start within' || fail "hello: OCR is not available in the image: $text"
     echo "image: note: as shipped, the OCR worker did not start within the daemon's start timeout under TCG: $text"
+    shipped=false
 fi
-# A full read of a 1568-px screenshot takes ~9 s of aarch64 under qemu-user on this kind of
-# machine and longer under TCG (~0.3 s on x86, ~1-2 s expected on a Pi 4), past the shipped
-# 10 s read deadline. For this VM only, a runtime drop-in (in /run: gone at the next boot)
-# starts the daemon with a copy of /etc/tether/tether.toml that allows 300 s per read;
-# the unit's sandbox is untouched.
-ssh_do sh -s <<'SH' || fail "could not give the daemon the lab's read deadline"
+# find_settings: one read end to end on the sim's home screen, through the sandboxed worker
+# ($found, $find_ms).
+find_settings() {
+    local t0; t0=$(date +%s%N)
+    found=$(rpc '{"method":"find_text","text":"Settings"}' 400) || fail "find_text over HTTPS failed: $found"
+    find_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+}
+# lab_deadline: a read past the shipped 10 s deadline is TCG's slowness, not the image's (a
+# full read of the 498x1080 sim screen took ~4 s here under TCG; of a 723x1568 screenshot
+# ~9 s of aarch64 under qemu-user, ~0.2 s on x86). For this VM only, a runtime drop-in (in
+# /run: gone at the next boot) restarts the daemon with a copy of /etc/tether/tether.toml
+# that allows 300 s per read; the unit's sandbox is untouched.
+lab_deadline() {
+    ssh_do sh -s <<'SH' || fail "could not give the daemon the lab's read deadline"
 set -e
 { cat /etc/tether/tether.toml; printf '\n[ocr]\nread_deadline_ms = 300000\n'; } > /run/tether-lab.toml
 chmod 0644 /run/tether-lab.toml
@@ -268,13 +278,18 @@ printf '[Service]\nExecStart=\nExecStart=/usr/bin/tether serve --config /run/tet
 systemctl daemon-reload
 systemctl restart tether.service
 SH
-wait_ocr || fail "hello: OCR is not available in the image: $text"
-summary=$(text_summary) || fail "hello: capabilities.text is not what the image carries: $text"
-check "hello (lab read deadline, daemon restarted): capabilities.text available: $summary (${ocr_ready_s} s after the restart)"
-# One read end to end on the sim's home screen, through the sandboxed worker.
-ft0=$(date +%s%N)
-found=$(rpc '{"method":"find_text","text":"Settings"}' 400) || fail "find_text over HTTPS failed: $found"
-find_ms=$(( ($(date +%s%N) - ft0) / 1000000 ))
+    wait_ocr || fail "hello: OCR is not available in the image: $text"
+    summary=$(text_summary) || fail "hello: capabilities.text is not what the image carries: $text"
+    check "hello (lab read deadline, daemon restarted): capabilities.text available: $summary (${ocr_ready_s} s after the restart)"
+}
+how="shipped 10 s read deadline"
+if $shipped; then find_settings; fi
+if ! $shipped || { echo "$found" | grep -q '"OCR_FAILED"' && echo "$found" | grep -q 'longer than'; }; then
+    $shipped && echo "image: note: find_text as shipped went past the read deadline under TCG (${find_ms} ms): $found"
+    lab_deadline
+    find_settings
+    how="lab read deadline"
+fi
 where=$(echo "$found" | python3 -c '
 import json, sys
 r = json.load(sys.stdin)["result"]
@@ -287,7 +302,7 @@ cx, cy = m["center"]["x"], m["center"]["y"]
 assert w / 4 < cx < w / 2 and cy < h / 4, (m, r["image_size"])
 print(f"centre {cx},{cy} of {w}x{h}")
 ') || fail "find_text Settings: $found"
-check "find_text \"Settings\" on the sim's home screen: $where, ${find_ms} ms (TCG)"
+check "find_text \"Settings\" on the sim's home screen: $where, ${find_ms} ms (TCG, $how)"
 # The worker: the daemon's child, as tether, at nice 10 (setpriority, which the unit's
 # SystemCallFilter lets back in), with its address-space limit; its memory for the notes.
 worker=$(ssh_do sh -s <<'SH'
