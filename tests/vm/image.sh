@@ -106,13 +106,22 @@ assert d["board"]["name"] == "rpi4", d["board"]
 assert d["board"]["udc"] == "fe980000.usb", d["board"]
 assert d["board"]["csi"]["overlay"] == "tc358743-i2c0mux", d["board"]
 assert d["decoders"]["h264"], d["decoders"]
-# No Tesseract in the cross toolchain library root: the dlopened engine is reported
-# missing, with the Debian package that brings it, instead of the binary failing to start.
+# No OCR here, and doctor says which packages would bring it. (Its worker, started with a
+# clean environment, cannot find the aarch64 loader under qemu-user: it exits at start.)
 ocr = d["ocr"]
 assert ocr["enabled"] and not ocr["available"], ocr
 assert "libtesseract5" in ocr["missing_packages"], ocr
 ' || fail "doctor --json: unexpected report: $doctor"
-check "aarch64 tether doctor --json under qemu-user names the board; OCR unavailable there (no libtesseract5)"
+# The worker itself, with no libtesseract.so.5 in the cross toolchain library root: the
+# engine is dlopened, so it starts and says so in its hello instead of failing to load.
+worker_hello=$(qemu-aarch64-static -L /usr/aarch64-linux-gnu "$bin" ocr-worker < /dev/null 2>/dev/null | head -n1)
+echo "$worker_hello" | python3 -c '
+import json, sys
+h = json.load(sys.stdin)["hello"]
+assert not h["available"] and h["version"] is None, h
+assert "libtesseract.so.5" in h["problem"] and "libtesseract5" in h["problem"], h
+' || fail "ocr-worker without libtesseract under qemu-user: $worker_hello"
+check "aarch64 tether doctor --json under qemu-user names the board; its ocr-worker, with no libtesseract.so.5 there, starts and says to install libtesseract5"
 
 # --- boot -----------------------------------------------------------------------------------
 # A copy with 1 GiB more at the end: the first boot grows the data partition into it.
