@@ -207,13 +207,15 @@ async fn hostile_pictures_get_clear_errors_or_empty_reads_and_the_next_read_work
     assert!(w.read(black, o()).await.unwrap().words.is_empty());
     // Noise: whatever Tesseract makes of it, or a timeout; never a dead reader.
     let deadline = Duration::from_secs(5);
-    match w.read(noise(723, 1568, 7), ReadOptions { deadline, ..o() }).await {
-        Ok(_) | Err(OcrError::Timeout { .. }) => {}
+    // (A timeout kills the worker by design; on a busy machine noise can take that long.)
+    let timed_out = match w.read(noise(723, 1568, 7), ReadOptions { deadline, ..o() }).await {
+        Ok(_) => false,
+        Err(OcrError::Timeout { .. }) => true,
         Err(e) => panic!("noise: {e:?}"),
-    }
+    };
     let one = GrayImage { width: 1, height: 1, pixels: vec![255] };
     assert!(w.read(one, o()).await.unwrap().words.is_empty());
-    if w.worker_pid().is_some() {
+    if w.worker_pid().is_some() && !timed_out {
         assert_eq!(w.worker_pid(), pid, "refused pictures never cost the worker");
     }
     reads_the_words(&w).await;
