@@ -252,6 +252,9 @@ impl Inner {
         cmd.args(&c.command.args);
         cmd.arg("--languages").arg(c.languages.join(","));
         cmd.env_clear().env("OMP_THREAD_LIMIT", "1");
+        // The worker needs no working directory of the daemon's: holding one keeps it busy
+        // (an unmount, a task's directory whose processes are counted by it).
+        cmd.current_dir("/");
         for passed in ["TESSDATA_PREFIX", "TETHER_OCR_LOG"] {
             if let Some(v) = std::env::var_os(passed) {
                 cmd.env(passed, v);
