@@ -87,6 +87,11 @@ impl TextQuery {
         Ok(())
     }
 
+    /// A query from a message's fields (`mode` defaulted).
+    fn of(text: &str, mode: Option<TextMatch>, threshold: Option<f64>, region: Option<Region>) -> TextQuery {
+        TextQuery { text: text.to_string(), mode: mode.unwrap_or_default(), threshold, region }
+    }
+
     /// Fuzzy matching's threshold, defaulted.
     pub fn threshold(&self) -> f64 {
         self.threshold.unwrap_or(DEFAULT_FUZZY_THRESHOLD)
@@ -121,12 +126,7 @@ pub struct FindTextParams {
 impl FindTextParams {
     /// The query.
     pub fn query(&self) -> TextQuery {
-        TextQuery {
-            text: self.text.clone(),
-            mode: self.mode.unwrap_or_default(),
-            threshold: self.threshold,
-            region: self.region,
-        }
+        TextQuery::of(&self.text, self.mode, self.threshold, self.region)
     }
 }
 
@@ -159,12 +159,7 @@ pub struct WaitForTextParams {
 impl WaitForTextParams {
     /// The query.
     pub fn query(&self) -> TextQuery {
-        TextQuery {
-            text: self.text.clone(),
-            mode: self.mode.unwrap_or_default(),
-            threshold: self.threshold,
-            region: self.region,
-        }
+        TextQuery::of(&self.text, self.mode, self.threshold, self.region)
     }
 }
 
