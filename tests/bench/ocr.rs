@@ -7,7 +7,15 @@
 //! 700x120 strip (a changed region), and the worker's peak RSS.
 //!
 //! `TETHER_BENCH_OCR_ARGS="--psm 3 --scale 1.5 --normalize 0"` hands tuning options to
-//! the worker, to compare choices; `TETHER_BENCH_OCR_MISSES=1` prints what was missed.
+//! the worker, to compare choices; `TETHER_BENCH_OCR_MISSES=1` prints what was missed;
+//! `TETHER_BENCH_OCR_DUMP=<dir>` writes each screen and what the engine is handed
+//! (`<screen>.png`, `<screen>-prepared.png`); `TETHER_BENCH_OCR_ONLY_ACCURACY=1` stops after
+//! the accuracy row (for tuning); `TETHER_BENCH_OCR_FILES=<dir>` only reads the PNGs in
+//! `<dir>` (e.g. `target/artifacts/read-text`, the `read_text` test's screenshots) and
+//! prints their lines (with `..._DUMP`, what the engine was handed too).
+//!
+//! The worker is the tests crate's `tether-ocr-worker` binary: build it with the bench
+//! (`cargo build --release -p tether-tests --bins`), or an older one is measured.
 
 use std::time::{Duration, Instant};
 
@@ -15,8 +23,11 @@ use anyhow::Context;
 use base64::Engine as _;
 use serde_json::{json, Value};
 use tether::device::input::InputTimings;
-use tether::device::ocr::{GrayImage, ReadOptions, TesseractWorker, TextRead, TextReader, WorkerCommand, WorkerConfig};
+use tether::device::ocr::{
+    preprocess, GrayImage, ReadOptions, TesseractWorker, TextRead, TextReader, WorkerCommand, WorkerConfig,
+};
 use tether::device::sim::{SimConfig, APP_NAMES};
+use tether::protocol::text_params::fold_typography;
 use tether_tests::harness::{test_ocr_worker, SimDaemon};
 
 /// A PNG screenshot as gray pixels.
@@ -65,11 +76,24 @@ fn shown_texts(state: &Value) -> Vec<String> {
     out
 }
 
-/// Whether `text`'s words appear as a run in the read's words (reading order).
+/// Whether `text`'s words appear as a run in the read's words (reading order), as
+/// `find_text`'s `exact` compares them.
 pub fn found(read: &TextRead, text: &str) -> bool {
+    let text = fold_typography(text);
     let want: Vec<&str> = text.split_whitespace().collect();
-    let have: Vec<&str> = read.words.iter().map(|w| w.text.as_str()).collect();
+    let folded: Vec<String> = read.words.iter().map(|w| fold_typography(&w.text)).collect();
+    let have: Vec<&str> = folded.iter().map(String::as_str).collect();
     !want.is_empty() && have.windows(want.len()).any(|w| w == want.as_slice())
+}
+
+/// Writes `image` as an 8-bit gray PNG.
+fn write_png(path: &std::path::Path, image: &GrayImage) -> anyhow::Result<()> {
+    let file = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut encoder = png::Encoder::new(file, image.width, image.height);
+    encoder.set_color(png::ColorType::Grayscale);
+    encoder.set_depth(png::BitDepth::Eight);
+    encoder.write_header()?.write_image_data(&image.pixels)?;
+    Ok(())
 }
 
 /// A strip of `image`: `width` x `height` at (x, y), clamped.
@@ -102,10 +126,10 @@ fn summary(mut v: Vec<f64>) -> (f64, f64) {
     }
 }
 
-/// The sim's screens: the home screen, then each app.
-async fn screens() -> anyhow::Result<Vec<(String, GrayImage, Vec<String>)>> {
+/// The sim's screens: the home screen, then each app, captured at `capture` (width, height).
+async fn sim_screens(capture: (u32, u32)) -> anyhow::Result<Vec<(String, GrayImage, Vec<String>)>> {
     let d = SimDaemon::start_phone(
-        SimConfig { capture_width: 3840, capture_height: 2160, ..SimConfig::default() },
+        SimConfig { capture_width: capture.0, capture_height: capture.1, ..SimConfig::default() },
         InputTimings::default(),
     )
     .await?;
@@ -127,32 +151,89 @@ async fn screens() -> anyhow::Result<Vec<(String, GrayImage, Vec<String>)>> {
     Ok(out)
 }
 
+/// Reads every PNG in `dir` and prints its lines; with `dump`, writes what the engine was
+/// handed there.
+async fn read_files(
+    worker: &TesseractWorker,
+    dir: &std::path::Path,
+    dump: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let mut paths: Vec<_> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "png"))
+        .collect();
+    paths.sort();
+    let options = ReadOptions { deadline: Duration::from_secs(30), ..ReadOptions::default() };
+    for path in paths {
+        let image = decode_png(&std::fs::read(&path)?)?;
+        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        if let Some(out) = dump {
+            std::fs::create_dir_all(out)?;
+            let how = preprocess::Preprocess::for_picture(image.width);
+            write_png(&out.join(format!("{name}-prepared.png")), &preprocess::prepare(&image, how).image)?;
+        }
+        let read = worker.read(image, options.clone()).await?;
+        let lines: Vec<&str> = read.lines.iter().map(|l| l.text.as_str()).collect();
+        println!("{name}: {lines:?}");
+    }
+    Ok(())
+}
+
 /// Runs the section and prints its rows.
 pub async fn ocr_section(rounds: usize) -> anyhow::Result<()> {
     let args: Vec<String> =
         std::env::var("TETHER_BENCH_OCR_ARGS").unwrap_or_default().split_whitespace().map(str::to_owned).collect();
     let misses = std::env::var_os("TETHER_BENCH_OCR_MISSES").is_some();
+    let dump = std::env::var_os("TETHER_BENCH_OCR_DUMP").map(std::path::PathBuf::from);
+    let only_accuracy = std::env::var_os("TETHER_BENCH_OCR_ONLY_ACCURACY").is_some();
     let worker = TesseractWorker::new(WorkerConfig {
         command: WorkerCommand { program: test_ocr_worker(), args: args.clone() },
         languages: vec!["eng".into()],
         memory_limit: 1 << 30,
         default_deadline: Duration::from_secs(30),
     });
-    let screens = screens().await?;
+    if let Some(dir) = std::env::var_os("TETHER_BENCH_OCR_FILES") {
+        return read_files(&worker, std::path::Path::new(&dir), dump.as_deref()).await;
+    }
+    let screens = sim_screens((3840, 2160)).await?;
     let options = ReadOptions { deadline: Duration::from_secs(30), ..ReadOptions::default() };
-    // Accuracy, one read per screen (the first also waits for the worker to load).
+    // Accuracy, one read per screen (the first also waits for the worker to load), at
+    // 2160p capture (723-px screenshots) and at 1080p (498 px).
+    let small = sim_screens((1920, 1080)).await?;
     let (mut total, mut hits) = (0, 0);
     let mut per_screen = Vec::new();
-    for (name, image, texts) in &screens {
-        let read = worker.read(image.clone(), options.clone()).await?;
-        let missed: Vec<&String> = texts.iter().filter(|t| !found(&read, t)).collect();
-        total += texts.len();
-        hits += texts.len() - missed.len();
-        per_screen.push(format!("{name} {}/{}", texts.len() - missed.len(), texts.len()));
-        if misses && !missed.is_empty() {
-            let lines: Vec<&str> = read.lines.iter().map(|l| l.text.as_str()).collect();
-            eprintln!("{name}: missed {missed:?}\n  read {lines:?}");
+    for (capture, set) in [("2160p", &screens), ("1080p", &small)] {
+        let (mut set_total, mut set_hits) = (0, 0);
+        for (name, image, texts) in set {
+            if let Some(dir) = &dump {
+                std::fs::create_dir_all(dir)?;
+                write_png(&dir.join(format!("{capture}-{name}.png")), image)?;
+                let how = preprocess::Preprocess::for_picture(image.width);
+                write_png(&dir.join(format!("{capture}-{name}-prepared.png")), &preprocess::prepare(image, how).image)?;
+            }
+            let read = worker.read(image.clone(), options.clone()).await?;
+            let missed: Vec<&String> = texts.iter().filter(|t| !found(&read, t)).collect();
+            set_total += texts.len();
+            set_hits += texts.len() - missed.len();
+            if misses && !missed.is_empty() {
+                let lines: Vec<&str> = read.lines.iter().map(|l| l.text.as_str()).collect();
+                eprintln!("{capture} {name}: missed {missed:?}\n  read {lines:?}");
+            }
         }
+        per_screen.push(format!("{capture} {set_hits}/{set_total}"));
+        total += set_total;
+        hits += set_hits;
+    }
+    let accuracy = format!(
+        "| OCR accuracy, sim screens | {:.1} % | - | {hits} of {total} texts `sim_state` lists found by exact match on every screen ({}); {} |",
+        100.0 * hits as f64 / total.max(1) as f64,
+        per_screen.join(", "),
+        if args.is_empty() { "default tuning".to_owned() } else { args.join(" ") }
+    );
+    if only_accuracy {
+        println!("{accuracy}");
+        return Ok(());
     }
     // Full reads, every screen `rounds` times.
     let mut full = Vec::new();
@@ -190,12 +271,7 @@ pub async fn ocr_section(rounds: usize) -> anyhow::Result<()> {
     let (f50, f99) = summary(full.clone());
     let (r50, r99) = summary(regions);
     let size = (screens[0].1.width, screens[0].1.height);
-    let tuning = if args.is_empty() { "default tuning".to_owned() } else { args.join(" ") };
-    println!(
-        "| OCR accuracy, sim screens | {:.1} % | - | {hits} of {total} texts `sim_state` lists found by exact match ({}); {tuning} |",
-        100.0 * hits as f64 / total.max(1) as f64,
-        per_screen.join(", ")
-    );
+    println!("{accuracy}");
     println!(
         "| OCR full read, {}x{} screenshot | {f50:.0} ms | {f99:.0} ms | {} reads over {} screens, worker kept loaded, round trip |",
         size.0,

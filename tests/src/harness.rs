@@ -48,7 +48,11 @@ impl SimDaemon {
     /// Starts a daemon that reads text (the `tether-ocr-worker` built with this crate, as
     /// `serve` runs its own), over a phone configured as `sim`.
     pub async fn start_reading(sim: SimConfig) -> anyhow::Result<SimDaemon> {
-        let program = tether::device::ocr::worker::WorkerCommand { program: test_ocr_worker(), args: Vec::new() };
+        // Tuning options for the worker (`--scale 2`, see `tether ocr-worker`), to compare
+        // choices on the tests' screens; none by default.
+        let args = std::env::var("TETHER_TEST_OCR_ARGS").unwrap_or_default();
+        let args = args.split_whitespace().map(str::to_owned).collect();
+        let program = tether::device::ocr::worker::WorkerCommand { program: test_ocr_worker(), args };
         let settings = tether::config::OcrSettings::default();
         let reader =
             tether::device::ocr::worker::reader_from(&settings, program).map(tether::device::ocr::SharedReader);

@@ -10,8 +10,9 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use base64::Engine as _;
 use serde_json::{json, Value};
-use tether::device::sim::SimConfig;
+use tether::device::sim::{SimConfig, APP_NAMES};
 use tether_tests::harness::{Caller, SimDaemon};
 use tether_tests::wait_for;
 
@@ -117,9 +118,22 @@ fn within(x: f64, y: f64, b: (f64, f64, f64, f64), slack: f64) -> bool {
 }
 
 /// One screen's full read: each text the sim shows, found by exact match where it is.
-async fn measure(s: &mut Screen, name: &str, table: &mut Vec<(String, usize, usize, Vec<String>)>) {
+/// The screenshot goes to `target/artifacts/read-text/<label> <name>.png` (what was read).
+async fn measure(s: &mut Screen, label: &str, name: &str, table: &mut Vec<(String, usize, usize, Vec<String>)>) {
+    // The pointer rests where the last tap was, over a label: it hides what it covers
+    // (as on a phone), so it is parked on the empty bottom edge first, as an agent would.
+    let m = s.c.ok("screenshot", json!({})).await["metadata"].clone();
+    let (w, h) = (m["image_size"]["width"].as_f64().unwrap(), m["image_size"]["height"].as_f64().unwrap());
+    s.ops += 1;
+    let park = json!({"operation_id": format!("park-{}", s.ops), "observation_id": m["observation_id"],
+                      "action": {"type": "move", "x": w / 2.0, "y": h - 4.0}, "verify": false});
+    assert_eq!(s.c.call("action", park).await["ok"], true);
     let state = s.at_rest().await;
     let shot = s.c.ok("screenshot", json!({"text": true})).await;
+    let dir = artifacts().join("read-text");
+    std::fs::create_dir_all(&dir).unwrap();
+    let png = base64::engine::general_purpose::STANDARD.decode(shot["data"].as_str().unwrap()).unwrap();
+    std::fs::write(dir.join(format!("{label} {}.png", name.replace(['/', '"', '>', ':'], ""))), png).unwrap();
     let m = &shot["metadata"];
     let obs = m["observation_id"].as_str().unwrap().to_string();
     let image = (m["image_size"]["width"].as_f64().unwrap(), m["image_size"]["height"].as_f64().unwrap());
@@ -145,9 +159,8 @@ async fn measure(s: &mut Screen, name: &str, table: &mut Vec<(String, usize, usi
     table.push((name.to_string(), texts.len(), texts.len() - missed.len(), missed));
 }
 
-/// The share of `sim_state.texts` a full read finds, every test of it: the issue asks for
-/// 98 %. Not met yet (see BENCHMARKS.md, issue 33): this floor keeps what is reached.
-const FOUND_FLOOR: f64 = 0.92;
+/// The share of `sim_state.texts` a full read finds, at each capture size (issue 33).
+const FOUND_FLOOR: f64 = 0.98;
 
 /// Full reads of every app's screens on a sim capturing `width`x`height`; the table goes to
 /// `target/artifacts/read-text-<label>.md`. Returns the share found.
@@ -156,24 +169,25 @@ async fn full_reads(width: u32, height: u32, label: &str) -> f64 {
     let d = SimDaemon::start_reading(sim).await.unwrap();
     let mut s = Screen::new(&d).await;
     let mut table = Vec::new();
-    measure(&mut s, "home", &mut table).await;
-    for app in ["Demo", "Settings", "Notes", "Controls", "Contacts", "Calendar"] {
+    measure(&mut s, label, "home", &mut table).await;
+    // Every app the home screen offers, each as it opens.
+    for app in APP_NAMES {
         s.open(app).await;
-        measure(&mut s, app, &mut table).await;
+        measure(&mut s, label, app, &mut table).await;
     }
     s.open("Settings").await;
     s.tap_element("setting_general").await;
-    measure(&mut s, "Settings > General", &mut table).await;
+    measure(&mut s, label, "Settings > General", &mut table).await;
     s.tap_element("setting_reset").await;
-    measure(&mut s, "Settings > General: the Reset alert", &mut table).await;
+    measure(&mut s, label, "Settings > General: the Reset alert", &mut table).await;
     s.open("Notes").await;
     s.tap_element("note").await;
     s.act(json!({"type": "type_text", "text": "Buy milk and bread\nCall Anna at 5", "newlines": "return"})).await;
-    measure(&mut s, "Notes, typed", &mut table).await;
+    measure(&mut s, label, "Notes, typed", &mut table).await;
     s.act(json!({"type": "home"})).await;
     s.act(json!({"type": "spotlight"})).await;
     s.act(json!({"type": "type_text", "text": "Ca"})).await;
-    measure(&mut s, "Spotlight \"Ca\"", &mut table).await;
+    measure(&mut s, label, "Spotlight \"Ca\"", &mut table).await;
     s.act(json!({"type": "home"})).await;
 
     let (total, found) = table.iter().fold((0, 0), |(t, f), row| (t + row.1, f + row.2));
@@ -241,15 +255,26 @@ async fn tap_text_lands_on_the_named_text_or_refuses() {
             assert!(new_touch, "step {step}: tap_text {text:?} answered ok but the phone felt nothing: {r}");
             let touch = after["touches"].as_array().unwrap().last().unwrap();
             let (x, y) = (touch["down"][0].as_f64().unwrap(), touch["down"][1].as_f64().unwrap());
-            let r0 = &t["rect"];
-            let b = (
-                r0["x"].as_f64().unwrap(),
-                r0["y"].as_f64().unwrap(),
-                r0["w"].as_f64().unwrap(),
-                r0["h"].as_f64().unwrap(),
-            );
-            // A few phone pixels of slack: the screenshot is ~0.6x the phone.
-            assert!(within(x, y, b, 8.0), "step {step}: tap_text {text:?} landed at ({x}, {y}), outside {b:?}: {r}");
+            let rect = |t: &Value| {
+                let r0 = &t["rect"];
+                (
+                    r0["x"].as_f64().unwrap(),
+                    r0["y"].as_f64().unwrap(),
+                    r0["w"].as_f64().unwrap(),
+                    r0["h"].as_f64().unwrap(),
+                )
+            };
+            // On the named text, or on another that says it too as a run of its words
+            // ("Clock" in "No Clock yet": the screen shows that word there). A few phone
+            // pixels of slack: the screenshot is ~0.6x the phone.
+            let says = |other: &str| {
+                let (want, have): (Vec<&str>, Vec<&str>) =
+                    (text.split_whitespace().collect(), other.split_whitespace().collect());
+                have.windows(want.len().max(1)).any(|w| w == want.as_slice())
+            };
+            let on_it = within(x, y, rect(t), 8.0)
+                || texts.iter().any(|o| says(o["text"].as_str().unwrap()) && within(x, y, rect(o), 8.0));
+            assert!(on_it, "step {step}: tap_text {text:?} landed at ({x}, {y}), outside {:?}: {r}", rect(t));
             obs = v["after_observation_id"].as_str().map(str::to_string);
             landed += 1;
         } else {

@@ -17,11 +17,12 @@ use super::observations::{FrameRef, Observation, ObservationError};
 use super::text_find::{self, Found};
 use super::{Acting, Daemon, DaemonError};
 use crate::device::geometry::{ObservationMapping, PixelRect};
+use crate::device::ocr::preprocess::TILE;
 use crate::device::ocr::{GrayImage, OcrError, ReadOptions, SharedReader, TextBox, TextRead};
 use crate::device::video::image::{crop_scale, fit};
 use crate::device::video::luma::LumaThumb;
 use crate::device::video::Frame;
-use crate::protocol::params::{ActionSpec, DEFAULT_MAX_EDGE};
+use crate::protocol::params::{ActionSpec, DEFAULT_MAX_EDGE, DEFAULT_TAP_CONFIDENCE};
 use crate::protocol::text_params::{FindTextParams, TextQuery, WaitForTextParams, DEFAULT_TEXT_WAIT_MS};
 
 /// Pixels of the observation's image added above and below a changed region before its
@@ -305,12 +306,35 @@ impl Daemon {
         action: &ActionSpec,
         cancel: &CancellationToken,
     ) -> Result<TextTarget, DaemonError> {
-        let (Some(query), ActionSpec::TapText { index, .. }) = (action.text_query(), action) else {
+        let (Some(query), ActionSpec::TapText { index, min_confidence, .. }) = (action.text_query(), action) else {
             return Err(DaemonError::Worker("tap_text target"));
         };
         let (obs, text) = self.text_source(acting, observation_id, None, cancel).await?;
-        let found = find(&text, &query)?;
+        let all = find(&text, &query)?;
         let search = |key: &str, list: Value| Box::new(json!({"query": query, "observation_id": obs.id, key: list}));
+        // A match read with too little confidence is not tapped: OCR makes letters of
+        // artwork (a radio button's ring reads "0"), and a wrong tap is worse than none.
+        let floor = min_confidence.unwrap_or(DEFAULT_TAP_CONFIDENCE);
+        let (found, uncertain): (Vec<Found>, Vec<Found>) = all.into_iter().partition(|f| f.confidence >= floor);
+        if found.is_empty() && !uncertain.is_empty() {
+            let listed: Vec<String> = uncertain
+                .iter()
+                .take(3)
+                .map(|f| {
+                    let (x, y) = f.bbox.center();
+                    format!("{:?} at {x:.0},{y:.0} (confidence {:.0})", f.text, f.confidence)
+                })
+                .collect();
+            return Err(DaemonError::TextNotFound {
+                query: query.text.clone(),
+                hint: format!(
+                    "; read only with less confidence than min_confidence {floor:.0}: {} (text_search.uncertain); \
+                     lower min_confidence to tap it anyway",
+                    listed.join(", ")
+                ),
+                search: search("uncertain", uncertain.iter().map(found_json).collect()),
+            });
+        }
         let Some(best) = found.first().map(|f| f.score) else {
             let near = text_find::nearest(&text, &query, NEAREST);
             let hint = if near.is_empty() {
@@ -397,7 +421,7 @@ impl Daemon {
                 // A band the image's width: whole lines are read again, as a full read
                 // would see them (a change inside a line changes the line's reading).
                 let changed = grow(image_box(&r, &mapping), REREAD_MARGIN, iw, ih);
-                let region = TextBox { x: 0, width: iw, ..changed };
+                let region = reread_band(changed, before, iw, ih);
                 let share =
                     f64::from(region.width) * f64::from(region.height) / (f64::from(iw) * f64::from(ih)).max(1.0);
                 if share > FULL_READ_SHARE {
@@ -411,6 +435,35 @@ impl Daemon {
         };
         self.inner.phone.state().observations.set_text(after, text.clone());
         Ok(text)
+    }
+}
+
+/// The band of an `iw` x `ih` image read again for a `changed` box: the image's width,
+/// its top and bottom on the preprocessing's tile grid (the band's tiles are the full
+/// read's, so are the backgrounds found in them), then grown over every line of `before`
+/// it cuts (a cut line would be read as half its letters, and its old words dropped).
+fn reread_band(changed: TextBox, before: &TextRead, iw: u32, ih: u32) -> TextBox {
+    let mut top = changed.y / TILE * TILE;
+    let mut bottom = (changed.y + changed.height).div_ceil(TILE).saturating_mul(TILE).min(ih);
+    // Each pass only grows the band, within the image: it ends.
+    loop {
+        let band = TextBox { x: 0, y: top, width: iw, height: bottom.saturating_sub(top).max(1) };
+        let (mut t, mut b) = (top, bottom);
+        // A line's box is where the engine saw ink; its letters' anti-aliased edges and
+        // descenders reach a little further.
+        let padded = |l: &crate::device::ocr::Line| {
+            let pad = (l.bbox.height / 3).max(3);
+            let y = l.bbox.y.saturating_sub(pad);
+            TextBox { x: 0, y, width: iw, height: (l.bbox.y + l.bbox.height + pad).min(ih) - y }
+        };
+        for line in before.lines.iter().map(padded).filter(|l| l.overlaps(&band)) {
+            t = t.min(line.y);
+            b = b.max(line.y + line.height);
+        }
+        if (t, b) == (top, bottom) {
+            return band;
+        }
+        (top, bottom) = (t, b);
     }
 }
 
@@ -530,5 +583,26 @@ mod tests {
         assert_eq!(image_box(&f, &m), img);
         assert_eq!(grow(img, 16, 500, 1000), TextBox { x: 0, y: 4, width: 56, height: 72 });
         assert_eq!(grow(TextBox { x: 490, y: 990, width: 10, height: 10 }, 16, 500, 1000).width, 26);
+    }
+
+    #[test]
+    fn a_reread_band_lies_on_the_tile_grid_and_never_cuts_a_line() {
+        let word = |text: &str, y: u32, line: usize| crate::device::ocr::Word {
+            text: text.into(),
+            bbox: TextBox { x: 40, y, width: 60, height: 20 },
+            confidence: 90.0,
+            line,
+        };
+        let before = TextRead::from_words(vec![word("Add", 440, 0), word("Month", 505, 1), word("Far", 900, 2)]);
+        // A change around 420..470 ends at 480 on the grid, clear of "Month".
+        let band = reread_band(TextBox { x: 30, y: 420, width: 100, height: 50 }, &before, 498, 1080);
+        assert_eq!((band.x, band.y, band.width, band.height), (0, 416, 498, 64));
+        // One reaching 500 would cut "Month" (505..525) at 512: the band takes all of it,
+        // with a third of its height for the letters' edges.
+        let band = reread_band(TextBox { x: 30, y: 420, width: 100, height: 80 }, &before, 498, 1080);
+        assert_eq!((band.y, band.y + band.height), (416, 531));
+        // At the image's bottom edge the band stops at the image.
+        let band = reread_band(TextBox { x: 0, y: 1070, width: 10, height: 10 }, &before, 498, 1080);
+        assert_eq!((band.y, band.y + band.height), (1056, 1080));
     }
 }

@@ -8,7 +8,7 @@
 
 use crate::device::ocr::{TextBox, TextRead, Word};
 use crate::protocol::params::Region;
-use crate::protocol::text_params::{TextMatch, TextQuery};
+use crate::protocol::text_params::{fold_typography, TextMatch, TextQuery};
 
 /// Spans longer than this many words beyond the query's own count are not tried.
 const EXTRA_WORDS: usize = 2;
@@ -101,7 +101,7 @@ fn lines_in(read: &TextRead, region: Option<Region>) -> Vec<(usize, Vec<&Word>)>
 fn phrase_in_line(line: usize, words: &[&Word], query: &TextQuery) -> Vec<Found> {
     let exact = query.mode == TextMatch::Exact;
     let wanted = if exact {
-        query.text.split_whitespace().collect::<Vec<_>>().join(" ")
+        fold_typography(&query.text.split_whitespace().collect::<Vec<_>>().join(" "))
     } else {
         squash(&trim_punctuation(&query.text.to_lowercase()))
     };
@@ -116,8 +116,11 @@ fn phrase_in_line(line: usize, words: &[&Word], query: &TextQuery) -> Vec<Found>
         for len in 1..=count + EXTRA_WORDS {
             let Some(span) = words.get(start..start + len) else { break };
             let text = join(span);
-            let matches =
-                if exact { text == wanted } else { squash(&trim_punctuation(&text.to_lowercase())) == wanted };
+            let matches = if exact {
+                fold_typography(&text) == wanted
+            } else {
+                squash(&trim_punctuation(&text.to_lowercase())) == wanted
+            };
             if matches {
                 found.push(Found { text, bbox: union(span), confidence: lowest(span), score: 1.0, line });
                 next_free = start + len;
@@ -289,6 +292,16 @@ mod tests {
             assert_eq!(texts(&found), [seen], "{query}");
         }
         assert!(find(&r, &q("Book", TextMatch::IgnoreCase)).unwrap().is_empty(), "a part of a word is not the word");
+    }
+
+    #[test]
+    fn exact_counts_an_ellipsis_and_three_periods_as_one_but_nothing_else() {
+        let r = read(&["Reality Compo...", "Don’t Allow"]);
+        let found = find(&r, &q("Reality Compo…", TextMatch::Exact)).unwrap();
+        assert_eq!(texts(&found), ["Reality Compo..."]);
+        assert_eq!(texts(&find(&r, &q("Don't Allow", TextMatch::Exact)).unwrap()), ["Don’t Allow"]);
+        assert!(find(&r, &q("Reality Compo", TextMatch::Exact)).unwrap().is_empty(), "the mark is still text");
+        assert!(find(&r, &q("reality compo…", TextMatch::Exact)).unwrap().is_empty(), "case still counts");
     }
 
     #[test]

@@ -237,8 +237,16 @@ pub enum ActionSpec {
         /// Which of several matches, 0-based in reading order (top to bottom, left to right).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         index: Option<u32>,
+        /// The lowest OCR confidence (0..=100) a match is tapped with (default
+        /// [`DEFAULT_TAP_CONFIDENCE`]): an icon's circle read as "0" is not a "0".
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        min_confidence: Option<f32>,
     },
 }
+
+/// `tap_text`'s default `min_confidence`: clean words read at 85..=96; artwork read as a
+/// letter (a radio button's ring as "0", a bar as "l") under 60 (the `read_text` tests).
+pub const DEFAULT_TAP_CONFIDENCE: f32 = 60.0;
 
 impl ActionSpec {
     /// `tap_text`'s query.

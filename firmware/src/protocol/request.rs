@@ -694,9 +694,14 @@ fn validate_action(p: &ActionParams) -> Result<(), String> {
         ActionSpec::OpenApp { name } if name.trim().is_empty() || name.len() > 128 || name.contains(['\n', '\r']) => {
             return Err("action: open_app name must be one line of 1-128 bytes".into());
         }
-        ActionSpec::TapText { .. } => {
+        ActionSpec::TapText { min_confidence, .. } => {
             if let Some(q) = p.action.text_query() {
                 q.check("action: tap_text")?;
+            }
+            if let Some(c) = min_confidence {
+                if !(0.0..=100.0).contains(c) {
+                    return Err(format!("action: tap_text min_confidence must be 0..=100, got {c}"));
+                }
             }
         }
         _ => {}

@@ -21,7 +21,8 @@ pub const DEFAULT_TEXT_WAIT_MS: u64 = 5000;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TextMatch {
-    /// The query's words, in order, are words of one line, character for character.
+    /// The query's words, in order, are words of one line, character for character
+    /// (typographic twins count as one: see [`fold_typography`]).
     Exact,
     /// As `exact`, ignoring case and punctuation around the words (default): "sign in"
     /// finds "Sign In", "Books" finds "Books.".
@@ -32,6 +33,18 @@ pub enum TextMatch {
     Fuzzy,
     /// A regular expression (Rust `regex` syntax) searched in each line's text.
     Regex,
+}
+
+/// `text` with typographic twins made one: an ellipsis and three periods (iOS truncates
+/// a label with "…", which OCR reads as "..."), curly and straight quotes.
+///
+/// ```
+/// use tether::protocol::text_params::fold_typography;
+/// assert_eq!(fold_typography("Reality Compo..."), fold_typography("Reality Compo…"));
+/// assert_eq!(fold_typography("Don’t"), "Don't");
+/// ```
+pub fn fold_typography(text: &str) -> String {
+    text.replace("...", "…").replace(['’', '‘'], "'").replace(['“', '”'], "\"")
 }
 
 impl TextMatch {

@@ -210,6 +210,13 @@ pub const TOOLS: &[ToolDef] = &[
                 false,
                 "Which of several equally good matches, 0..49, in reading order (top to bottom, left to right).",
             ),
+            p(
+                "min_confidence",
+                ParamKind::Number,
+                false,
+                "The lowest OCR confidence (0..100, default 60) a match is tapped with; a weaker one is \
+                 TEXT_NOT_FOUND with text_search.uncertain (icons read as letters are weak).",
+            ),
             TEXT_OBSERVATION,
             OPERATION,
             EXPECT,

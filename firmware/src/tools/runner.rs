@@ -536,6 +536,7 @@ impl<B: Backend> Runner<B> {
                 "threshold": args.get("threshold"),
                 "region": args.get("region"),
                 "index": args.get("index"),
+                "min_confidence": args.get("min_confidence"),
             }),
             other => return Err(ToolError::new(ErrorCode::UnknownMethod, format!("no tool {other}"))),
         };

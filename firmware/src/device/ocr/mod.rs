@@ -227,10 +227,18 @@ impl TextRead {
 }
 
 /// `word` without a vertical bar stuck to either end: a text field's caret (drawn right
-/// after the last letter) or a border line read as `|` is never part of a word on a phone
-/// screen. A word that is only bars is left alone (it is then a line, not a word's edge).
+/// after the last letter) or a border line read as `|` (or as a bracket with no partner
+/// in the word, `5]`) is never part of a word on a phone screen. A word that is only bars
+/// is left alone (it is then a line, not a word's edge).
 fn without_bars(word: &str) -> String {
-    let trimmed = word.trim_matches(|c| matches!(c, '|' | '│' | '¦'));
+    let bar = |c: char| matches!(c, '|' | '│' | '¦');
+    let mut trimmed = word.trim_matches(bar);
+    if !trimmed.contains('[') {
+        trimmed = trimmed.trim_end_matches(']').trim_end_matches(bar);
+    }
+    if !trimmed.contains(']') {
+        trimmed = trimmed.trim_start_matches('[').trim_start_matches(bar);
+    }
     if trimmed.chars().any(char::is_alphanumeric) {
         trimmed.to_string()
     } else {
@@ -362,9 +370,17 @@ mod tests {
 
     #[test]
     fn a_caret_stuck_to_a_word_is_not_part_of_it() {
-        let read = TextRead::from_words(vec![word("5|", 0, 0, 0), word("|Call", 30, 0, 0), word("|", 60, 0, 0)]);
+        let read = TextRead::from_words(vec![
+            word("5|", 0, 0, 0),
+            word("|Call", 30, 0, 0),
+            word("|", 60, 0, 0),
+            word("5]", 90, 0, 0),
+            word("[Ca", 120, 0, 0),
+            word("[OK]", 150, 0, 0),
+            word("a[i]", 180, 0, 0),
+        ]);
         let texts: Vec<&str> = read.words.iter().map(|w| w.text.as_str()).collect();
-        assert_eq!(texts, ["5", "Call", "|"]);
+        assert_eq!(texts, ["5", "Call", "|", "5", "Ca", "[OK]", "a[i]"], "a bracket with its partner stays");
     }
 
     #[test]

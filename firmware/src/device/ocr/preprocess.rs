@@ -145,46 +145,217 @@ fn tile_medians(image: &GrayImage, tile: usize) -> (Vec<u8>, usize, usize) {
     (out, tx, ty)
 }
 
+/// Distances up to this (gray levels) are no ink: two near backgrounds (a grouped list's
+/// card on its page, a segmented control's track) taken one for the other, gradient
+/// banding. Faint text (disabled labels) differs by 35 or more.
+const NOISE: u8 = 16;
+/// How near (gray levels) a pixel must be to a background to count as showing it.
+const EXPLAINS: u8 = 12;
+/// Two neighbouring backgrounds this far apart (gray levels) are two regions (a button on
+/// a page), not one gradient.
+const REGION_STEP: u8 = 24;
+/// Local contrast below this (gray levels) is not text (gradient banding, noise): it is
+/// never amplified past [`MAX_GAIN`] x this.
+const CONTRAST_FLOOR: u32 = 32;
+/// The most a faint region's contrast is amplified (light-gray disabled text on white).
+const MAX_GAIN: u32 = 8;
+/// What the local contrast is amplified to (of 255).
+const CONTRAST_TARGET: u32 = 200;
+/// How far (in `FINE` blocks) a pixel's local contrast is looked for.
+const CONTRAST_REACH: usize = 2;
+
 /// Each pixel's distance from its local background, dark on white.
 ///
-/// The background of each `FINE` x `FINE` block is the region background nearest to the
-/// block's own median, among the medians of the 3x3 `TILE` x `TILE` tiles around it: text
-/// (thin strokes, a minority of any tile) never sets a background, and a region's edge is
-/// followed to within a block instead of being blurred over a tile (no dark halos around
-/// buttons and icons).
+/// Background: each `FINE` x `FINE` block takes, among the medians of the 3x3 `TILE` x
+/// `TILE` tiles around it, the one that most of its pixels show (text, thin strokes,
+/// never sets a background, even in a block it mostly covers; a region's edge is
+/// followed to within a block instead of being blurred over a tile).
+///
+/// Region edges: where a neighbouring block has another region's background (a button on
+/// a page), a pixel showing that background (within [`EXPLAINS`]) or a blend of the two
+/// is background too: a button does not come
+/// out as a black frame around its label, which the engine would not read.
+///
+/// Contrast: the distance is amplified by the local contrast (the largest distance among
+/// the blocks within [`CONTRAST_REACH`]), so light-gray (disabled) text comes out as dark as black text;
+/// below [`CONTRAST_FLOOR`] nothing is amplified further (no banding made into strokes).
 fn normalize(image: &GrayImage) -> GrayImage {
     let (coarse, tx, ty) = tile_medians(image, TILE as usize);
-    let (fine, fx, fy) = tile_medians(image, FINE);
     let (w, h) = (image.width as usize, image.height as usize);
+    let (fx, fy) = (w.div_ceil(FINE), h.div_ceil(FINE));
     let t = TILE as usize;
     let mut bg = vec![255u8; fx * fy];
     for j in 0..fy {
         let cj = ((j * FINE + FINE / 2) / t).min(ty - 1);
+        let (y0, y1) = (j * FINE, ((j + 1) * FINE).min(h));
         for i in 0..fx {
             let ci = ((i * FINE + FINE / 2) / t).min(tx - 1);
-            let own = fine[j * fx + i];
+            let (x0, x1) = (i * FINE, ((i + 1) * FINE).min(w));
+            let mut hist = [0u16; 256];
+            for y in y0..y1 {
+                for &p in &image.pixels[y * w + x0..y * w + x1] {
+                    hist[usize::from(p)] += 1;
+                }
+            }
+            let shown = |c: u8| -> u32 {
+                let (lo, hi) = (usize::from(c.saturating_sub(EXPLAINS)), usize::from(c.saturating_add(EXPLAINS)));
+                hist[lo..=hi].iter().map(|&n| u32::from(n)).sum()
+            };
             let mut best = coarse[cj * tx + ci];
+            let mut best_shown = shown(best);
             for nj in cj.saturating_sub(1)..=(cj + 1).min(ty - 1) {
                 for ni in ci.saturating_sub(1)..=(ci + 1).min(tx - 1) {
                     let c = coarse[nj * tx + ni];
-                    if c.abs_diff(own) < best.abs_diff(own) {
-                        best = c;
+                    let n = shown(c);
+                    if n > best_shown {
+                        (best, best_shown) = (c, n);
                     }
                 }
             }
             bg[j * fx + i] = best;
         }
     }
-    let mut out = vec![255u8; w * h];
+    // The other regions' backgrounds next to each block (at most 8).
+    let mut others: Vec<[Option<u8>; 8]> = vec![[None; 8]; fx * fy];
+    for j in 0..fy {
+        for i in 0..fx {
+            let own = bg[j * fx + i];
+            let mut k = 0;
+            for nj in j.saturating_sub(1)..=(j + 1).min(fy - 1) {
+                for ni in i.saturating_sub(1)..=(i + 1).min(fx - 1) {
+                    let n = bg[nj * fx + ni];
+                    if n.abs_diff(own) > REGION_STEP && k < 8 {
+                        others[j * fx + i][k] = Some(n);
+                        k += 1;
+                    }
+                }
+            }
+        }
+    }
+    let mut dist = vec![0u8; w * h];
     for y in 0..h {
         let row = &image.pixels[y * w..(y + 1) * w];
-        let bg_row = &bg[(y / FINE) * fx..(y / FINE + 1) * fx];
-        for (x, (&p, o)) in row.iter().zip(out[y * w..(y + 1) * w].iter_mut()).enumerate() {
-            let d = u32::from(p.abs_diff(bg_row[x / FINE])) * GAIN;
-            *o = 255 - u8::try_from(d.min(255)).unwrap_or(u8::MAX);
+        let b = (y / FINE) * fx;
+        for (x, (&p, d)) in row.iter().zip(dist[y * w..(y + 1) * w].iter_mut()).enumerate() {
+            let block = b + x / FINE;
+            let own = p.abs_diff(bg[block]);
+            // Only a pixel showing the other region, or the blend of the two along their
+            // edge (anti-aliased rounded corners), is taken for background: text near
+            // another region (a label under the pointer) keeps its own distance.
+            let b = bg[block];
+            let edge =
+                others[block].iter().flatten().any(|&n| p.abs_diff(n) <= EXPLAINS || (p >= b.min(n) && p <= b.max(n)));
+            *d = if edge || own <= NOISE { 0 } else { own };
+        }
+    }
+    remove_lines(&mut dist, w, h);
+    // Local contrast: the largest distance in each block, then over the blocks within
+    // CONTRAST_REACH (a word's letters share their neighbours' contrast).
+    let mut block_max = vec![0u8; fx * fy];
+    for y in 0..h {
+        for (x, &d) in dist[y * w..(y + 1) * w].iter().enumerate() {
+            let m = &mut block_max[(y / FINE) * fx + x / FINE];
+            *m = (*m).max(d);
+        }
+    }
+    let r = CONTRAST_REACH;
+    let gain: Vec<u32> = (0..fx * fy)
+        .map(|k| {
+            let (i, j) = (k % fx, k / fx);
+            let mut m = 0u32;
+            for nj in j.saturating_sub(r)..=(j + r).min(fy - 1) {
+                for ni in i.saturating_sub(r)..=(i + r).min(fx - 1) {
+                    m = m.max(u32::from(block_max[nj * fx + ni]));
+                }
+            }
+            // The local contrast comes out at CONTRAST_TARGET (anti-aliasing kept, not
+            // saturated); at least GAIN, at most MAX_GAIN, in 1/16ths.
+            (CONTRAST_TARGET * 16 / m.max(CONTRAST_FLOOR)).clamp(GAIN * 16, MAX_GAIN * 16)
+        })
+        .collect();
+    let mut out = vec![255u8; w * h];
+    for y in 0..h {
+        let g = &gain[(y / FINE) * fx..(y / FINE + 1) * fx];
+        for (x, (&d, o)) in dist[y * w..(y + 1) * w].iter().zip(out[y * w..(y + 1) * w].iter_mut()).enumerate() {
+            let v = u32::from(d) * g[x / FINE] / 16;
+            *o = 255 - u8::try_from(v.min(255)).unwrap_or(u8::MAX);
         }
     }
     GrayImage { width: image.width, height: image.height, pixels: out }
+}
+
+/// A distance at least this (gray levels) is ink, for finding lines.
+const LINE_INK: u8 = 16;
+/// How far (pixels) above and below a line (left and right of a column) is looked at to
+/// tell a thin line from a shape's edge.
+const LINE_CLEARANCE: usize = 3;
+
+/// The shortest run (pixels) taken for a line in a `width`-px picture: longer than any
+/// letter's stroke at that width (a large title's "l" is about width / 16).
+fn line_min(width: usize) -> usize {
+    (width / 10).max(40)
+}
+
+/// Removes thin straight lines from `dist` (`w` x `h` distances): list separators, an
+/// alert's dividers, a box's edges. They are ink to the engine, which then takes the text
+/// between them for a table's cells or a picture and reads it badly or not at all; and
+/// they would set the local contrast of the text beside them. A line is a horizontal (or
+/// vertical) run of ink at least [`line_min`] long with no ink [`LINE_CLEARANCE`] pixels
+/// off it along most of its length; a letter's stroke is never that long.
+fn remove_lines(dist: &mut [u8], w: usize, h: usize) {
+    let min_h = line_min(w);
+    let mut clear = Vec::new();
+    // Rows.
+    for y in LINE_CLEARANCE..h.saturating_sub(LINE_CLEARANCE) {
+        let mut x = 0;
+        while x < w {
+            if dist[y * w + x] < LINE_INK {
+                x += 1;
+                continue;
+            }
+            let start = x;
+            while x < w && dist[y * w + x] >= LINE_INK {
+                x += 1;
+            }
+            if x - start >= min_h {
+                let thin = (start..x)
+                    .filter(|&i| {
+                        dist[(y - LINE_CLEARANCE) * w + i] < LINE_INK && dist[(y + LINE_CLEARANCE) * w + i] < LINE_INK
+                    })
+                    .count();
+                if thin * 10 >= (x - start) * 9 {
+                    clear.extend((start..x).map(|i| y * w + i));
+                }
+            }
+        }
+    }
+    // Columns (a picture as tall as the screen: the same minimum as rows).
+    for x in LINE_CLEARANCE..w.saturating_sub(LINE_CLEARANCE) {
+        let mut y = 0;
+        while y < h {
+            if dist[y * w + x] < LINE_INK {
+                y += 1;
+                continue;
+            }
+            let start = y;
+            while y < h && dist[y * w + x] >= LINE_INK {
+                y += 1;
+            }
+            if y - start >= min_h {
+                let thin = (start..y)
+                    .filter(|&j| {
+                        dist[j * w + x - LINE_CLEARANCE] < LINE_INK && dist[j * w + x + LINE_CLEARANCE] < LINE_INK
+                    })
+                    .count();
+                if thin * 10 >= (y - start) * 9 {
+                    clear.extend((start..y).map(|j| j * w + x));
+                }
+            }
+        }
+    }
+    for i in clear {
+        dist[i] = 0;
+    }
 }
 
 /// Bilinear resize by `scale` (> 1).

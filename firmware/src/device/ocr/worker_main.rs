@@ -54,7 +54,7 @@ impl Default for Tuning {
             normalize: true,
             ppi: 300,
             engine_invert: false,
-            reread: false,
+            reread: true,
         }
     }
 }

@@ -3,7 +3,7 @@
 //! "No Results" when none does.
 
 use super::apps::{colour, el, icon_colour, labelled, text_at, text_centred, typed, width, Cx, APP_NAMES};
-use super::ui::{Element, ElementKind, Paint, Rect};
+use super::ui::{Element, ElementKind, Paint, Rect, CARET_GAP, CARET_WIDTH};
 
 /// Rows of results shown at most.
 const MAX_RESULTS: usize = 8;
@@ -40,7 +40,7 @@ pub fn layout(cx: &Cx, query: &str) -> (Vec<Element>, Vec<Paint>, Rect) {
     }
     let end = f.x + pad + width(query, size).min(clip.w);
     let m = cx.sy(30);
-    let caret = Rect { x: end, y: f.y + m, w: cx.sx(6).max(1), h: f.h - 2 * m };
+    let caret = Rect { x: end + cx.sx(CARET_GAP), y: f.y + m, w: cx.sx(CARET_WIDTH).max(1), h: f.h - 2 * m };
     let found = matches(query);
     if !query.trim().is_empty() && found.is_empty() {
         let r = cx.r(48, 500, 1083, 120);

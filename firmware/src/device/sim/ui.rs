@@ -192,6 +192,11 @@ pub const SCROLL_MS: u64 = 350;
 pub const LOAD_MS: u64 = 700;
 /// Half a caret blink: visible this long, then hidden this long.
 pub const CARET_HALF_PERIOD_MS: u64 = 500;
+/// The caret's width and its gap after the last letter, in 1179-px screen units (iOS: a
+/// 2-pt bar about 1 pt after the text, never touching the letter).
+pub const CARET_WIDTH: i32 = 6;
+/// See [`CARET_WIDTH`].
+pub const CARET_GAP: i32 = 3;
 /// How long a navigation push (or pop) slides (iOS: about 0.5 s).
 pub const PUSH_MS: u64 = 500;
 /// Long enough for everything that moves by itself to have come to rest.

@@ -4,7 +4,7 @@
 
 use super::{colour, el, large_title, size_f, text_at, typed, width, App, Cx, Effect, Key, Page};
 use crate::device::sim::text;
-use crate::device::sim::ui::{Element, ElementKind, Paint, Rect};
+use crate::device::sim::ui::{Element, ElementKind, Paint, Rect, CARET_GAP, CARET_WIDTH};
 
 /// The selection's highlight (iOS tints it light blue).
 const HIGHLIGHT: [u8; 3] = [179, 215, 255];
@@ -63,7 +63,8 @@ impl App for Notes {
             paint.push(text_at(line, inner.x, y + (line_h - size) / 2, size, colour::BLACK, inner));
             if i + 1 == n && self.focused {
                 let m = (line_h - size) / 2;
-                caret = Some(Rect { x: inner.x + width(line, size), y: y + m, w: cx.sx(6).max(1), h: size });
+                let x = inner.x + width(line, size) + cx.sx(CARET_GAP);
+                caret = Some(Rect { x, y: y + m, w: cx.sx(CARET_WIDTH).max(1), h: size });
             }
             y += line_h;
         }
