@@ -159,6 +159,92 @@ async fn daemon_memory(width: u32, height: u32) -> anyhow::Result<(u64, u64)> {
     rss
 }
 
+/// What [`ocr_daemon`] measured.
+struct OcrDaemon {
+    tap_text: Vec<f64>,
+    tap: Vec<f64>,
+    reads: usize,
+    daemon_rss: u64,
+    daemon_hwm: u64,
+    worker_rss: u64,
+    worker_hwm: u64,
+}
+
+/// The pid of `parent`'s child running `name` (its `comm`), if any.
+fn child_named(parent: u32, name: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.filter_map(Result::ok).find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // "pid (comm) state ppid ...": comm may hold spaces, so split after its ')'.
+        let (head, rest) = stat.rsplit_once(')')?;
+        let ppid: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
+        (ppid == parent && head.contains(name)).then_some(pid)
+    })
+}
+
+/// The real `tether serve --sim` at 1080p with its OCR worker: `tap_text` end to end
+/// against `tap` at the same place, and both processes' memory after text reads.
+async fn ocr_daemon(taps: usize) -> anyhow::Result<OcrDaemon> {
+    let (mut child, socket, _dir) = spawn_daemon(1920, 1080).await?;
+    let mut c = RawClient::connect(&socket).await?;
+    let mut id = 0u64;
+    let mut next = || {
+        id += 1;
+        id
+    };
+    let act = |op: String, action: Value| json!({"operation_id": op, "action": action, "expect": "any"});
+    // Text screenshots of every app (the worker loads on the first).
+    let mut reads = 0;
+    for app in tether::device::sim::APP_NAMES {
+        c.ok(next(), "action", act(format!("open-{app}"), json!({"type": "open_app", "name": app}))).await?;
+        let shot = c.ok(next(), "screenshot", json!({"text": true})).await?;
+        anyhow::ensure!(shot["text"]["lines"].is_array(), "no text read: is Tesseract installed? {shot}");
+        reads += 1;
+    }
+    c.ok(next(), "action", act("settings".into(), json!({"type": "open_app", "name": "Settings"}))).await?;
+    let shot = c.ok(next(), "screenshot", json!({})).await?;
+    let m = &shot["metadata"];
+    let bottom = json!({"type": "move", "x": m["image_size"]["width"].as_f64().unwrap_or(0.0) / 2.0,
+                        "y": m["image_size"]["height"].as_f64().unwrap_or(0.0) - 4.0});
+    c.ok(
+        next(),
+        "action",
+        json!({"operation_id": "park", "observation_id": m["observation_id"], "action": bottom, "expect": "any"}),
+    )
+    .await?;
+    let (mut tap_text, mut tap) = (Vec::new(), Vec::new());
+    for i in 0..taps {
+        let t = Instant::now();
+        let r = c.ok(next(), "action", act(format!("tt-{i}"), json!({"type": "tap_text", "text": "General"}))).await?;
+        tap_text.push(t.elapsed().as_secs_f64() * 1000.0);
+        let at = r["text_target"]["center"].clone();
+        c.ok(next(), "action", act(format!("back-{i}"), json!({"type": "back"}))).await?;
+        // The same tap by coordinates, on a fresh observation of the same screen.
+        let shot = c.ok(next(), "screenshot", json!({})).await?;
+        let params = json!({"operation_id": format!("t-{i}"), "observation_id": shot["metadata"]["observation_id"],
+                            "expect": "any", "action": {"type": "tap", "x": at["x"], "y": at["y"]}});
+        let t = Instant::now();
+        c.ok(next(), "action", params).await?;
+        tap.push(t.elapsed().as_secs_f64() * 1000.0);
+        c.ok(next(), "action", act(format!("back2-{i}"), json!({"type": "back"}))).await?;
+        // The pointer rests over "General" now and would hide its letters: parked on the
+        // empty bottom edge, as `TEXT_NOT_FOUND` tells an agent to.
+        let shot = c.ok(next(), "screenshot", json!({})).await?;
+        let m = &shot["metadata"];
+        let bottom = json!({"type": "move", "x": m["image_size"]["width"].as_f64().unwrap_or(0.0) / 2.0,
+                            "y": m["image_size"]["height"].as_f64().unwrap_or(0.0) - 4.0});
+        let park = json!({"operation_id": format!("park-{i}"), "observation_id": m["observation_id"],
+                          "action": bottom, "expect": "any"});
+        c.ok(next(), "action", park).await?;
+    }
+    let worker = child_named(child.id(), "tether").context("the daemon's OCR worker process")?;
+    let (worker_rss, worker_hwm) = rss_kib(worker)?;
+    let (daemon_rss, daemon_hwm) = rss_kib(child.id())?;
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok(OcrDaemon { tap_text, tap, reads, daemon_rss, daemon_hwm, worker_rss, worker_hwm })
+}
+
 /// Hostile load on a 2160p sim: `clients` connections each pipeline `each` full-size
 /// screenshots and never read. Returns the daemon's peak RSS (KiB), the slowest `status`
 /// answer another connection got meanwhile, and how many requests limits refused.
@@ -734,7 +820,23 @@ async fn main() -> anyhow::Result<()> {
         println!("| verified tap, a toggle that flips at once (sim, 30 fps) | {p50:.0} ms | {p99:.0} ms | {taps} taps, round trip from request to answer; {still} settled by still frames |");
     }
     if run("ocr") {
-        ocr::ocr_section(8).await?;
+        // `TETHER_BENCH_OCR_ONLY_DAEMON=1`: only the real daemon's rows below.
+        if std::env::var_os("TETHER_BENCH_OCR_ONLY_DAEMON").is_none() {
+            ocr::ocr_section(8).await?;
+        }
+        let taps = 20;
+        let m = ocr_daemon(taps).await?;
+        let (t50, t99) = summary(m.tap_text);
+        let (p50, p99) = summary(m.tap);
+        println!("| `tap_text` end to end, 1080p sim | {t50:.0} ms | {t99:.0} ms | {taps} verified taps on \"General\" (Settings), round trip: read of the observation, tap, settle, band re-read of the pushed page; the same `tap` at its centre: p50 {p50:.0} ms, p99 {p99:.0} ms |");
+        println!(
+            "| RSS with OCR loaded, 1080p sim | {:.1} MiB | peak {:.1} MiB | the real `tether serve --sim`: daemon peak {:.1} MiB + `tether ocr-worker` peak {:.1} MiB, after {} text screenshots and the taps above |",
+            mib(m.daemon_rss + m.worker_rss),
+            mib(m.daemon_hwm + m.worker_hwm),
+            mib(m.daemon_hwm),
+            mib(m.worker_hwm),
+            m.reads
+        );
     }
     if run("https") {
         let (w50, w99, f50, f99) = https_status(n).await?;

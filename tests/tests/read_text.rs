@@ -126,7 +126,7 @@ async fn measure(s: &mut Screen, label: &str, name: &str, table: &mut Vec<(Strin
     let (w, h) = (m["image_size"]["width"].as_f64().unwrap(), m["image_size"]["height"].as_f64().unwrap());
     s.ops += 1;
     let park = json!({"operation_id": format!("park-{}", s.ops), "observation_id": m["observation_id"],
-                      "action": {"type": "move", "x": w / 2.0, "y": h - 4.0}, "verify": false});
+                      "action": {"type": "move", "x": w / 2.0, "y": h - 4.0}, "expect": "any"});
     assert_eq!(s.c.call("action", park).await["ok"], true);
     let state = s.at_rest().await;
     let shot = s.c.ok("screenshot", json!({"text": true})).await;
@@ -323,6 +323,27 @@ async fn find_wait_and_expect_text_answer_what_the_screen_says() {
     assert_eq!(r["error"]["code"], "TEXT_NOT_FOUND", "{r}");
     assert!(r["error"]["text_search"]["nearest"].as_array().is_some_and(|n| !n.is_empty()), "{r}");
     assert_eq!(s.at_rest().await["touches"].as_array().map_or(0, Vec::len), before, "nothing tapped");
+
+    // A match read with less confidence than asked for is not tapped either; it is listed.
+    let r = s
+        .c
+        .call(
+            "action",
+            json!({"operation_id": "unsure", "action": {"type": "tap_text", "text": "Settings", "min_confidence": 100}}),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], "TEXT_NOT_FOUND", "{r}");
+    assert_eq!(r["error"]["text_search"]["uncertain"][0]["text"], "Settings", "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("min_confidence"), "{r}");
+    assert_eq!(s.at_rest().await["touches"].as_array().map_or(0, Vec::len), before, "nothing tapped");
+    let r = s
+        .c
+        .call(
+            "action",
+            json!({"operation_id": "bad-conf", "action": {"type": "tap_text", "text": "Settings", "min_confidence": 101}}),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], "INVALID_PARAMS", "{r}");
 
     // Several equally good matches: nothing is tapped, the candidates are listed with indexes.
     let r = s

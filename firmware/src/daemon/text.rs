@@ -337,12 +337,15 @@ impl Daemon {
         }
         let Some(best) = found.first().map(|f| f.score) else {
             let near = text_find::nearest(&text, &query, NEAREST);
-            let hint = if near.is_empty() {
+            let mut hint = if near.is_empty() {
                 "; no text was read on the screen".to_string()
             } else {
                 let shown: Vec<String> = near.iter().take(3).map(|n| format!("{:?}", n.text)).collect();
                 format!("; nearest on the screen: {} (text_search.nearest has boxes)", shown.join(", "))
             };
+            if let Some(covered) = self.pointer_over(&text, &obs.mapping) {
+                hint.push_str(&covered);
+            }
             return Err(DaemonError::TextNotFound {
                 query: query.text.clone(),
                 hint,
@@ -390,6 +393,28 @@ impl Daemon {
             m.insert("observation_id".into(), obs.id.clone().into());
         }
         Ok(TextTarget { observation_id: obs.id.clone(), action: ActionSpec::Tap { x, y }, described })
+    }
+
+    /// What to tell a caller whose text was not found while the pointer rests over a line
+    /// of `text` (the pointer hides the letters under it), if it does.
+    fn pointer_over(&self, text: &TextRead, mapping: &ObservationMapping) -> Option<String> {
+        let (nx, ny) = self.last_pointer()?;
+        let (iw, ih) = mapping.image;
+        let (px, py) = (nx * f64::from(iw), ny * f64::from(ih));
+        // The pointer's disc reaches about this far (image pixels) from where it rests.
+        let reach = f64::from(iw) / 30.0;
+        let line = text.lines.iter().find(|l| {
+            let b = l.bbox;
+            px >= f64::from(b.x) - reach
+                && px <= f64::from(b.x + b.width) + reach
+                && py >= f64::from(b.y) - reach
+                && py <= f64::from(b.y + b.height) + reach
+        })?;
+        Some(format!(
+            "; the pointer rests at {px:.0},{py:.0} over {:?} and hides letters under it: move it away (action \
+             move, to an empty part of the screen) and try again",
+            line.text
+        ))
     }
 
     /// The text of observation `id`, if it was read.

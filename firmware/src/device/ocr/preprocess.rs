@@ -415,7 +415,7 @@ mod tests {
     #[test]
     fn light_text_on_dark_comes_out_dark_on_white() {
         let mut img = flat(64, 64, 30);
-        for x in 10..50 {
+        for x in 10..34 {
             img.pixels[(20 * 64 + x) as usize] = 250;
         }
         let out = prepare(&img, Preprocess { scale: 1.0, normalize: true }).image;
@@ -426,7 +426,7 @@ mod tests {
     #[test]
     fn dark_text_on_light_stays_dark_on_white() {
         let mut img = flat(64, 64, 240);
-        for x in 10..50 {
+        for x in 10..34 {
             img.pixels[(20 * 64 + x) as usize] = 20;
         }
         let out = prepare(&img, Preprocess { scale: 1.0, normalize: true }).image;
@@ -444,6 +444,67 @@ mod tests {
         }
         let out = prepare(&img, Preprocess { scale: 1.0, normalize: true }).image;
         assert!(out.pixels.iter().all(|&p| p > 200), "min {}", out.pixels.iter().min().unwrap());
+    }
+
+    /// A `w` x `h` picture of `page` with a `bw` x `bh` button of `button` at (`bx`, `by`).
+    fn page_with_button(page: u8, button: u8, (bx, by, bw, bh): (u32, u32, u32, u32)) -> GrayImage {
+        let mut img = flat(160, 160, page);
+        for y in by..by + bh {
+            for x in bx..bx + bw {
+                img.pixels[(y * 160 + x) as usize] = button;
+            }
+        }
+        img
+    }
+
+    #[test]
+    fn a_button_is_not_a_frame_around_its_label() {
+        // A blue (luma 90) button on a white page, a white label stroke inside it.
+        let mut img = page_with_button(245, 90, (20, 40, 120, 64));
+        for x in 70..90 {
+            img.pixels[(70 * 160 + x) as usize] = 250;
+        }
+        let out = prepare(&img, Preprocess { scale: 1.0, normalize: true }).image;
+        assert!(at(&out, 80, 70) < 60, "the label is ink: {}", at(&out, 80, 70));
+        // The button's edges (left, top, right, bottom) are not.
+        for (x, y) in [(20, 70), (21, 70), (80, 40), (80, 41), (139, 70), (80, 103)] {
+            assert!(at(&out, x, y) > 200, "edge ({x}, {y}) came out {}", at(&out, x, y));
+        }
+    }
+
+    #[test]
+    fn faint_text_comes_out_as_dark_as_black_text() {
+        // Disabled text: 40 levels under a light page, alone in its neighbourhood.
+        let mut img = flat(160, 160, 242);
+        for x in 40..44 {
+            for y in 60..80 {
+                img.pixels[(y * 160 + x) as usize] = 202;
+            }
+        }
+        let out = prepare(&img, Preprocess { scale: 1.0, normalize: true }).image;
+        assert!(at(&out, 42, 70) < 80, "faint stroke came out {}", at(&out, 42, 70));
+        // A near background (a card 12 levels off) stays white.
+        let card = page_with_button(242, 230, (10, 10, 100, 100));
+        let out = prepare(&card, Preprocess { scale: 1.0, normalize: true }).image;
+        assert!(out.pixels.iter().all(|&p| p > 200), "min {}", out.pixels.iter().min().unwrap_or(&0));
+    }
+
+    #[test]
+    fn a_separator_line_is_removed_and_a_letter_stroke_kept() {
+        let mut img = flat(200, 120, 250);
+        // A one-pixel separator across the picture, and a letter's stroke ("l", shorter
+        // than a tenth of the picture's width, as letters are on a phone's screen).
+        for x in 0..200 {
+            img.pixels[(30 * 200 + x) as usize] = 200;
+        }
+        for y in 60..90 {
+            for x in 50..53 {
+                img.pixels[(y * 200 + x) as usize] = 20;
+            }
+        }
+        let out = prepare(&img, Preprocess { scale: 1.0, normalize: true }).image;
+        assert!(at(&out, 100, 30) > 200, "separator came out {}", at(&out, 100, 30));
+        assert!(at(&out, 51, 80) < 60, "the stroke came out {}", at(&out, 51, 80));
     }
 
     #[test]
