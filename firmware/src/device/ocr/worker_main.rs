@@ -40,9 +40,10 @@ pub struct Tuning {
     /// Whether Tesseract retries low-confidence lines inverted (its own light-on-dark
     /// handling; redundant after normalizing).
     pub engine_invert: bool,
-    /// Whether doubtful lines are read again on their own, scaled up. Off by default:
-    /// on the sim's screens it found one text more (121) and doubled the home screen's
-    /// read time (bench `ocr`, `TETHER_BENCH_OCR_ARGS="--reread 1"`).
+    /// Whether doubtful lines are read again on their own, scaled up. On by default: on
+    /// the `read_text` tests' screens it finds one text more at each capture size (a lone
+    /// section letter, an alert's line), for a full-read p50 of 115 ms (bench `ocr`;
+    /// `--reread 0` to compare).
     pub reread: bool,
 }
 
