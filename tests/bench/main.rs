@@ -186,7 +186,16 @@ fn child_named(parent: u32, name: &str) -> Option<u32> {
 /// against `tap` at the same place, and both processes' memory after text reads.
 async fn ocr_daemon(taps: usize) -> anyhow::Result<OcrDaemon> {
     let (mut child, socket, _dir) = spawn_daemon(1920, 1080).await?;
-    let mut c = RawClient::connect(&socket).await?;
+    let pid = child.id();
+    let measured = ocr_daemon_run(pid, &socket, taps).await;
+    // Stopped whatever happened: a failed step must not leave the daemon running.
+    let _ = child.kill();
+    let _ = child.wait();
+    measured
+}
+
+async fn ocr_daemon_run(pid: u32, socket: &std::path::Path, taps: usize) -> anyhow::Result<OcrDaemon> {
+    let mut c = RawClient::connect(socket).await?;
     let mut id = 0u64;
     let mut next = || {
         id += 1;
@@ -237,11 +246,9 @@ async fn ocr_daemon(taps: usize) -> anyhow::Result<OcrDaemon> {
                           "action": bottom, "expect": "any"});
         c.ok(next(), "action", park).await?;
     }
-    let worker = child_named(child.id(), "tether").context("the daemon's OCR worker process")?;
+    let worker = child_named(pid, "tether").context("the daemon's OCR worker process")?;
     let (worker_rss, worker_hwm) = rss_kib(worker)?;
-    let (daemon_rss, daemon_hwm) = rss_kib(child.id())?;
-    let _ = child.kill();
-    let _ = child.wait();
+    let (daemon_rss, daemon_hwm) = rss_kib(pid)?;
     Ok(OcrDaemon { tap_text, tap, reads, daemon_rss, daemon_hwm, worker_rss, worker_hwm })
 }
 

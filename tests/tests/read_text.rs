@@ -402,7 +402,9 @@ async fn find_wait_and_expect_text_answer_what_the_screen_says() {
         )
         .await;
     assert_eq!(r["ok"], true, "{r}");
-    let came = s.c.ok("wait_for_text", json!({"text": "iOS Version", "timeout_ms": 5000})).await;
+    // Generous timeouts: on a loaded machine a read takes seconds, and the wait ends as
+    // soon as the text is (or is no longer) there.
+    let came = s.c.ok("wait_for_text", json!({"text": "iOS Version", "timeout_ms": 20000})).await;
     assert_eq!(came["satisfied"], true, "{came}");
     assert!(came["matches"][0]["center"]["y"].is_number(), "{came}");
     // The rows show while the push still slides, and the sim (as iOS) ignores a back
@@ -410,7 +412,7 @@ async fn find_wait_and_expect_text_answer_what_the_screen_says() {
     s.at_rest().await;
     let r = s.c.call("action", json!({"operation_id": "bk2", "action": {"type": "back"}, "verify": false})).await;
     assert_eq!(r["ok"], true, "{r}");
-    let went = s.c.ok("wait_for_text", json!({"text": "iOS Version", "gone": true, "timeout_ms": 5000})).await;
+    let went = s.c.ok("wait_for_text", json!({"text": "iOS Version", "gone": true, "timeout_ms": 20000})).await;
     assert_eq!(went["satisfied"], true, "{went}");
 }
 

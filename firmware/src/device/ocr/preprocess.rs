@@ -303,58 +303,47 @@ fn line_min(width: usize) -> usize {
 /// vertical) run of ink at least [`line_min`] long with no ink [`LINE_CLEARANCE`] pixels
 /// off it along most of its length; a letter's stroke is never that long.
 fn remove_lines(dist: &mut [u8], w: usize, h: usize) {
-    let min_h = line_min(w);
+    let min_len = line_min(w);
     let mut clear = Vec::new();
-    // Rows.
-    for y in LINE_CLEARANCE..h.saturating_sub(LINE_CLEARANCE) {
-        let mut x = 0;
-        while x < w {
-            if dist[y * w + x] < LINE_INK {
-                x += 1;
-                continue;
-            }
-            let start = x;
-            while x < w && dist[y * w + x] >= LINE_INK {
-                x += 1;
-            }
-            if x - start >= min_h {
-                let thin = (start..x)
-                    .filter(|&i| {
-                        dist[(y - LINE_CLEARANCE) * w + i] < LINE_INK && dist[(y + LINE_CLEARANCE) * w + i] < LINE_INK
-                    })
-                    .count();
-                if thin * 10 >= (x - start) * 9 {
-                    clear.extend((start..x).map(|i| y * w + i));
-                }
-            }
-        }
-    }
-    // Columns (a picture as tall as the screen: the same minimum as rows).
-    for x in LINE_CLEARANCE..w.saturating_sub(LINE_CLEARANCE) {
-        let mut y = 0;
-        while y < h {
-            if dist[y * w + x] < LINE_INK {
-                y += 1;
-                continue;
-            }
-            let start = y;
-            while y < h && dist[y * w + x] >= LINE_INK {
-                y += 1;
-            }
-            if y - start >= min_h {
-                let thin = (start..y)
-                    .filter(|&j| {
-                        dist[j * w + x - LINE_CLEARANCE] < LINE_INK && dist[j * w + x + LINE_CLEARANCE] < LINE_INK
-                    })
-                    .count();
-                if thin * 10 >= (y - start) * 9 {
-                    clear.extend((start..y).map(|j| j * w + x));
-                }
-            }
-        }
-    }
+    // Rows, then columns (a picture as tall as the screen: the same minimum as rows).
+    lines_along(dist, h, w, min_len, |y, x| y * w + x, &mut clear);
+    lines_along(dist, w, h, min_len, |x, y| y * w + x, &mut clear);
     for i in clear {
         dist[i] = 0;
+    }
+}
+
+/// Adds to `clear` the pixels of thin lines along `inner` (0..`inner_len`) at each
+/// `outer` (0..`outer_len`); `at(outer, inner)` is a pixel's index in `dist`.
+fn lines_along(
+    dist: &[u8],
+    outer_len: usize,
+    inner_len: usize,
+    min_len: usize,
+    at: impl Fn(usize, usize) -> usize,
+    clear: &mut Vec<usize>,
+) {
+    for o in LINE_CLEARANCE..outer_len.saturating_sub(LINE_CLEARANCE) {
+        let mut i = 0;
+        while i < inner_len {
+            if dist[at(o, i)] < LINE_INK {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < inner_len && dist[at(o, i)] >= LINE_INK {
+                i += 1;
+            }
+            if i - start < min_len {
+                continue;
+            }
+            let thin = (start..i)
+                .filter(|&k| dist[at(o - LINE_CLEARANCE, k)] < LINE_INK && dist[at(o + LINE_CLEARANCE, k)] < LINE_INK)
+                .count();
+            if thin * 10 >= (i - start) * 9 {
+                clear.extend((start..i).map(|k| at(o, k)));
+            }
+        }
     }
 }
 
