@@ -72,6 +72,12 @@ impl Screen {
         r["result"].clone()
     }
 
+    /// Calls `action` with a `tap_text` of `fields` (its `type` added) as `op`; the answer.
+    async fn tap_text(&mut self, op: &str, mut fields: Value) -> Value {
+        fields["type"] = json!("tap_text");
+        self.c.call("action", json!({"operation_id": op, "action": fields})).await
+    }
+
     async fn open(&mut self, app: &str) {
         self.act(json!({"type": "home"})).await;
         self.act(json!({"type": "open_app", "name": app})).await;
@@ -314,42 +320,22 @@ async fn find_wait_and_expect_text_answer_what_the_screen_says() {
 
     // Nothing is tapped for a text that is not there; the error lists what is.
     let before = s.at_rest().await["touches"].as_array().map_or(0, Vec::len);
-    let r =
-        s.c.call(
-            "action",
-            json!({"operation_id": "nf", "action": {"type": "tap_text", "text": "Setings", "match": "exact"}}),
-        )
-        .await;
+    let r = s.tap_text("nf", json!({"text": "Setings", "match": "exact"})).await;
     assert_eq!(r["error"]["code"], "TEXT_NOT_FOUND", "{r}");
     assert!(r["error"]["text_search"]["nearest"].as_array().is_some_and(|n| !n.is_empty()), "{r}");
     assert_eq!(s.at_rest().await["touches"].as_array().map_or(0, Vec::len), before, "nothing tapped");
 
     // A match read with less confidence than asked for is not tapped either; it is listed.
-    let r = s
-        .c
-        .call(
-            "action",
-            json!({"operation_id": "unsure", "action": {"type": "tap_text", "text": "Settings", "min_confidence": 100}}),
-        )
-        .await;
+    let r = s.tap_text("unsure", json!({"text": "Settings", "min_confidence": 100})).await;
     assert_eq!(r["error"]["code"], "TEXT_NOT_FOUND", "{r}");
     assert_eq!(r["error"]["text_search"]["uncertain"][0]["text"], "Settings", "{r}");
     assert!(r["error"]["message"].as_str().unwrap().contains("min_confidence"), "{r}");
     assert_eq!(s.at_rest().await["touches"].as_array().map_or(0, Vec::len), before, "nothing tapped");
-    let r = s
-        .c
-        .call(
-            "action",
-            json!({"operation_id": "bad-conf", "action": {"type": "tap_text", "text": "Settings", "min_confidence": 101}}),
-        )
-        .await;
+    let r = s.tap_text("bad-conf", json!({"text": "Settings", "min_confidence": 101})).await;
     assert_eq!(r["error"]["code"], "INVALID_PARAMS", "{r}");
 
     // Several equally good matches: nothing is tapped, the candidates are listed with indexes.
-    let r = s
-        .c
-        .call("action", json!({"operation_id": "amb", "action": {"type": "tap_text", "text": "^C", "match": "regex"}}))
-        .await;
+    let r = s.tap_text("amb", json!({"text": "^C", "match": "regex"})).await;
     assert_eq!(r["error"]["code"], "AMBIGUOUS_TEXT", "{r}");
     assert!(r["error"]["text_search"]["candidates"].as_array().is_some_and(|c| c.len() >= 4), "{r}");
     assert!(r["error"]["message"].as_str().unwrap().contains("index 1:"), "{r}");
