@@ -44,15 +44,15 @@ impl EncoderKind {
     }
 }
 
-/// One encoder session of either kind.
-enum Session {
+/// One encoder session of either kind (viewers' stream, recordings).
+pub(super) enum Session {
     // Boxed: openh264's encoder state is ~7 KiB, the M2M session a few hundred bytes.
     Software(Box<SoftwareH264>),
     Hardware(Box<HardwareH264>),
 }
 
 impl Session {
-    fn open(kind: &EncoderKind, w: u32, h: u32, settings: EncoderSettings) -> Result<Session, EncoderError> {
+    pub(super) fn open(kind: &EncoderKind, w: u32, h: u32, settings: EncoderSettings) -> Result<Session, EncoderError> {
         match kind {
             EncoderKind::Software => SoftwareH264::new(w, h, settings).map(|e| Session::Software(Box::new(e))),
             EncoderKind::Hardware(node) => {
@@ -62,7 +62,7 @@ impl Session {
     }
 
     /// What `status` calls it (the same names as [`EncoderKind::name`]).
-    fn name(&self) -> &'static str {
+    pub(super) fn name(&self) -> &'static str {
         match self {
             Session::Software(_) => EncoderKind::Software.name(),
             Session::Hardware(_) => "v4l2-m2m",
@@ -83,7 +83,7 @@ impl Session {
         }
     }
 
-    fn encode(&mut self, frame: &Frame) -> Result<Option<AccessUnit>, EncoderError> {
+    pub(super) fn encode(&mut self, frame: &Frame) -> Result<Option<AccessUnit>, EncoderError> {
         match self {
             Session::Software(e) => e.encode(frame),
             Session::Hardware(e) => e.encode(frame),

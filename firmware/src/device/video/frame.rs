@@ -288,8 +288,67 @@ pub(super) struct Shared {
     newest: Mutex<Option<Captured>>,
     compression: Mutex<Option<Compression>>,
     passthrough: Mutex<Option<ViewerHub>>,
+    taps: Mutex<Vec<EncodedTap>>,
     pub(super) pixels: Mutex<PixelQueue>,
     pub(super) pixels_changed: Condvar,
+}
+
+/// A copy of compressed capture for one reader (a recording) as it arrives: a bounded
+/// queue the publisher never waits on. A picture that finds the queue full is dropped and
+/// the reader is told ([`TapReceiver::lost`]), so it can start again at a keyframe.
+#[derive(Debug)]
+struct EncodedTap {
+    tx: std::sync::mpsc::SyncSender<TapMessage>,
+    lost: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl EncodedTap {
+    /// Hands `frame` on; `false` once the reader is gone (the tap is removed).
+    fn offer(&self, frame: &Arc<EncodedFrame>) -> bool {
+        match self.tx.try_send(TapMessage::Frame(frame.clone())) {
+            Ok(()) => true,
+            Err(std::sync::mpsc::TrySendError::Full(_)) => {
+                self.lost.store(true, std::sync::atomic::Ordering::Relaxed);
+                true
+            }
+            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => false,
+        }
+    }
+}
+
+/// What a tap's reader receives.
+#[derive(Debug)]
+pub enum TapMessage {
+    /// A compressed picture, as the capture sent it.
+    Frame(Arc<EncodedFrame>),
+    /// The reader's owner asks it to stop (sent through [`TapReceiver::stopper`]), with
+    /// the moment that counts as the end.
+    Stop(Instant),
+}
+
+/// The reading end of a tap (see [`FrameReader::encoded_tap`]).
+#[derive(Debug)]
+pub struct TapReceiver {
+    rx: std::sync::mpsc::Receiver<TapMessage>,
+    tx: std::sync::mpsc::SyncSender<TapMessage>,
+    lost: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl TapReceiver {
+    /// Waits up to `timeout` for the next message (`None`: nothing came).
+    pub fn recv_timeout(&self, timeout: Duration) -> Option<TapMessage> {
+        self.rx.recv_timeout(timeout).ok()
+    }
+
+    /// Whether pictures were dropped since the last call (the queue was full).
+    pub fn lost(&self) -> bool {
+        self.lost.swap(false, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A sender for [`TapMessage::Stop`] (it waits for room: a stop is never dropped).
+    pub fn stopper(&self) -> std::sync::mpsc::SyncSender<TapMessage> {
+        self.tx.clone()
+    }
 }
 
 /// Whether the source currently delivers a picture.
@@ -424,6 +483,7 @@ impl FrameHub {
         if let Some(viewers) = self.passthrough_viewers() {
             viewers.publish_encoded(&frame);
         }
+        self.shared.taps.lock_plain().retain(|tap| tap.offer(&frame));
         self.shared.pixels.lock_plain().push(frame);
         self.shared.pixels_changed.notify_all();
     }
@@ -477,6 +537,22 @@ impl FrameReader {
             Some(n) if n.generation == self.state().generation => n.sequence,
             _ => 0,
         }
+    }
+
+    /// A tap on compressed capture: every picture published from now on is also queued
+    /// for the returned receiver (up to `capacity`; the publisher never waits). The tap
+    /// goes when the receiver is dropped.
+    pub fn encoded_tap(&self, capacity: usize) -> TapReceiver {
+        let (tx, rx) = std::sync::mpsc::sync_channel(capacity.max(1));
+        let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        self.shared.taps.lock_plain().push(EncodedTap { tx: tx.clone(), lost: lost.clone() });
+        TapReceiver { rx, tx, lost }
+    }
+
+    /// Asks the capture device for a keyframe (a reader that lost pictures starts again
+    /// there).
+    pub fn request_keyframe(&self) {
+        self.shared.pixels.lock_plain().want_keyframe = true;
     }
 
     /// The newest captured picture, decoded or not (what `status` reports).

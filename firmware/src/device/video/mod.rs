@@ -15,6 +15,7 @@ pub mod image;
 pub mod luma;
 #[cfg(target_os = "linux")]
 pub mod m2m;
+pub mod record;
 pub mod replay;
 #[cfg(target_os = "linux")]
 pub mod v4l2;
@@ -22,5 +23,5 @@ pub mod viewers;
 
 pub use frame::{
     Captured, Compression, EncodedFrame, Frame, FrameHub, FrameReader, FrameSource, NoVideo, PixelFormat, Signal,
-    SourceGuard, VideoError, VideoState, PENDING_AUS, PENDING_BYTES, PIXEL_DEMAND_WINDOW,
+    SourceGuard, TapMessage, TapReceiver, VideoError, VideoState, PENDING_AUS, PENDING_BYTES, PIXEL_DEMAND_WINDOW,
 };

@@ -740,27 +740,23 @@ impl StreamHeaders {
     }
 }
 
+/// Builders of test NAL units, shared by the codec and recording tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::device::video::codec::annexb::nal_units;
-    use crate::device::video::codec::{EncoderSettings, SoftwareH264};
-    use crate::device::video::Frame;
-
+pub(crate) mod test_support {
     /// Writes the syntax back, to build test NAL units bit by bit.
     #[derive(Default)]
-    struct BitWriter {
-        bits: Vec<bool>,
+    pub(crate) struct BitWriter {
+        pub(crate) bits: Vec<bool>,
     }
 
     impl BitWriter {
-        fn u(&mut self, n: u32, v: u32) -> &mut Self {
+        pub(crate) fn u(&mut self, n: u32, v: u32) -> &mut Self {
             for i in (0..n).rev() {
                 self.bits.push((v >> i) & 1 == 1);
             }
             self
         }
-        fn ue(&mut self, v: u32) -> &mut Self {
+        pub(crate) fn ue(&mut self, v: u32) -> &mut Self {
             let x = u64::from(v) + 1;
             let len = 64 - x.leading_zeros();
             for _ in 0..len - 1 {
@@ -771,12 +767,12 @@ mod tests {
             }
             self
         }
-        fn se(&mut self, v: i32) -> &mut Self {
+        pub(crate) fn se(&mut self, v: i32) -> &mut Self {
             let k = if v > 0 { 2 * v - 1 } else { -2 * v };
-            self.ue(u32::try_from(k).unwrap())
+            self.ue(u32::try_from(k).unwrap_or(u32::MAX))
         }
         /// The NAL unit: header byte, the bits, the stop bit, zero padding.
-        fn nal(&mut self, header: u8) -> Vec<u8> {
+        pub(crate) fn nal(&mut self, header: u8) -> Vec<u8> {
             self.bits.push(true);
             while !self.bits.len().is_multiple_of(8) {
                 self.bits.push(false);
@@ -786,6 +782,35 @@ mod tests {
             out
         }
     }
+
+    /// A High-profile 1080p SPS with scaling lists (POC type 0, 4 reference frames).
+    pub(crate) fn high_sps() -> Vec<u8> {
+        let mut w = BitWriter::default();
+        w.u(8, 100).u(8, 0).u(8, 40).ue(0); // High, level 4.0, id 0
+        w.ue(1).ue(0).ue(0).u(1, 0).u(1, 1); // 4:2:0, 8 bit, scaling matrix present
+                                             // List 0 explicit (deltas: 8 -> 16 then all 16), list 1 default, lists 2..7 absent.
+        w.u(1, 1).se(8);
+        for _ in 1..16 {
+            w.se(0);
+        }
+        w.u(1, 1).se(-8); // next = 0 at j = 0: the default matrix
+        for _ in 2..8 {
+            w.u(1, 0);
+        }
+        w.ue(0).ue(0).ue(2); // log2_max_frame_num 4, POC type 0, lsb 6 bits
+        w.ue(4).u(1, 0).ue(119).ue(67).u(1, 1).u(1, 1); // 4 refs, 1920x1088 coded
+        w.u(1, 1).ue(0).ue(0).ue(0).ue(4).u(1, 0); // crop 8 rows: 1080
+        w.nal(0x67)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::{high_sps, BitWriter};
+    use super::*;
+    use crate::device::video::codec::annexb::nal_units;
+    use crate::device::video::codec::{EncoderSettings, SoftwareH264};
+    use crate::device::video::Frame;
 
     #[test]
     fn exp_golomb_and_emulation_prevention() {
@@ -835,25 +860,6 @@ mod tests {
         assert!(idr.idr && idr.slice_type == SliceType::I && idr.frame_num == 0);
         assert!(!p.idr && p.slice_type == SliceType::P && p.frame_num > 0);
         assert!(idr.header_bits > 0 && idr.dec_ref_pic_marking_bits == 2, "IDR marking: two flags");
-    }
-
-    fn high_sps() -> Vec<u8> {
-        let mut w = BitWriter::default();
-        w.u(8, 100).u(8, 0).u(8, 40).ue(0); // High, level 4.0, id 0
-        w.ue(1).ue(0).ue(0).u(1, 0).u(1, 1); // 4:2:0, 8 bit, scaling matrix present
-                                             // List 0 explicit (deltas: 8 -> 16 then all 16), list 1 default, lists 2..7 absent.
-        w.u(1, 1).se(8);
-        for _ in 1..16 {
-            w.se(0);
-        }
-        w.u(1, 1).se(-8); // next = 0 at j = 0: the default matrix
-        for _ in 2..8 {
-            w.u(1, 0);
-        }
-        w.ue(0).ue(0).ue(2); // log2_max_frame_num 4, POC type 0, lsb 6 bits
-        w.ue(4).u(1, 0).ue(119).ue(67).u(1, 1).u(1, 1); // 4 refs, 1920x1088 coded
-        w.u(1, 1).ue(0).ue(0).ue(0).ue(4).u(1, 0); // crop 8 rows: 1080
-        w.nal(0x67)
     }
 
     #[test]
