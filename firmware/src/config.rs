@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::board::{Board, CaptureKind};
-use crate::daemon::{ActSettings, DaemonLimits, DEFAULT_QUEUE_TIMEOUT, DEFAULT_RELATIVE_COUNTS};
+use crate::daemon::{ActSettings, DaemonLimits, RecordingSettings, DEFAULT_QUEUE_TIMEOUT, DEFAULT_RELATIVE_COUNTS};
 use crate::device::geometry::PixelRect;
 use crate::device::hid::descriptor::PointerProfile;
 use crate::device::hid::Layout;
@@ -231,6 +231,8 @@ pub struct Config {
     pub act: ActSettings,
     /// Reading text in the phone's pictures (`[ocr]`).
     pub ocr: OcrSettings,
+    /// Task recordings: quality and disk caps (`[recording]`).
+    pub recording: RecordingSettings,
 }
 
 /// `[ocr]`: the text reader (Tesseract in a worker process; see `device::ocr`).
@@ -415,6 +417,7 @@ struct ConfigFile {
     mdns_dir: Option<PathBuf>,
     act: Option<ActSettings>,
     ocr: Option<OcrSettings>,
+    recording: Option<RecordingSettings>,
 }
 
 /// Errors loading the configuration.
@@ -536,6 +539,7 @@ impl Config {
             board: None,
             act: ActSettings::default(),
             ocr: OcrSettings::default(),
+            recording: RecordingSettings::default(),
         }
     }
 
@@ -616,6 +620,7 @@ impl Config {
             mdns_dir,
             act,
             ocr,
+            recording,
         } = file;
         c.sim = sim.unwrap_or(c.sim);
         c.data_dir = data_dir.unwrap_or(c.data_dir);
@@ -644,6 +649,7 @@ impl Config {
         c.mdns_dir = mdns_dir.or(c.mdns_dir);
         c.act = act.unwrap_or(c.act);
         c.ocr = ocr.unwrap_or(c.ocr);
+        c.recording = recording.unwrap_or(c.recording);
         c.validate()?;
         Ok(c)
     }
@@ -662,6 +668,7 @@ impl Config {
         self.limits.validate()?;
         self.act.check()?;
         self.ocr.validate()?;
+        self.recording.validate()?;
         let s = &self.sim_phone;
         if !(64..=7680).contains(&s.capture_width) || !(64..=4320).contains(&s.capture_height) {
             return Err(format!(

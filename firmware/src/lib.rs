@@ -19,6 +19,7 @@
 //! - [`client`]: the remote side used by the CLI.
 //! - [`config`]: the one typed configuration struct (TOML + flags).
 //! - [`logtext`]: client-supplied text capped and escaped before it reaches a log.
+//! - [`report`]: a finished task as an HTML report and JUnit XML (pure renderers).
 
 pub mod board;
 pub mod client;
@@ -27,6 +28,7 @@ pub mod daemon;
 pub mod device;
 pub mod logtext;
 pub mod protocol;
+pub mod report;
 pub mod server;
 pub mod sync;
 pub mod tools;

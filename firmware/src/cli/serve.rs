@@ -273,6 +273,7 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
                 https: https_info,
                 act: config.act.clone(),
                 text_reader: text_reader(&config.ocr),
+                recording: config.recording,
             },
         )
         .context("start daemon")?;

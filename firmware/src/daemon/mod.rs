@@ -19,6 +19,8 @@ mod open_app;
 mod operations;
 mod phone;
 mod play;
+mod recordings;
+mod report;
 mod session;
 mod settle;
 mod status;
@@ -53,6 +55,7 @@ pub use input::{InputError, InputLane, InputStep};
 pub use limits::{DaemonLimits, LimitsStatus, OutputBudget};
 pub use observations::{Observation, ObservationError, ObservationStore, OBSERVATIONS_KEPT, OBSERVATION_TTL};
 pub use operations::{OperationCache, OPERATIONS_KEPT, OPERATION_TTL};
+pub use recordings::{RecordingInfo, RecordingSettings};
 pub use session::{RequestSlot, Session, SessionId, SessionMessage};
 pub use settle::{ActSettings, UnitRect};
 pub use status::{
@@ -143,6 +146,8 @@ pub struct DaemonOptions {
     pub act: ActSettings,
     /// What reads text on the screen (`None`: text methods answer `OCR_UNAVAILABLE`).
     pub text_reader: Option<crate::device::ocr::SharedReader>,
+    /// Task recordings' quality and disk caps.
+    pub recording: RecordingSettings,
 }
 
 /// Finished tasks kept by default.
@@ -180,6 +185,8 @@ struct Inner {
     tasks: Tasks,
     store: Store,
     tasks_kept: u32,
+    /// The recording in progress ([`recordings`]).
+    recordings: recordings::Recordings,
     /// Orders a task change's in-memory update with its store write: held across the
     /// write's await, so a tokio mutex; it guards no data of its own.
     journal: Mutex<()>,
@@ -244,6 +251,11 @@ impl Daemon {
         if !interrupted.is_empty() {
             tracing::warn!(tasks = ?interrupted, "tasks unfinished at the last shutdown are now interrupted");
         }
+        if let Some(dir) = options.data_dir.as_deref() {
+            if let Err(e) = recordings::recover(&store, dir) {
+                tracing::error!(error = %e, "recordings left by the last run could not be checked");
+            }
+        }
         let tokens = Tokens::open(store.clone())?;
         if let Some(dir) = options.data_dir.as_deref() {
             // The owner's code from `flash.sh` (or `tether pair --offline`). A bad file is
@@ -297,6 +309,7 @@ impl Daemon {
                 tasks: Tasks::default(),
                 store,
                 tasks_kept,
+                recordings: recordings::Recordings::default(),
                 journal: Mutex::new(()),
                 _video: guard,
                 queue_timeout,
@@ -560,6 +573,8 @@ impl Daemon {
             Call::UserMessage(p) => self.user_message(session, acting, p).await?,
             Call::TaskMessages(p) => self.task_messages(acting, p, cancel).await?,
             Call::TaskThumbnail(p) => self.task_thumbnail(p).await?,
+            Call::TaskReport(p) => self.task_report(p.task).await?,
+            Call::TaskRecording(p) => self.task_recording(p).await?,
             Call::VideoOpen(_) => self.video_open(session)?,
             Call::VideoRevoke(_) => self.video_revoke(session),
             Call::WaitForChange(p) => self.wait_for_change(acting, p, cancel).await?,
@@ -970,7 +985,13 @@ mod tests {
         let process =
             |pid: i32, uid: u32, gid: u32| Caller::unix(PeerCredentials { pid: Some(pid), uid, gid }, Role::Operate);
         let opener = d.open_session(process(4241, 1001, 1001));
-        let open = TaskOpenParams { title: "t".into(), owner: None, scope: Default::default(), events: Some(false) };
+        let open = TaskOpenParams {
+            title: "t".into(),
+            owner: None,
+            scope: Default::default(),
+            events: Some(false),
+            record: false,
+        };
         let task = d.handle(&opener, RequestId(1), &Call::TaskOpen(open)).await.unwrap()["id"].as_i64().unwrap();
         let note = |text: &str| Call::TaskNote(TaskNoteParams { task: Some(task), text: text.into() });
         let other = d.open_session(unix(1002, Role::Operate));
@@ -1011,7 +1032,13 @@ mod tests {
         let d = daemon_with(&RecordingSink::default());
         let s = d.open_session(operator());
         let admin = d.open_session(Caller::in_process(Role::Admin));
-        let open = TaskOpenParams { title: "t".into(), owner: None, scope: Default::default(), events: Some(false) };
+        let open = TaskOpenParams {
+            title: "t".into(),
+            owner: None,
+            scope: Default::default(),
+            events: Some(false),
+            record: false,
+        };
         let task = d.handle(&s, RequestId(1), &Call::TaskOpen(open)).await.unwrap()["id"].as_i64().unwrap();
         refuse_writes(&d, true).await;
         let finish = line(&format!(r#"{{"id":1,"method":"task_finish","task":{task},"ok":true}}"#));
@@ -1101,6 +1128,8 @@ mod tests {
             Method::UserMessage => r#"{"text":"hi"}"#.into(),
             Method::TaskMessages => format!(r#"{{"task":{task}}}"#),
             Method::TaskThumbnail => format!(r#"{{"task":{task},"seq":1}}"#),
+            Method::TaskReport => format!(r#"{{"task":{task}}}"#),
+            Method::TaskRecording => format!(r#"{{"task":{task},"length":10}}"#),
             Method::WaitForChange | Method::WaitForSettle => r#"{"timeout_ms":10}"#.into(),
             Method::FindText => r#"{"text":"Settings"}"#.into(),
             Method::WaitForText => r#"{"text":"Done","timeout_ms":10}"#.into(),
@@ -1146,7 +1175,13 @@ mod tests {
         use crate::protocol::task_params::TaskOpenParams;
         let d = daemon_with(&RecordingSink::default());
         let human = d.open_session(operator());
-        let open = TaskOpenParams { title: "t".into(), owner: None, scope: Default::default(), events: Some(false) };
+        let open = TaskOpenParams {
+            title: "t".into(),
+            owner: None,
+            scope: Default::default(),
+            events: Some(false),
+            record: false,
+        };
         let opened = d.handle(&human, RequestId(1), &Call::TaskOpen(open)).await.unwrap();
         let (task, token) = (opened["id"].as_i64().unwrap(), opened["token"].as_str().unwrap().to_string());
         let agent = d.open_session(Caller::in_process(Role::Agent));

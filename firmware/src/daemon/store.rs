@@ -85,6 +85,24 @@ CREATE TABLE secrets (
     r#"
 ALTER TABLE steps ADD COLUMN thumbnail BLOB;
 "#,
+    // Task recordings (daemon/recordings.rs), the picture after a verified step, and the
+    // screen when the task ended (the report's).
+    r#"
+CREATE TABLE recordings (
+    task_id INTEGER PRIMARY KEY REFERENCES tasks(id) ON DELETE CASCADE,
+    state TEXT NOT NULL,
+    reason TEXT,
+    bytes INTEGER NOT NULL DEFAULT 0,
+    duration_ms INTEGER,
+    width INTEGER,
+    height INTEGER,
+    source TEXT,
+    started_ms INTEGER NOT NULL,
+    ended_ms INTEGER
+);
+ALTER TABLE steps ADD COLUMN after_thumbnail BLOB;
+ALTER TABLE tasks ADD COLUMN final_png BLOB;
+"#,
 ];
 
 /// States a task can end in; anything else is unfinished.
@@ -159,6 +177,8 @@ pub struct StepRecord {
     pub caller: Value,
     /// A small PNG of the screenshot it acted on, if it acted on one.
     pub thumbnail: Option<Vec<u8>>,
+    /// A small PNG of the screen after it, when it was verified.
+    pub after_thumbnail: Option<Vec<u8>>,
 }
 
 /// A stored task's summary.
@@ -345,7 +365,7 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn append_event(conn: &Connection, task_id: i64, kind: &str, body: &Value) -> Result<i64, StoreError> {
+pub(super) fn append_event(conn: &Connection, task_id: i64, kind: &str, body: &Value) -> Result<i64, StoreError> {
     let seq: i64 =
         conn.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE task_id = ?1", [task_id], |r| r.get(0))?;
     conn.execute(
@@ -679,8 +699,8 @@ impl Store {
             }
             let seq = append_event(&tx, task_id, "step", &body)?;
             tx.execute(
-                "INSERT INTO steps (task_id, seq, tool, args, result, duration_ms, caller, thumbnail) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO steps (task_id, seq, tool, args, result, duration_ms, caller, thumbnail, after_thumbnail) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 params![
                     task_id,
                     seq,
@@ -689,7 +709,8 @@ impl Store {
                     step.result.to_string(),
                     i64::try_from(step.duration_ms).unwrap_or(i64::MAX),
                     step.caller.to_string(),
-                    step.thumbnail
+                    step.thumbnail,
+                    step.after_thumbnail
                 ],
             )?;
             tx.commit()?;
@@ -827,6 +848,7 @@ mod tests {
             duration_ms: 42,
             caller: json!({"role": "agent"}),
             thumbnail: Some(b"png".to_vec()),
+            after_thumbnail: Some(b"after".to_vec()),
         };
         let seq = store.append_step(id, step.clone()).await.unwrap();
         let ev = store.events_after(id, seq - 1, 10).await.unwrap();

@@ -154,9 +154,14 @@ impl Daemon {
     pub(super) async fn persist(&self, change: Change) {
         if change.state.is_terminal() {
             self.flush_refusals(change.task).await;
+            self.task_ending(change.task).await;
         }
         let _journal = self.inner.journal.lock().await;
-        if let Err(e) = persist_change(&self.inner.store, &change, None, self.inner.tasks_kept).await {
+        let written = persist_change(&self.inner.store, &change, None, self.inner.tasks_kept).await;
+        if change.state.is_terminal() {
+            self.sweep_recordings().await;
+        }
+        if let Err(e) = written {
             tracing::error!(
                 task = change.task,
                 state = change.state.as_str(),
@@ -173,8 +178,14 @@ impl Daemon {
     /// journal lock.
     /// Returns the change applied and the id of the approval row a question got.
     async fn commit(&self, plan: Plan) -> Result<(Applied, Option<i64>), DaemonError> {
+        if plan.change.state.is_terminal() {
+            self.task_ending(plan.change.task).await;
+        }
         let asked = persist_change(&self.inner.store, &plan.change, plan.approval(), self.inner.tasks_kept).await?;
         let task = plan.change.task;
+        if plan.change.state.is_terminal() {
+            self.sweep_recordings().await;
+        }
         match self.inner.tasks.apply(plan, asked) {
             Ok(applied) => Ok((applied, asked)),
             Err(e) => {
@@ -235,6 +246,15 @@ impl Daemon {
         self.append(task, "refused", body).await;
     }
 
+    /// What ends with a task, written before its last state so that a follower of the
+    /// journal, which stops at that state, has it all: the recording (finished as of
+    /// now) and the screen as the task left it.
+    async fn task_ending(&self, task: i64) {
+        let at = std::time::Instant::now();
+        self.stop_recording(task, at).await;
+        self.keep_final_picture(task).await;
+    }
+
     /// Writes the refusals still counted for `task` (it ended).
     async fn flush_refusals(&self, task: i64) {
         let pending = { self.inner.phone.state().refusals.take_task(task) };
@@ -273,11 +293,19 @@ impl Daemon {
         caller: Value,
         thumbnail: Option<Vec<u8>>,
     ) {
+        // A verified step's picture after it (the report shows both).
+        let after_thumbnail = result
+            .as_ref()
+            .ok()
+            .and_then(|v| v["after_observation_id"].as_str())
+            .and_then(|id| self.inner.phone.state().observations.thumbnail(id))
+            .map(|png| png.as_ref().clone());
         let result = match result {
             Ok(v) => json!({"ok": true, "result": v}),
             Err(e) => json!({"ok": false, "error": ErrorBody::from(e)}),
         };
         let step = StepRecord {
+            after_thumbnail,
             tool: tool.into(),
             args: args.clone(),
             result,
@@ -337,6 +365,9 @@ impl Daemon {
         }
         drop(_journal);
         self.inner.tasks.notify();
+        if p.record {
+            self.start_recording(id).await;
+        }
         tracing::info!(task = id, title = %crate::logtext::capped(&p.title), owner = %owner, session = session.id.0, "task opened");
         if p.events.unwrap_or(true) {
             // The lease hears its task: events stream to the opening connection until the
@@ -348,9 +379,10 @@ impl Daemon {
                 }
             });
         }
-        Ok(
-            json!({"id": id, "token": token, "state": "running", "lease": session.id, "events": p.events.unwrap_or(true)}),
-        )
+        Ok(json!({
+            "id": id, "token": token, "state": "running", "lease": session.id,
+            "events": p.events.unwrap_or(true), "record": p.record,
+        }))
     }
 
     /// Why `action` cannot apply to `task`, which is not the active task: it has finished

@@ -188,6 +188,8 @@ impl Method {
             | Method::Preview
             | Method::TaskEvents
             | Method::TaskThumbnail
+            | Method::TaskReport
+            | Method::TaskRecording
             | Method::WaitForChange
             | Method::WaitForSettle
             | Method::FindText
@@ -227,6 +229,8 @@ impl Call {
         match self {
             Call::TaskEvents(p) => Some(p.task),
             Call::TaskThumbnail(p) => Some(p.task),
+            Call::TaskReport(p) => Some(p.task),
+            Call::TaskRecording(p) => Some(p.task),
             Call::TaskControl(p) => Some(p.task),
             Call::TaskNote(p) => p.task,
             Call::TaskFinish(p) => p.task,
@@ -244,6 +248,8 @@ impl Call {
         match &mut call {
             Call::TaskEvents(p) => p.task = task,
             Call::TaskThumbnail(p) => p.task = task,
+            Call::TaskReport(p) => p.task = task,
+            Call::TaskRecording(p) => p.task = task,
             Call::TaskControl(p) => p.task = task,
             Call::TaskNote(p) => p.task = Some(task),
             Call::TaskFinish(p) => p.task = Some(task),
@@ -323,6 +329,8 @@ mod tests {
             Method::TaskOpen => r#"{"title":"t"}"#,
             Method::TaskEvents => r#"{"task":7}"#,
             Method::TaskThumbnail => r#"{"task":7,"seq":3}"#,
+            Method::TaskReport => r#"{"task":7}"#,
+            Method::TaskRecording => r#"{"task":7,"offset":0,"length":1024}"#,
             Method::TaskControl => r#"{"task":7,"action":"pause"}"#,
             Method::TaskConfirm => r#"{"question":"ok?"}"#,
             Method::TaskNote => r#"{"task":7,"text":"n"}"#,
@@ -383,6 +391,8 @@ mod tests {
         ("wait_for_settle", [false, true, true, true], true),
         ("find_text", [false, true, true, true], true),
         ("wait_for_text", [false, true, true, true], true),
+        ("task_report", [false, true, true, true], true),
+        ("task_recording", [false, true, true, true], true),
     ];
 
     #[test]
@@ -413,7 +423,14 @@ mod tests {
     #[test]
     fn an_agent_acts_only_for_its_own_task() {
         let agent = Acting::Agent { task: 8 };
-        for method in [Method::TaskEvents, Method::TaskThumbnail, Method::TaskNote, Method::TaskFinish] {
+        for method in [
+            Method::TaskEvents,
+            Method::TaskThumbnail,
+            Method::TaskReport,
+            Method::TaskRecording,
+            Method::TaskNote,
+            Method::TaskFinish,
+        ] {
             let call = sample(method); // names task 7
             assert_eq!(
                 call.access().check(method, agent, call.task_id(), |_| true),

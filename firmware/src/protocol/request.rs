@@ -22,7 +22,7 @@ use super::params::{
 use super::strict_json::{self, StrictError};
 use super::task_params::{
     self, BatchParams, TaskConfirmParams, TaskControlParams, TaskEventsParams, TaskFinishParams, TaskListParams,
-    TaskNoteParams, TaskOpenParams, TaskThumbnailParams, MAX_BATCH_ACTIONS,
+    TaskNoteParams, TaskOpenParams, TaskRecordingParams, TaskReportParams, TaskThumbnailParams, MAX_BATCH_ACTIONS,
 };
 use super::text_params::{self, FindTextParams, WaitForTextParams, MAX_QUERY_BYTES};
 use super::token_params::{PairParams, TokenParams};
@@ -69,6 +69,10 @@ pub enum Method {
     TaskEvents,
     /// The thumbnail of one of a task's steps (the screenshot it acted on).
     TaskThumbnail,
+    /// A task's report: HTML, JUnit XML, the final screen and the recording's state.
+    TaskReport,
+    /// A piece of a task's recording (MP4 bytes, base64).
+    TaskRecording,
     /// Pause, resume, take over, hand back, stop, approve, reject.
     TaskControl,
     /// An agent asks a human a question and waits for the answer.
@@ -138,6 +142,8 @@ impl Method {
         Method::WaitForSettle,
         Method::FindText,
         Method::WaitForText,
+        Method::TaskReport,
+        Method::TaskRecording,
     ];
 
     /// The wire name.
@@ -173,6 +179,8 @@ impl Method {
             Method::WaitForSettle => "wait_for_settle",
             Method::FindText => "find_text",
             Method::WaitForText => "wait_for_text",
+            Method::TaskReport => "task_report",
+            Method::TaskRecording => "task_recording",
         }
     }
 
@@ -231,6 +239,10 @@ pub enum Call {
     TaskEvents(TaskEventsParams),
     /// `task_thumbnail`.
     TaskThumbnail(TaskThumbnailParams),
+    /// `task_report`.
+    TaskReport(TaskReportParams),
+    /// `task_recording`.
+    TaskRecording(TaskRecordingParams),
     /// `task_control`.
     TaskControl(TaskControlParams),
     /// `task_confirm`.
@@ -295,6 +307,8 @@ impl Call {
             Call::UserMessage(_) => Method::UserMessage,
             Call::TaskMessages(_) => Method::TaskMessages,
             Call::TaskThumbnail(_) => Method::TaskThumbnail,
+            Call::TaskReport(_) => Method::TaskReport,
+            Call::TaskRecording(_) => Method::TaskRecording,
             Call::VideoOpen(_) => Method::VideoOpen,
             Call::VideoRevoke(_) => Method::VideoRevoke,
             Call::WaitForChange(_) => Method::WaitForChange,
@@ -510,6 +524,15 @@ fn request_from_value(value: Value) -> Result<Request, RequestError> {
         Method::TaskList => Call::TaskList(params(id, known, fields)?),
         Method::TaskEvents => Call::TaskEvents(params(id, known, fields)?),
         Method::TaskThumbnail => Call::TaskThumbnail(params(id, known, fields)?),
+        Method::TaskReport => Call::TaskReport(params(id, known, fields)?),
+        Method::TaskRecording => {
+            let p: TaskRecordingParams = params(id, known, fields)?;
+            if p.length == 0 || p.length > task_params::MAX_RECORDING_CHUNK {
+                let m = format!("length must be 1..={} bytes", task_params::MAX_RECORDING_CHUNK);
+                return Err(RequestError::new(Some(id), ErrorCode::InvalidParams, m));
+            }
+            Call::TaskRecording(p)
+        }
         Method::TaskControl => {
             let p: TaskControlParams = params(id, known, fields)?;
             if let Some(r) = &p.reason {
@@ -939,7 +962,9 @@ mod tests {
                 "wait_for_change",
                 "wait_for_settle",
                 "find_text",
-                "wait_for_text"
+                "wait_for_text",
+                "task_report",
+                "task_recording"
             ]
         );
         for m in Method::ALL {

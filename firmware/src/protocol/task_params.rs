@@ -43,6 +43,10 @@ pub struct TaskOpenParams {
     /// until it ends (default `true`; `false` to read them with `task_events` instead).
     #[serde(default)]
     pub events: Option<bool>,
+    /// Record the screen from now until the task ends (an MP4 kept with the journal;
+    /// `task_report` and `/api/tasks/{id}/recording.mp4` give it).
+    #[serde(default)]
+    pub record: bool,
 }
 
 /// Parameters of `task_list`.
@@ -76,6 +80,35 @@ pub struct TaskThumbnailParams {
     pub task: i64,
     /// The step's seq (its event in `task_events` says `"thumbnail": true`).
     pub seq: i64,
+}
+
+/// Parameters of `task_report`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskReportParams {
+    /// The task.
+    pub task: i64,
+}
+
+/// Most bytes of a recording one `task_recording` answers (base64 makes it a third more).
+pub const MAX_RECORDING_CHUNK: u64 = 1 << 20;
+
+/// Parameters of `task_recording`: `length` bytes of the task's MP4 from `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskRecordingParams {
+    /// The task.
+    pub task: i64,
+    /// First byte.
+    #[serde(default)]
+    pub offset: u64,
+    /// Bytes wanted, 1..=[`MAX_RECORDING_CHUNK`].
+    #[serde(default = "default_chunk")]
+    pub length: u64,
+}
+
+fn default_chunk() -> u64 {
+    MAX_RECORDING_CHUNK
 }
 
 /// A control verb.

@@ -471,7 +471,8 @@ mod tests {
     fn nv12(seq: u64, at: Instant, w: u32, h: u32) -> Arc<Frame> {
         let len = PixelFormat::Nv12.frame_len(w, h).expect("size");
         // A gradient that moves with `seq`: every picture differs, and compresses as screens do.
-        let data: Vec<u8> = (0..len).map(|i| u8::try_from((i as u64 % u64::from(w) + seq * 5) % 200 + 16).expect("< 216")).collect();
+        let data: Vec<u8> =
+            (0..len).map(|i| u8::try_from((i as u64 % u64::from(w) + seq * 5) % 200 + 16).expect("< 216")).collect();
         Arc::new(Frame {
             generation: 1,
             sequence: seq,
