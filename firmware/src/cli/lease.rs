@@ -36,11 +36,16 @@ pub enum Lease {
 
 impl Lease {
     /// Opens a task over the socket; returns the lease, the task id and its token.
-    pub async fn open_socket(path: PathBuf, title: &str, scope: &Value) -> anyhow::Result<(Lease, i64, String)> {
+    pub async fn open_socket(
+        path: PathBuf,
+        title: &str,
+        scope: &Value,
+        record: bool,
+    ) -> anyhow::Result<(Lease, i64, String)> {
         let mut lease = ControlClient::connect(&path).await?;
         // The lease connection does not read events while the command runs: opt out of them.
         let opened = lease
-            .call("task_open", json!({"title": title, "scope": scope, "events": false}))
+            .call("task_open", json!({"title": title, "scope": scope, "events": false, "record": record}))
             .await
             .map_err(client_error)?;
         let id = opened["id"].as_i64().context("task_open returned no id")?;
@@ -55,8 +60,10 @@ impl Lease {
         fingerprint: String,
         title: &str,
         scope: &Value,
+        record: bool,
     ) -> anyhow::Result<(Lease, i64, String)> {
-        let response = client.send(Method::POST, "/api/tasks", Some(&json!({"title": title, "scope": scope}))).await?;
+        let open = json!({"title": title, "scope": scope, "record": record});
+        let response = client.send(Method::POST, "/api/tasks", Some(&open)).await?;
         let status = response.status();
         let mut stream = LineReader::new(response.into_body());
         let first = stream.next().await?.context("the appliance closed the task stream at once")?;

@@ -41,9 +41,11 @@ pub mod login;
 pub mod mcp;
 pub mod out;
 pub mod remote;
+pub mod report;
 pub mod serve;
 pub mod status;
 pub mod task;
+pub mod task_args;
 pub mod token;
 pub mod verbs;
 

@@ -44,6 +44,10 @@ pub struct RunOptions {
     pub config: Option<PathBuf>,
     /// Variables passed to CMD when it runs as the agent user (`NAME` or `NAME=VALUE`).
     pub env: Vec<String>,
+    /// Record the screen while the task runs.
+    pub record: bool,
+    /// Write the task's report here when it ends.
+    pub report: Option<PathBuf>,
     /// The command and its arguments.
     pub command: Vec<String>,
 }
@@ -115,11 +119,11 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
     runtime.block_on(async move {
         let scope = Value::Object(scope);
         let (mut lease, id, token) = match endpoint {
-            super::remote::Endpoint::Socket(path) => Lease::open_socket(path, &title, &scope).await?,
+            super::remote::Endpoint::Socket(path) => Lease::open_socket(path, &title, &scope, opts.record).await?,
             super::remote::Endpoint::Remote(client) => {
                 // The command gets its task token only: never the login token.
                 let fingerprint = opts.remote.fingerprint_for(client.target())?;
-                Lease::open_remote(client, fingerprint, &title, &scope).await?
+                Lease::open_remote(client, fingerprint, &title, &scope, opts.record).await?
             }
         };
         eprintln!("tether: task {id} opened: {title}");
@@ -212,66 +216,79 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
             let code = status.code().unwrap_or_else(|| 128 + status_signal(&status));
             ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(1))
         };
-        match end {
-            End::EndedByCommand(state) => {
-                // The command said it is done; let it exit on its own (flush, clean up),
-                // then stop whatever is left of it as for any other end.
-                eprintln!(
-                    "tether: task {id} is {state} (ended by the command); giving it {} s to exit",
-                    FINISHED_GRACE.as_secs()
-                );
-                let status = tokio::select! {
-                    status = child.wait() => Some(status?),
-                    () = tokio::time::sleep(FINISHED_GRACE) => {
-                        eprintln!("tether: the command is still running; stopping its process group");
-                        None
-                    }
-                    _ = sigint.recv() => return Ok(stop_after_end(pgid, &mut child, stop_children, 130).await),
-                    _ = sigterm.recv() => return Ok(stop_after_end(pgid, &mut child, stop_children, 143).await),
-                };
-                let status = match status {
-                    Some(status) => {
-                        // Anything it left running in its group goes too.
-                        if let Some(p) = pgid {
-                            let _ = killpg(p, Signal::SIGKILL);
+        let code: anyhow::Result<ExitCode> = async {
+            match end {
+                End::EndedByCommand(state) => {
+                    // The command said it is done; let it exit on its own (flush, clean up),
+                    // then stop whatever is left of it as for any other end.
+                    eprintln!(
+                        "tether: task {id} is {state} (ended by the command); giving it {} s to exit",
+                        FINISHED_GRACE.as_secs()
+                    );
+                    let status = tokio::select! {
+                        status = child.wait() => Some(status?),
+                        () = tokio::time::sleep(FINISHED_GRACE) => {
+                            eprintln!("tether: the command is still running; stopping its process group");
+                            None
                         }
-                        status
-                    }
-                    None => {
-                        stop_children(pgid).await;
-                        child.wait().await?
-                    }
-                };
-                Ok(exit_code(status))
-            }
-            End::Exited(status) => {
-                // The command is done; anything it left running in its group goes too.
-                if let Some(p) = pgid {
-                    let _ = killpg(p, Signal::SIGKILL);
+                        _ = sigint.recv() => return Ok(stop_after_end(pgid, &mut child, stop_children, 130).await),
+                        _ = sigterm.recv() => return Ok(stop_after_end(pgid, &mut child, stop_children, 143).await),
+                    };
+                    let status = match status {
+                        Some(status) => {
+                            // Anything it left running in its group goes too.
+                            if let Some(p) = pgid {
+                                let _ = killpg(p, Signal::SIGKILL);
+                            }
+                            status
+                        }
+                        None => {
+                            stop_children(pgid).await;
+                            child.wait().await?
+                        }
+                    };
+                    Ok(exit_code(status))
                 }
-                let code = status.code().unwrap_or_else(|| 128 + status_signal(&status));
-                let finish = json!({"task": id, "ok": code == 0, "exit_code": code,
-                    "summary": format!("{program} exited with {code}")});
-                match lease.call("task_finish", finish).await {
-                    Ok(r) => eprintln!("tether: task {id} {} (exit code {code})", r["state"].as_str().unwrap_or("?")),
-                    Err(e) => eprintln!("tether: task {id}: {e}"),
+                End::Exited(status) => {
+                    // The command is done; anything it left running in its group goes too.
+                    if let Some(p) = pgid {
+                        let _ = killpg(p, Signal::SIGKILL);
+                    }
+                    let code = status.code().unwrap_or_else(|| 128 + status_signal(&status));
+                    let finish = json!({"task": id, "ok": code == 0, "exit_code": code,
+                        "summary": format!("{program} exited with {code}")});
+                    match lease.call("task_finish", finish).await {
+                        Ok(r) => {
+                            eprintln!("tether: task {id} {} (exit code {code})", r["state"].as_str().unwrap_or("?"))
+                        }
+                        Err(e) => eprintln!("tether: task {id}: {e}"),
+                    }
+                    Ok(exit_code(status))
                 }
-                Ok(exit_code(status))
-            }
-            End::EndedElsewhere(state) => {
-                eprintln!("tether: task {id} is {state}; stopping the command's process group");
-                stop_children(pgid).await;
-                let _ = child.wait().await;
-                Ok(ExitCode::from(1))
-            }
-            End::Signal(which) => {
-                eprintln!("tether: {which}: stopping task {id}");
-                let _ = lease.call("task_control", json!({"task": id, "action": "stop", "reason": which})).await;
-                stop_children(pgid).await;
-                let _ = child.wait().await;
-                Ok(ExitCode::from(if which == "interrupt" { 130 } else { 143 }))
+                End::EndedElsewhere(state) => {
+                    eprintln!("tether: task {id} is {state}; stopping the command's process group");
+                    stop_children(pgid).await;
+                    let _ = child.wait().await;
+                    Ok(ExitCode::from(1))
+                }
+                End::Signal(which) => {
+                    eprintln!("tether: {which}: stopping task {id}");
+                    let _ = lease.call("task_control", json!({"task": id, "action": "stop", "reason": which})).await;
+                    stop_children(pgid).await;
+                    let _ = child.wait().await;
+                    Ok(ExitCode::from(if which == "interrupt" { 130 } else { 143 }))
+                }
             }
         }
+        .await;
+        if let Some(dir) = &opts.report {
+            // The command's exit code stands whatever happens here.
+            match super::report::save_report(&mut lease, id, dir).await {
+                Ok(saved) => super::report::describe(id, dir, &saved),
+                Err(e) => eprintln!("tether: the report of task {id} could not be written to {}: {e:#}", dir.display()),
+            }
+        }
+        code
     })
 }
 

@@ -19,6 +19,7 @@ mod console;
 mod guard;
 mod mcp;
 mod origin;
+mod report;
 mod routes;
 mod shared;
 mod video;

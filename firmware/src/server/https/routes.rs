@@ -10,6 +10,8 @@
 //! | `GET /api/tasks?limit=` | `task_list` |
 //! | `GET /api/tasks/{id}/events?after=&follow=1` | `task_events` (streamed with `follow`) |
 //! | `GET /api/tasks/{id}/steps/{seq}/thumbnail` | `task_thumbnail`, as PNG |
+//! | `GET /api/tasks/{id}/report`, `.../junit.xml`, `.../final.png` | `task_report`'s parts ([`super::report`]) |
+//! | `GET /api/tasks/{id}/recording.mp4` (with `Range`) | `task_recording` |
 //! | `POST /api/tasks/{id}/{pause\|resume\|takeover\|handback\|stop\|approve\|reject}` | `task_control` |
 //! | `POST /api/tasks/{id}/note`, `.../finish` | `task_note`, `task_finish` |
 //! | `POST /api/rpc` | any one tether/1 request (body: the request object) |
@@ -198,6 +200,18 @@ async fn route(shared: &Shared, peer: &Peer, auth: Authenticated, req: Request<I
             let request = dispatch::request("task_thumbnail", params, auth.task_token.as_deref())?;
             let value = call(shared, &auth, &request).await?;
             png_answer(&value)
+        }
+        (&Method::GET, ["api", "tasks", id, "report"]) => {
+            super::report::artifact(shared, &auth, task_id(id)?, super::report::Artifact::Html).await
+        }
+        (&Method::GET, ["api", "tasks", id, "junit.xml"]) => {
+            super::report::artifact(shared, &auth, task_id(id)?, super::report::Artifact::Junit).await
+        }
+        (&Method::GET, ["api", "tasks", id, "final.png"]) => {
+            super::report::artifact(shared, &auth, task_id(id)?, super::report::Artifact::FinalPng).await
+        }
+        (&Method::GET, ["api", "tasks", id, "recording.mp4"]) => {
+            super::report::recording(shared, &auth, task_id(id)?, req.headers()).await
         }
         (&Method::POST, ["api", "tasks", id, verb]) => {
             let id = task_id(id)?;
