@@ -3,7 +3,8 @@
 # Debian's Chromium, headless, against `tether serve --sim` over HTTPS. Exit 0 = pass.
 # Installs what it needs. Screenshots of every page state go to $TETHER_BROWSER_OUT
 # (default: a fresh directory, printed at the end), one per page named page-*.png
-# (page-pair, page-phone, page-tasks, page-approval, page-access, page-device, page-login)
+# (page-pair, page-phone, page-tasks, page-approval, page-access, page-device, page-login),
+# report.png (a task's report, tests/browser/report.mjs)
 # and the other states numbered; the PNGs of an earlier run there are removed first, so a
 # step that failed cannot leave an old picture standing in for its page.
 #
@@ -34,3 +35,6 @@ mkdir -p "$out"
 rm -f "$out"/*.png
 TETHER_NODE_MODULES="$npm_dir/node_modules" TETHER_BIN="$bin" TETHER_BROWSER_OUT="$out" \
     timeout 600 node tests/browser/console.mjs
+# A task's report (a file from a CI artifact) opened offline.
+TETHER_NODE_MODULES="$npm_dir/node_modules" TETHER_BIN="$bin" TETHER_BROWSER_OUT="$out" \
+    timeout 300 node tests/browser/report.mjs
