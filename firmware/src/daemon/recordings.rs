@@ -518,6 +518,48 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_recording_at_its_cap_is_cut_whole_and_the_journal_says_so() {
+        // How big one picture's recording is here: the cap leaves room for it and a little.
+        let probe = tempfile::tempdir().expect("tempdir");
+        let d = daemon_in(probe.path(), RecordingSettings::default(), 0);
+        video_locked(&d).await;
+        let one = d.recording_info(recorded_task(&d, "probe", true).await).await.expect("read").expect("row").bytes;
+        drop(d);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cap = one + (3 << 10);
+        let d = daemon_in(dir.path(), RecordingSettings { max_bytes: cap, ..RecordingSettings::default() }, 0);
+        video_locked(&d).await;
+        let s = d.open_session(Caller::in_process(Role::Operate));
+        let open = call(r#"{"id":1,"method":"task_open","title":"cap","events":false,"record":true}"#);
+        let task = d.handle(&s, RequestId(1), &open).await.expect("open")["id"].as_i64().expect("id");
+        // The screen's next keyframe (every 2 s) does not fit: the recorder ends on its own.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !d.inner.recordings.active.lock_plain().as_ref().is_some_and(|(_, r)| r.ended()) {
+            assert!(Instant::now() < deadline, "the recording was never cut");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let finish = format!(r#"{{"id":2,"method":"task_finish","task":{task},"ok":true}}"#);
+        d.handle(&s, RequestId(2), &call(&finish)).await.expect("finish");
+        let info = d.recording_info(task).await.expect("read").expect("row");
+        assert_eq!(info.state, "cut", "{info:?}");
+        assert!(info.reason.as_deref().is_some_and(|r| r.contains("size cap")), "{info:?}");
+        assert!(info.bytes <= cap && info.bytes > 0, "{} of {cap}", info.bytes);
+        let events = d.inner.store.events_after(task, 0, 100).await.expect("events");
+        let said = events.iter().find(|e| e.kind == "recording" && e.body["state"] == "cut").expect("a cut event");
+        assert!(said.body["reason"].as_str().is_some_and(|r| r.contains("size cap")));
+        // Whole: every sample the index lists is in the file.
+        let bytes = std::fs::read(recording_path(dir.path(), task)).expect("file");
+        let mut demuxer = shiguredo_mp4::demux::Mp4FileDemuxer::new();
+        demuxer.handle_input(shiguredo_mp4::demux::Input { position: 0, data: &bytes });
+        let mut samples = 0;
+        while let Some(sample) = demuxer.next_sample().expect("a readable index") {
+            assert!(sample.data_offset as usize + sample.data_size <= bytes.len());
+            samples += 1;
+        }
+        assert!(samples >= 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_total_cap_evicts_the_oldest_finished_recording_and_deleted_tasks_take_theirs() {
         let dir = tempfile::tempdir().expect("tempdir");
         let settings =
@@ -548,13 +590,20 @@ mod tests {
         let a = recorded_task(&d, "a", true).await;
         let b = recorded_task(&d, "b", true).await;
         assert_eq!(files(dir.path()), vec![format!("task-{b}.mp4")], "task {a} was deleted with its file");
+        // A task still recording when the daemon stops.
+        let s = d.open_session(Caller::in_process(Role::Operate));
+        let open = call(r#"{"id":1,"method":"task_open","title":"cut short","events":false,"record":true}"#);
+        let c = d.handle(&s, RequestId(1), &open).await.expect("open")["id"].as_i64().expect("id");
         d.shutdown();
         d.inner.store.close().await;
         drop(d);
         // A run that stopped mid-recording: a row `recording` and a `.part`.
         std::fs::write(recordings_dir(dir.path()).join("task-99.mp4.part"), b"partial").expect("part");
         let d = daemon_in(dir.path(), RecordingSettings::default(), 1);
-        assert_eq!(files(dir.path()), vec![format!("task-{b}.mp4")], "the .part nobody owns is gone");
+        assert_eq!(files(dir.path()), vec![format!("task-{b}.mp4")], "only whole recordings on record are left");
+        let info = d.recording_info(c).await.expect("read").expect("row");
+        assert_eq!((info.state.as_str(), info.has_file()), ("incomplete", false), "{info:?}");
+        drop(s);
         drop(d);
     }
 

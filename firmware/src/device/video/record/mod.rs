@@ -130,6 +130,8 @@ struct Progress {
     written: AtomicU64,
     /// Pictures taken into the recording (the newest waits for its duration).
     pictures: AtomicU64,
+    /// The thread is done (stopped, cut or failed): its summary is waiting.
+    ended: std::sync::atomic::AtomicBool,
 }
 
 impl Recorder {
@@ -141,6 +143,12 @@ impl Recorder {
     /// Pictures taken so far.
     pub fn pictures(&self) -> u64 {
         self.progress.pictures.load(Ordering::Relaxed)
+    }
+
+    /// Whether the recording ended on its own (cut at its cap, or failed) before being
+    /// stopped: [`Recorder::finish`] then only collects how.
+    pub fn ended(&self) -> bool {
+        self.progress.ended.load(Ordering::Acquire)
     }
 
     /// Ends the recording as of `at` and waits for the file to be finished.
@@ -187,7 +195,9 @@ pub fn start(
     std::thread::Builder::new()
         .name("recorder".into())
         .spawn(move || {
+            let progress = job.progress.clone();
             let summary = job.run();
+            progress.ended.store(true, Ordering::Release);
             let _ = done_tx.send(summary);
         })
         .map_err(VideoError::Spawn)?;
