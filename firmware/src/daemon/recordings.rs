@@ -553,7 +553,7 @@ mod tests {
         demuxer.handle_input(shiguredo_mp4::demux::Input { position: 0, data: &bytes });
         let mut samples = 0;
         while let Some(sample) = demuxer.next_sample().expect("a readable index") {
-            assert!(sample.data_offset as usize + sample.data_size <= bytes.len());
+            assert!(sample.data_offset + sample.data_size as u64 <= bytes.len() as u64);
             samples += 1;
         }
         assert!(samples >= 1);
