@@ -12,6 +12,40 @@ use tether::client::ControlClient;
 
 use super::remote::client_error;
 
+/// How `task run` opens its task.
+#[derive(Debug, Clone, Default)]
+pub struct Opening {
+    /// Record the screen.
+    pub record: bool,
+    /// Wait for a busy phone instead of failing.
+    pub wait: bool,
+    /// Give up waiting after this long.
+    pub wait_timeout: Option<std::time::Duration>,
+}
+
+impl Opening {
+    fn params(&self, title: &str, scope: &Value) -> Value {
+        let mut p = json!({"title": title, "scope": scope, "record": self.record});
+        if self.wait {
+            p["wait"] = true.into();
+            if let Some(t) = self.wait_timeout {
+                p["wait_timeout_ms"] = u64::try_from(t.as_millis()).unwrap_or(u64::MAX).into();
+            }
+        }
+        p
+    }
+}
+
+/// Prints where a waiting job stands (`queue` events).
+fn say_queue(event: &Value) {
+    if event["event"] != "queue" {
+        return;
+    }
+    let position = event["position"].as_u64().map_or("?".to_string(), |p| p.to_string());
+    let active = event["active_task"].as_i64().map_or(String::new(), |t| format!("; task {t} has the phone"));
+    eprintln!("tether: waiting for the phone: {position} of {}{active}", event["waiting"]);
+}
+
 /// An open task's lease.
 pub enum Lease {
     /// Over the control socket: one connection holds the lease, another follows events.
@@ -40,14 +74,13 @@ impl Lease {
         path: PathBuf,
         title: &str,
         scope: &Value,
-        record: bool,
+        how: &Opening,
     ) -> anyhow::Result<(Lease, i64, String)> {
         let mut lease = ControlClient::connect(&path).await?;
         // The lease connection does not read events while the command runs: opt out of them.
-        let opened = lease
-            .call("task_open", json!({"title": title, "scope": scope, "events": false, "record": record}))
-            .await
-            .map_err(client_error)?;
+        let mut params = how.params(title, scope);
+        params["events"] = false.into();
+        let opened = lease.call_streaming("task_open", params, say_queue).await.map_err(client_error)?;
         let id = opened["id"].as_i64().context("task_open returned no id")?;
         let token = opened["token"].as_str().context("task_open returned no token")?.to_string();
         let follower = ControlClient::connect(&path).await?;
@@ -60,14 +93,21 @@ impl Lease {
         fingerprint: String,
         title: &str,
         scope: &Value,
-        record: bool,
+        how: &Opening,
     ) -> anyhow::Result<(Lease, i64, String)> {
-        let open = json!({"title": title, "scope": scope, "record": record});
-        let response = client.send(Method::POST, "/api/tasks", Some(&open)).await?;
+        let response = client.send(Method::POST, "/api/tasks", Some(&how.params(title, scope))).await?;
         let status = response.status();
         let mut stream = LineReader::new(response.into_body());
-        let first = stream.next().await?.context("the appliance closed the task stream at once")?;
-        if status != hyper::StatusCode::OK {
+        // Waiting for the phone: queue events and keep-alives come before the task.
+        let first = loop {
+            let line = stream.next().await?.context("the appliance closed the task stream before the task opened")?;
+            if line.get("event").is_some() {
+                say_queue(&line);
+                continue;
+            }
+            break line;
+        };
+        if status != hyper::StatusCode::OK || first.get("error").is_some() {
             return Err(remote_error(status, &first).into());
         }
         let id = first["id"].as_i64().context("the task stream began without an id")?;

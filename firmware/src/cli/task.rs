@@ -46,6 +46,10 @@ pub struct RunOptions {
     pub env: Vec<String>,
     /// Record the screen while the task runs.
     pub record: bool,
+    /// Wait for a busy phone (in order of arrival) instead of failing.
+    pub wait: bool,
+    /// Give up waiting after this many seconds.
+    pub wait_timeout_s: Option<u64>,
     /// Write the task's report here when it ends.
     pub report: Option<PathBuf>,
     /// The command and its arguments.
@@ -115,15 +119,20 @@ pub fn run_task(opts: RunOptions) -> anyhow::Result<ExitCode> {
         scope.insert("max_duration_s".into(), json!(s));
     }
     let endpoint = super::remote::Endpoint::resolve(Some(socket), &opts.remote)?;
+    let opening = super::lease::Opening {
+        record: opts.record,
+        wait: opts.wait,
+        wait_timeout: opts.wait_timeout_s.map(Duration::from_secs),
+    };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async move {
         let scope = Value::Object(scope);
         let (mut lease, id, token) = match endpoint {
-            super::remote::Endpoint::Socket(path) => Lease::open_socket(path, &title, &scope, opts.record).await?,
+            super::remote::Endpoint::Socket(path) => Lease::open_socket(path, &title, &scope, &opening).await?,
             super::remote::Endpoint::Remote(client) => {
                 // The command gets its task token only: never the login token.
                 let fingerprint = opts.remote.fingerprint_for(client.target())?;
-                Lease::open_remote(client, fingerprint, &title, &scope, opts.record).await?
+                Lease::open_remote(client, fingerprint, &title, &scope, &opening).await?
             }
         };
         eprintln!("tether: task {id} opened: {title}");

@@ -51,6 +51,14 @@ pub enum TaskCommand {
         /// Record the screen while the task runs (an MP4 kept with the task's journal).
         #[arg(long)]
         record: bool,
+        /// When another task has the phone, wait for it in order of arrival (printing the
+        /// position) instead of failing with TASK_ACTIVE. Killing this command leaves the
+        /// queue; a human's takeover still wins.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up after this many seconds (exit code 1, nothing opened).
+        #[arg(long, value_name = "SECONDS", requires = "wait", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        timeout: Option<u64>,
         /// When the task ends, write its report into DIR: report.html, junit.xml,
         /// final.png and (with --record) recording.mp4. CMD's exit code is kept even
         /// if the report cannot be fetched.
@@ -180,10 +188,14 @@ pub fn run_task_command(cmd: TaskCommand) -> anyhow::Result<ExitCode> {
             config,
             env,
             record,
+            wait,
+            timeout,
             report,
             command,
         } => task::run_task(task::RunOptions {
             record,
+            wait,
+            wait_timeout_s: timeout,
             report,
             socket,
             remote,

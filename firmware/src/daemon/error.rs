@@ -46,6 +46,18 @@ pub enum DaemonError {
         /// How long it waited.
         waited_ms: u64,
     },
+    /// `task_open` with `wait` waited its whole `wait_timeout_ms` for the phone.
+    #[error(
+        "waited {waited_ms} ms for the phone ({ahead} job(s) still ahead, task {active:?} active); nothing was opened"
+    )]
+    PhoneWaitTimeout {
+        /// How long it waited.
+        waited_ms: u64,
+        /// Jobs still ahead of it.
+        ahead: usize,
+        /// The task on the phone then.
+        active: Option<i64>,
+    },
     /// The input was sent and the screen did not change (expected a change).
     // No field names in the text: the CLI and MCP word the `effect` themselves (and print
     // its observation id); protocol clients find it documented in docs/api.md.
@@ -290,7 +302,7 @@ impl DaemonError {
             DaemonError::Cancelled => (ErrorCode::Cancelled, false),
             DaemonError::NotSim => (ErrorCode::Unsupported, false),
             DaemonError::NoFrame => (ErrorCode::NoFrame, false),
-            DaemonError::FrameTimeout { .. } => (ErrorCode::Timeout, false),
+            DaemonError::FrameTimeout { .. } | DaemonError::PhoneWaitTimeout { .. } => (ErrorCode::Timeout, false),
             DaemonError::Observation(ObservationError::Stale { .. }) => (ErrorCode::StaleObservation, false),
             DaemonError::Observation(ObservationError::Expired { .. }) => (ErrorCode::ObservationExpired, false),
             DaemonError::OutOfBounds(_) => (ErrorCode::OutOfBounds, false),

@@ -19,6 +19,7 @@ mod open_app;
 mod operations;
 mod phone;
 mod play;
+pub mod queue;
 mod recordings;
 mod report;
 mod session;
@@ -558,7 +559,7 @@ impl Daemon {
             Call::Cancel(p) => serde_json::json!({"cancelled": session.cancel_request(p.request_id)}),
             Call::SimState(_) => to_value(&self.inner.sim.as_ref().ok_or(DaemonError::NotSim)?.state()),
             Call::Calibrate(p) => self.calibrate(session, acting, p, cancel).await?,
-            Call::TaskOpen(p) => self.task_open(session, p).await?,
+            Call::TaskOpen(p) => self.task_open(session, p, cancel).await?,
             Call::TaskList(p) => self.task_list(p).await?,
             Call::TaskEvents(p) => self.task_events(session, acting, p, cancel).await?,
             Call::TaskControl(p) => self.task_control(session, acting, p).await?,
@@ -710,6 +711,10 @@ impl Daemon {
             https: self.inner.options.https.clone(),
             calibration: self.calibration_status(),
             storage: self.inner.store.health().status(),
+            queue: {
+                let waiting = self.inner.tasks.waiters();
+                status::QueueStatus { length: waiting.len(), waiting }
+            },
         }
     }
 }
@@ -991,6 +996,8 @@ mod tests {
             scope: Default::default(),
             events: Some(false),
             record: false,
+            wait: false,
+            wait_timeout_ms: None,
         };
         let task = d.handle(&opener, RequestId(1), &Call::TaskOpen(open)).await.unwrap()["id"].as_i64().unwrap();
         let note = |text: &str| Call::TaskNote(TaskNoteParams { task: Some(task), text: text.into() });
@@ -1038,6 +1045,8 @@ mod tests {
             scope: Default::default(),
             events: Some(false),
             record: false,
+            wait: false,
+            wait_timeout_ms: None,
         };
         let task = d.handle(&s, RequestId(1), &Call::TaskOpen(open)).await.unwrap()["id"].as_i64().unwrap();
         refuse_writes(&d, true).await;
@@ -1181,6 +1190,8 @@ mod tests {
             scope: Default::default(),
             events: Some(false),
             record: false,
+            wait: false,
+            wait_timeout_ms: None,
         };
         let opened = d.handle(&human, RequestId(1), &Call::TaskOpen(open)).await.unwrap();
         let (task, token) = (opened["id"].as_i64().unwrap(), opened["token"].as_str().unwrap().to_string());

@@ -160,6 +160,17 @@ pub struct StatusResult {
     /// Whether changes can be saved now (`writable: false`: they are refused with
     /// `STORAGE_FAILED`, reads are served).
     pub storage: super::StorageStatus,
+    /// Jobs waiting for the phone (`task_open` with `wait`).
+    pub queue: QueueStatus,
+}
+
+/// Who waits for the phone, first first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueueStatus {
+    /// How many wait.
+    pub length: usize,
+    /// The waiters.
+    pub waiting: Vec<super::queue::Waiter>,
 }
 
 /// Which orientations have a stored pointer calibration; without one, pointer positions

@@ -333,10 +333,17 @@ impl Daemon {
         }
     }
 
-    pub(super) async fn task_open(&self, session: &Session, p: &TaskOpenParams) -> Result<Value, DaemonError> {
-        if let Some(active) = self.inner.tasks.busy() {
-            return Err(TaskError::Active(active).into());
-        }
+    pub(super) async fn task_open(
+        &self,
+        session: &Session,
+        p: &TaskOpenParams,
+        cancel: &CancellationToken,
+    ) -> Result<Value, DaemonError> {
+        let ticket = match p.wait {
+            true => Some(self.wait_for_phone(session, p.wait_timeout_ms, cancel).await?),
+            false => None,
+        };
+        self.inner.tasks.may_open(ticket.as_ref())?;
         let owner = p.owner.clone().unwrap_or_else(|| session.principal().label());
         let token = new_token()?;
         let scope = serde_json::to_value(&p.scope).unwrap_or(Value::Null);
@@ -356,7 +363,7 @@ impl Daemon {
             device,
             opener: session.principal().clone(),
         };
-        if let Err(e) = self.inner.tasks.install(new) {
+        if let Err(e) = self.inner.tasks.install(new, ticket.as_ref()) {
             // Another task won the race between the check and the store write.
             if let Err(w) = self.inner.store.set_state(id, "cancelled".into(), json!({"reason": e.to_string()})).await {
                 tracing::error!(task = id, error = %w, "could not record that a task lost the race to open");
@@ -383,6 +390,64 @@ impl Daemon {
             "id": id, "token": token, "state": "running", "lease": session.id,
             "events": p.events.unwrap_or(true), "record": p.record,
         }))
+    }
+
+    /// Waits in the queue until this caller may open a task: first in line and the phone
+    /// free. Sends a `queue` event each time its place changes (the first at once). Ends
+    /// with the ticket (still in the queue: the install takes it out) or an error, and then
+    /// the ticket's drop moves the others up.
+    async fn wait_for_phone(
+        &self,
+        session: &Session,
+        timeout_ms: Option<u64>,
+        cancel: &CancellationToken,
+    ) -> Result<super::queue::QueueTicket, DaemonError> {
+        let tasks = &self.inner.tasks;
+        let ticket = tasks
+            .enqueue(session.principal().label())
+            .ok_or(DaemonError::Busy("jobs waiting for the phone (32 at most); try again later"))?;
+        let started = tokio::time::Instant::now();
+        let deadline = timeout_ms.map(|ms| started + Duration::from_millis(ms));
+        let mut changes = tasks.subscribe();
+        let mut said: Option<(Option<usize>, usize, Option<i64>)> = None;
+        let mut seq = 0;
+        // Transports that answer a refusal differently from a stream start the stream now.
+        let _ = session.events.send(SessionMessage::Streaming).await;
+        loop {
+            changes.borrow_and_update();
+            let active = tasks.busy();
+            let (position, waiting) = tasks.queue_position(&ticket);
+            if position == Some(1) && active.is_none() {
+                return Ok(ticket);
+            }
+            if said != Some((position, waiting, active)) {
+                said = Some((position, waiting, active));
+                seq += 1;
+                let mut body = serde_json::Map::new();
+                body.insert("position".into(), json!(position));
+                body.insert("waiting".into(), json!(waiting));
+                body.insert("active_task".into(), json!(active));
+                let event = Event { event: "queue".into(), seq, body };
+                if session.events.send(SessionMessage::Event(event)).await.is_err() {
+                    return Err(DaemonError::Cancelled);
+                }
+            }
+            let timeout = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = changes.changed() => if r.is_err() { return Err(DaemonError::ShuttingDown) },
+                () = cancel.cancelled() => return Err(DaemonError::Cancelled),
+                () = timeout => {
+                    let waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    let ahead = position.map_or(waiting, |p| p - 1);
+                    return Err(DaemonError::PhoneWaitTimeout { waited_ms, ahead, active: tasks.busy() });
+                }
+            }
+        }
     }
 
     /// Why `action` cannot apply to `task`, which is not the active task: it has finished

@@ -102,8 +102,16 @@ pub enum TaskError {
     #[error("this task token belongs to a task that has ended or does not exist: stop acting")]
     Ended,
     /// `task_open` while another task is active.
-    #[error("task {0} is active on this phone; one task at a time")]
+    #[error(
+        "task {0} is active on this phone; one task at a time (task_open with wait, or task run --wait, queues for it)"
+    )]
     Active(i64),
+    /// `task_open` while jobs wait for the phone ahead of this one.
+    #[error("{ahead} job(s) are waiting for the phone ahead of this one: open with wait to queue behind them")]
+    Queued {
+        /// How many wait ahead.
+        ahead: usize,
+    },
     /// No such task.
     #[error("no task {0}")]
     NoSuch(i64),
@@ -150,7 +158,7 @@ impl TaskError {
         match self {
             TaskError::Running { .. } => ErrorCode::TaskRunning,
             TaskError::Ended => ErrorCode::TaskEnded,
-            TaskError::Active(_) => ErrorCode::TaskActive,
+            TaskError::Active(_) | TaskError::Queued { .. } => ErrorCode::TaskActive,
             TaskError::NoSuch(_) => ErrorCode::NoSuchTask,
             TaskError::Transition { .. } => ErrorCode::InvalidTransition,
             TaskError::NeedsObservation => ErrorCode::NeedsObservation,
@@ -424,6 +432,9 @@ pub struct Asker {
 #[derive(Debug)]
 pub struct Tasks {
     active: std::sync::Mutex<Option<ActiveTask>>,
+    /// Jobs waiting to open a task, first first ([`super::queue`]). Locked after `active`
+    /// when both are needed.
+    waiting: std::sync::Arc<std::sync::Mutex<super::queue::WaitQueue>>,
     changed: watch::Sender<u64>,
     next_question: std::sync::atomic::AtomicU64,
 }
@@ -432,6 +443,7 @@ impl Default for Tasks {
     fn default() -> Self {
         Tasks {
             active: std::sync::Mutex::new(None),
+            waiting: std::sync::Arc::default(),
             changed: watch::channel(0).0,
             next_question: std::sync::atomic::AtomicU64::new(1),
         }
@@ -469,11 +481,56 @@ impl Tasks {
         f(self.lock().as_ref())
     }
 
-    /// Installs a new task (the caller created it in the store). Fails if one is active.
-    pub fn install(&self, new: NewTask) -> Result<(), TaskError> {
-        let mut active = self.lock();
+    /// Joins the queue for the phone; `None` when it is full.
+    pub fn enqueue(&self, principal: String) -> Option<super::queue::QueueTicket> {
+        super::queue::QueueTicket::join(&self.waiting, &self.changed, principal)
+    }
+
+    /// Where `ticket` waits (1 = next), and how many wait.
+    pub fn queue_position(&self, ticket: &super::queue::QueueTicket) -> (Option<usize>, usize) {
+        let q = self.waiting.lock_plain();
+        (q.position(ticket.id), q.len())
+    }
+
+    /// Everyone waiting for the phone, first first.
+    pub fn waiters(&self) -> Vec<super::queue::Waiter> {
+        self.waiting.lock_plain().waiters()
+    }
+
+    /// Whether a task could open now: none is active and `ticket` is first in the queue
+    /// (without a ticket: nobody waits).
+    pub fn may_open(&self, ticket: Option<&super::queue::QueueTicket>) -> Result<(), TaskError> {
+        let active = self.lock();
+        Self::may_open_locked(&active, &self.waiting.lock_plain(), ticket)
+    }
+
+    fn may_open_locked(
+        active: &Option<ActiveTask>,
+        queue: &super::queue::WaitQueue,
+        ticket: Option<&super::queue::QueueTicket>,
+    ) -> Result<(), TaskError> {
         if let Some(t) = active.as_ref().filter(|t| !t.state.is_terminal()) {
             return Err(TaskError::Active(t.id));
+        }
+        match ticket {
+            Some(t) if queue.position(t.id) == Some(1) => Ok(()),
+            Some(t) => Err(TaskError::Queued { ahead: queue.position(t.id).map_or(queue.len(), |p| p - 1) }),
+            None if queue.len() > 0 => Err(TaskError::Queued { ahead: queue.len() }),
+            None => Ok(()),
+        }
+    }
+
+    /// Installs a new task (the caller created it in the store). Fails if one is active,
+    /// or if others wait for the phone ahead of `ticket` (see [`Tasks::may_open`]); a
+    /// ticket that opens leaves the queue.
+    pub fn install(&self, new: NewTask, ticket: Option<&super::queue::QueueTicket>) -> Result<(), TaskError> {
+        let mut active = self.lock();
+        {
+            let mut queue = self.waiting.lock_plain();
+            Self::may_open_locked(&active, &queue, ticket)?;
+            if let Some(t) = ticket {
+                queue.remove(t.id);
+            }
         }
         let allowed_apps = new.scope.apps.as_ref().map(|a| a.iter().map(|s| s.trim().to_lowercase()).collect());
         *active = Some(ActiveTask {
@@ -953,16 +1010,19 @@ mod tests {
 
     fn open(tasks: &Tasks, scope: TaskScope) {
         tasks
-            .install(NewTask {
-                id: 1,
-                title: "t".into(),
-                owner: "me".into(),
-                token: "secret".into(),
-                lease: SessionId(1),
-                scope,
-                device: device(Some((1920, 1080))),
-                opener: Principal::Session { session: 1 },
-            })
+            .install(
+                NewTask {
+                    id: 1,
+                    title: "t".into(),
+                    owner: "me".into(),
+                    token: "secret".into(),
+                    lease: SessionId(1),
+                    scope,
+                    device: device(Some((1920, 1080))),
+                    opener: Principal::Session { session: 1 },
+                },
+                None,
+            )
             .unwrap();
     }
 

@@ -47,7 +47,18 @@ pub struct TaskOpenParams {
     /// `task_report` and `/api/tasks/{id}/recording.mp4` give it).
     #[serde(default)]
     pub record: bool,
+    /// When the phone is busy, wait for it in order of arrival instead of failing with
+    /// `TASK_ACTIVE`: `queue` events say the position until the task opens. Closing the
+    /// connection leaves the queue.
+    #[serde(default)]
+    pub wait: bool,
+    /// With `wait`: give up after this long (`TIMEOUT`), 1..=86400000 ms (default: no limit).
+    #[serde(default)]
+    pub wait_timeout_ms: Option<u64>,
 }
+
+/// The longest `wait_timeout_ms`: a day.
+pub const MAX_WAIT_MS: u64 = 86_400_000;
 
 /// Parameters of `task_list`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -253,7 +264,13 @@ pub fn validate_open(p: &TaskOpenParams) -> Result<(), String> {
     if p.scope.max_steps == Some(0) || p.scope.max_duration_s == Some(0) {
         return Err("task_open: scope limits must be positive".into());
     }
-    Ok(())
+    match p.wait_timeout_ms {
+        Some(ms) if !p.wait => Err(format!("task_open: wait_timeout_ms {ms} without wait: true")),
+        Some(ms) if !(1..=MAX_WAIT_MS).contains(&ms) => {
+            Err(format!("task_open: wait_timeout_ms must be 1..={MAX_WAIT_MS} (a day)"))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Checks the free-text fields of the other task methods.

@@ -79,7 +79,9 @@ fn line(value: &impl serde::Serialize) -> Bytes {
 }
 
 /// `task_open` on a session that lives as long as the stream: the answer `{id, token, …}`,
-/// then the task's events, ending after its final state.
+/// then the task's events, ending after its final state. With `wait` and a busy phone the
+/// stream starts before the task opens: `queue` events (and keep-alives) until it does,
+/// then the answer; an error line if the wait ends without a task.
 async fn lease(
     daemon: &Daemon,
     caller: &Caller,
@@ -88,18 +90,114 @@ async fn lease(
     held: Hold,
 ) -> Result<Streamed, ErrorBody> {
     let session = daemon.try_open_session(caller.clone()).map_err(|e| ErrorBody::from(&e))?;
-    let Some(events) = session.take_events() else {
+    let Some(mut events) = session.take_events() else {
         return Err(ErrorBody::new(ErrorCode::Internal, "the session's events were taken"));
     };
-    let opened = {
-        let slot = session.begin_request(request.id).map_err(|e| ErrorBody::from(&e))?;
-        daemon.handle_request(&session, &request, &slot).await.map_err(|e| ErrorBody::from(&e))?
+    let session = Arc::new(session);
+    let slot = session.begin_request(request.id).map_err(|e| ErrorBody::from(&e))?;
+    let (s, d) = (session.clone(), daemon.clone());
+    let mut running = tokio::spawn(async move {
+        let result = d.handle_request(&s, &request, &slot).await;
+        drop(slot);
+        result
+    });
+    // Opened at once, refused (answered with its status), or waiting for the phone: the
+    // daemon then says `Streaming` before its first `queue` event.
+    let mut early = Vec::new();
+    let finished = loop {
+        tokio::select! {
+            biased;
+            r = &mut running => break Some(r),
+            m = events.recv() => match m {
+                Some(SessionMessage::Streaming) | None => break None,
+                Some(SessionMessage::Flush(ack)) => { let _ = ack.send(()); }
+                Some(SessionMessage::Event(e)) => early.push(e),
+            },
+        }
     };
-    let task = opened.get("id").and_then(Value::as_i64);
     let (tx, rx) = mpsc::channel(LINES_AHEAD);
-    let _ = tx.try_send(line(&opened));
-    tokio::spawn(pump(session, events, tx, keepalive, None, held));
-    Ok(Streamed { task, lines: rx })
+    match finished {
+        Some(Ok(Ok(opened))) => {
+            let task = opened.get("id").and_then(Value::as_i64);
+            let _ = tx.try_send(line(&opened));
+            for e in early {
+                let _ = tx.try_send(line(&e));
+            }
+            tokio::spawn(pump(session, events, tx, keepalive, None, held));
+            Ok(Streamed { task, lines: rx })
+        }
+        Some(Ok(Err(e))) => Err(ErrorBody::from(&e)),
+        Some(Err(_)) => Err(stream_failed()),
+        None => {
+            tokio::spawn(async move {
+                let mut held_back = early;
+                match until_open(&mut events, &tx, keepalive, &mut running, &held, &mut held_back).await {
+                    Some(opened) => {
+                        if tx.send(line(&opened)).await.is_ok() {
+                            for e in held_back {
+                                let _ = tx.send(line(&e)).await;
+                            }
+                            pump(session, events, tx, keepalive, None, held).await;
+                        }
+                    }
+                    // The wait ended without a task (or the reader went): the session goes,
+                    // and with it the place in the queue.
+                    None => session.close(),
+                }
+            });
+            Ok(Streamed { task: None, lines: rx })
+        }
+    }
+}
+
+/// A waiting lease's stream until its task opens: `queue` events and keep-alives as they
+/// come; events about the task itself are held back (`held_back`) so that the answer
+/// `{id, token, …}` comes first. Returns the answer, or `None` after writing why the wait
+/// ended (an error line) or when the reader went away.
+async fn until_open(
+    events: &mut mpsc::Receiver<SessionMessage>,
+    tx: &mpsc::Sender<Bytes>,
+    keepalive: Duration,
+    running: &mut JoinHandle<Result<Value, DaemonError>>,
+    held: &Hold,
+    held_back: &mut Vec<Event>,
+) -> Option<Value> {
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
+    loop {
+        tokio::select! {
+            biased;
+            () = held.revocation() => {
+                let _ = tx.try_send(line(&json!({"error": credential_ended()})));
+                return None;
+            }
+            () = tx.closed() => return None,
+            r = &mut *running => {
+                let error = match r {
+                    Ok(Ok(opened)) => return Some(opened),
+                    Ok(Err(e)) => ErrorBody::from(&e),
+                    Err(_) => stream_failed(),
+                };
+                let _ = tx.send(line(&json!({"error": error}))).await;
+                return None;
+            }
+            m = events.recv() => match m {
+                Some(SessionMessage::Event(e)) if e.event == "queue" => {
+                    if tx.send(line(&e)).await.is_err() {
+                        return None;
+                    }
+                }
+                Some(SessionMessage::Event(e)) => held_back.push(e),
+                Some(SessionMessage::Flush(ack)) => { let _ = ack.send(()); }
+                Some(SessionMessage::Streaming) => {}
+                None => return None,
+            },
+            _ = ticker.tick() => {
+                if tx.send(line(&json!({"event": "keepalive"}))).await.is_err() {
+                    return None;
+                }
+            }
+        }
+    }
 }
 
 /// `task_events` with `follow`: the journal from `after_seq`, then live, ending with the
