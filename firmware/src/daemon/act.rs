@@ -315,6 +315,7 @@ impl Daemon {
                 Ok(target) => Some(target),
                 Err(e) => {
                     let result = Err(DaemonError::ActionFailed(e.action_body(&p.operation_id)));
+                    self.count_action(&result);
                     self.record_step(session, acting, acting.task(), "action", &args, &result, started.elapsed(), None)
                         .await;
                     self.finish_operation(&key, &result);
@@ -378,6 +379,7 @@ impl Daemon {
             Err(e) => Err(e),
         };
         let result = result.map_err(|e| DaemonError::ActionFailed(e.action_body(&p.operation_id)));
+        self.count_action(&result);
         let thumbnail = self.step_thumbnail(task, p.observation_id.as_deref());
         self.record_step(session, acting, task, "action", &args, &result, started.elapsed(), thumbnail).await;
         self.finish_operation(&key, &result);
@@ -594,6 +596,7 @@ impl Daemon {
                 Err(DaemonError::ActionFailed(body))
             }
         };
+        self.count_action(&result);
         self.finish_operation(&key, &result);
         result
     }

@@ -14,6 +14,7 @@ pub mod holds;
 mod host_methods;
 mod input;
 mod limits;
+mod metrics;
 mod observations;
 mod open_app;
 mod operations;
@@ -54,6 +55,7 @@ pub use error::DaemonError;
 pub use holds::{Hold, HoldKind, HoldLimits, HoldRefused, HoldWatch, Holder};
 pub use input::{InputError, InputLane, InputStep};
 pub use limits::{DaemonLimits, LimitsStatus, OutputBudget};
+pub use metrics::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 pub use observations::{Observation, ObservationError, ObservationStore, OBSERVATIONS_KEPT, OBSERVATION_TTL};
 pub use operations::{OperationCache, OPERATIONS_KEPT, OPERATION_TTL};
 pub use recordings::{RecordingInfo, RecordingSettings};
@@ -188,6 +190,8 @@ struct Inner {
     tasks_kept: u32,
     /// The recording in progress ([`recordings`]).
     recordings: recordings::Recordings,
+    /// Counters for `/metrics` ([`metrics`]).
+    metrics: metrics::Metrics,
     /// Orders a task change's in-memory update with its store write: held across the
     /// write's await, so a tokio mutex; it guards no data of its own.
     journal: Mutex<()>,
@@ -311,6 +315,7 @@ impl Daemon {
                 store,
                 tasks_kept,
                 recordings: recordings::Recordings::default(),
+                metrics: metrics::Metrics::default(),
                 journal: Mutex::new(()),
                 _video: guard,
                 queue_timeout,
@@ -576,6 +581,7 @@ impl Daemon {
             Call::TaskThumbnail(p) => self.task_thumbnail(p).await?,
             Call::TaskReport(p) => self.task_report(p.task).await?,
             Call::TaskRecording(p) => self.task_recording(p).await?,
+            Call::Metrics(_) => self.metrics_text().await?,
             Call::VideoOpen(_) => self.video_open(session)?,
             Call::VideoRevoke(_) => self.video_revoke(session),
             Call::WaitForChange(p) => self.wait_for_change(acting, p, cancel).await?,
@@ -684,6 +690,7 @@ impl Daemon {
                 generation: video.generation,
                 frame_id: newest.map(|f| f.sequence),
                 frame_age_ms: newest.map(|f| millis(f.captured_at.elapsed())),
+                fps: self.inner.frames.fps(),
                 capture: self.inner.frames.compression().map_or("raw", |c| c.name()),
                 paths: status::VideoPaths::of(&self.inner.frames),
                 encoder: self.inner.viewers.encoder(),
@@ -1139,6 +1146,7 @@ mod tests {
             Method::TaskThumbnail => format!(r#"{{"task":{task},"seq":1}}"#),
             Method::TaskReport => format!(r#"{{"task":{task}}}"#),
             Method::TaskRecording => format!(r#"{{"task":{task},"length":10}}"#),
+            Method::Metrics => "{}".into(),
             Method::WaitForChange | Method::WaitForSettle => r#"{"timeout_ms":10}"#.into(),
             Method::FindText => r#"{"text":"Settings"}"#.into(),
             Method::WaitForText => r#"{"text":"Done","timeout_ms":10}"#.into(),

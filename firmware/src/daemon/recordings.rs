@@ -404,6 +404,12 @@ impl Daemon {
             .map(|info| (recording_path(dir, task), info)))
     }
 
+    /// Bytes of the recording being written (0: none).
+    pub(super) fn recording_bytes(&self) -> i64 {
+        let active = self.inner.recordings.active.lock_plain();
+        active.as_ref().map_or(0, |(_, r)| i64::try_from(r.written()).unwrap_or(i64::MAX))
+    }
+
     /// After retention deleted tasks: their recordings' files go too.
     pub(super) async fn sweep_recordings(&self) {
         let Some(dir) = self.inner.data_dir.as_deref().map(recordings_dir) else { return };

@@ -92,6 +92,8 @@ pub struct VideoStatus {
     pub frame_id: Option<u64>,
     /// Age of the newest captured frame.
     pub frame_age_ms: Option<u64>,
+    /// Pictures captured a second over the last two seconds.
+    pub fps: f32,
     /// How the capture arrives: `raw`, `h264` or `mjpeg`.
     pub capture: &'static str,
     /// Which path each consumer of the picture takes.

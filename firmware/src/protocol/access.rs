@@ -194,7 +194,7 @@ impl Method {
             | Method::WaitForSettle
             | Method::FindText
             | Method::WaitForText => (Some(View), OwnTask, Any),
-            Method::SimState => (Some(View), Refused, Any),
+            Method::SimState | Method::Metrics => (Some(View), Refused, Any),
             Method::Action | Method::Batch => (Some(Operate), OwnTask, Any),
             Method::Calibrate | Method::TaskOpen => (Some(Operate), Refused, Any),
             // A task's agent may stop its own task: see `Call::access`.
@@ -331,6 +331,7 @@ mod tests {
             Method::TaskThumbnail => r#"{"task":7,"seq":3}"#,
             Method::TaskReport => r#"{"task":7}"#,
             Method::TaskRecording => r#"{"task":7,"offset":0,"length":1024}"#,
+            Method::Metrics => "{}",
             Method::TaskControl => r#"{"task":7,"action":"pause"}"#,
             Method::TaskConfirm => r#"{"question":"ok?"}"#,
             Method::TaskNote => r#"{"task":7,"text":"n"}"#,
@@ -393,6 +394,7 @@ mod tests {
         ("wait_for_text", [false, true, true, true], true),
         ("task_report", [false, true, true, true], true),
         ("task_recording", [false, true, true, true], true),
+        ("metrics", [false, true, true, true], false),
     ];
 
     #[test]

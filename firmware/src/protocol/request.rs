@@ -73,6 +73,8 @@ pub enum Method {
     TaskReport,
     /// A piece of a task's recording (MP4 bytes, base64).
     TaskRecording,
+    /// Every series `/metrics` serves, in Prometheus' text format.
+    Metrics,
     /// Pause, resume, take over, hand back, stop, approve, reject.
     TaskControl,
     /// An agent asks a human a question and waits for the answer.
@@ -144,6 +146,7 @@ impl Method {
         Method::WaitForText,
         Method::TaskReport,
         Method::TaskRecording,
+        Method::Metrics,
     ];
 
     /// The wire name.
@@ -181,6 +184,7 @@ impl Method {
             Method::WaitForText => "wait_for_text",
             Method::TaskReport => "task_report",
             Method::TaskRecording => "task_recording",
+            Method::Metrics => "metrics",
         }
     }
 
@@ -243,6 +247,8 @@ pub enum Call {
     TaskReport(TaskReportParams),
     /// `task_recording`.
     TaskRecording(TaskRecordingParams),
+    /// `metrics`.
+    Metrics(StatusParams),
     /// `task_control`.
     TaskControl(TaskControlParams),
     /// `task_confirm`.
@@ -309,6 +315,7 @@ impl Call {
             Call::TaskThumbnail(_) => Method::TaskThumbnail,
             Call::TaskReport(_) => Method::TaskReport,
             Call::TaskRecording(_) => Method::TaskRecording,
+            Call::Metrics(_) => Method::Metrics,
             Call::VideoOpen(_) => Method::VideoOpen,
             Call::VideoRevoke(_) => Method::VideoRevoke,
             Call::WaitForChange(_) => Method::WaitForChange,
@@ -525,6 +532,7 @@ fn request_from_value(value: Value) -> Result<Request, RequestError> {
         Method::TaskEvents => Call::TaskEvents(params(id, known, fields)?),
         Method::TaskThumbnail => Call::TaskThumbnail(params(id, known, fields)?),
         Method::TaskReport => Call::TaskReport(params(id, known, fields)?),
+        Method::Metrics => Call::Metrics(params(id, known, fields)?),
         Method::TaskRecording => {
             let p: TaskRecordingParams = params(id, known, fields)?;
             if p.length == 0 || p.length > task_params::MAX_RECORDING_CHUNK {
@@ -964,7 +972,8 @@ mod tests {
                 "find_text",
                 "wait_for_text",
                 "task_report",
-                "task_recording"
+                "task_recording",
+                "metrics"
             ]
         );
         for m in Method::ALL {

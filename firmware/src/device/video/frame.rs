@@ -216,6 +216,8 @@ pub struct Captured {
 /// How long a call for pixels keeps the decoder of a compressed capture working: a
 /// screenshot, a calibration step or a transcoding encoder asks again well within it.
 pub const PIXEL_DEMAND_WINDOW: Duration = Duration::from_secs(1);
+/// The span `status`'s frame rate is counted over.
+pub const FPS_WINDOW: Duration = Duration::from_secs(2);
 /// Access units of H.264 kept since the last IDR for a decoder that is idle (a
 /// keyframe is requested when a stream outruns it).
 pub const PENDING_AUS: usize = 300;
@@ -286,6 +288,8 @@ pub(super) struct Shared {
     decoder: Mutex<&'static str>,
     decoder_notes: Mutex<Vec<String>>,
     newest: Mutex<Option<Captured>>,
+    /// When the pictures of the last [`FPS_WINDOW`] were captured (for `status`'s rate).
+    recent: Mutex<VecDeque<Instant>>,
     compression: Mutex<Option<Compression>>,
     passthrough: Mutex<Option<ViewerHub>>,
     taps: Mutex<Vec<EncodedTap>>,
@@ -469,6 +473,15 @@ impl FrameHub {
     }
 
     fn note_captured(&self, generation: u32, sequence: u64, captured_at: Instant) {
+        {
+            let mut recent = self.shared.recent.lock_plain();
+            while recent.front().is_some_and(|t| captured_at.saturating_duration_since(*t) > FPS_WINDOW)
+                || recent.len() >= 512
+            {
+                recent.pop_front();
+            }
+            recent.push_back(captured_at);
+        }
         let mut newest = self.shared.newest.lock_plain();
         if newest.is_none_or(|n| n.generation != generation || n.sequence < sequence) {
             *newest = Some(Captured { generation, sequence, captured_at });
@@ -553,6 +566,15 @@ impl FrameReader {
     /// there).
     pub fn request_keyframe(&self) {
         self.shared.pixels.lock_plain().want_keyframe = true;
+    }
+
+    /// Pictures captured a second, over the last [`FPS_WINDOW`] (0 when none came in it).
+    pub fn fps(&self) -> f32 {
+        let recent = self.shared.recent.lock_plain();
+        let now = Instant::now();
+        let n = recent.iter().filter(|t| now.saturating_duration_since(**t) <= FPS_WINDOW).count();
+        // At most 512 pictures: exact in f32.
+        n as f32 / FPS_WINDOW.as_secs_f32()
     }
 
     /// The newest captured picture, decoded or not (what `status` reports).

@@ -4,6 +4,7 @@
 //! | route | call |
 //! |---|---|
 //! | `GET /api/status` | `status` |
+//! | `GET /metrics` | `metrics`, as Prometheus text |
 //! | `GET /api/screenshot?max_edge=&after_frame_id=&timeout_ms=&format=png\|json` | `screenshot` |
 //! | `POST /api/action`, `POST /api/calibrate` | `action`, `calibrate` (body: the params) |
 //! | `POST /api/tasks` | `task_open`; the streamed answer is the lease |
@@ -46,6 +47,9 @@ type Answer = Response<ResponseBody>;
 
 /// MCP's path.
 const MCP_PATH: &str = crate::server::mcp::MCP_PATH;
+
+/// Prometheus' path (a view token, or any login: `metrics`).
+const METRICS_PATH: &str = "/metrics";
 
 /// Handles one request; never fails (every refusal is an answer).
 pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> Answer {
@@ -109,7 +113,7 @@ pub async fn handle(shared: Arc<Shared>, peer: Peer, req: Request<Incoming>) -> 
     if (method == Method::GET || method == Method::HEAD) && super::console::serves(&path) {
         return super::console::answer(&method, &path, req.headers(), &raw_host);
     }
-    if !path.starts_with("/api/") && path != MCP_PATH {
+    if !path.starts_with("/api/") && path != MCP_PATH && path != METRICS_PATH {
         return body::refuse(ErrorCode::NotFound, format!("no page at {path}; the console is at /"));
     }
     let auth = match guard::authenticate(&shared.daemon, &shared.limiter, req.headers(), shared.port, peer.addr) {
@@ -155,6 +159,15 @@ async fn route(shared: &Shared, peer: &Peer, auth: Authenticated, req: Request<I
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match (&method, segments.as_slice()) {
         (&Method::GET, ["api", "status"]) => answer(shared, &auth, "status", Map::new()).await,
+        (&Method::GET, ["metrics"]) => {
+            let request = dispatch::request("metrics", Map::new(), auth.task_token.as_deref())?;
+            let value = call(shared, &auth, &request).await?;
+            let text = value["text"].as_str().unwrap_or_default().to_string();
+            let mut r = Response::new(body::full(text));
+            let kind = HeaderValue::from_static(crate::daemon::METRICS_CONTENT_TYPE);
+            r.headers_mut().insert(CONTENT_TYPE, kind);
+            Ok(r)
+        }
         (&Method::GET, ["api", "screenshot"]) => screenshot(shared, &auth, &query).await,
         (&Method::POST, ["api", "action"]) => {
             let params = read_object(shared, req).await?;
