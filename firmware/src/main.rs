@@ -44,6 +44,18 @@ enum Command {
     /// Check this machine: USB device controllers, HID gadget nodes, video and codec nodes,
     /// and whether a daemon answers.
     Doctor(DoctorArgs),
+    /// List the appliances on the LAN from their mDNS records: URL, phone, task state,
+    /// jobs waiting, board, version.
+    ///
+    /// Example: `tether discover`, then `tether login` or `--url` with one of the URLs.
+    Discover {
+        /// How long to listen for answers, in seconds.
+        #[arg(long, default_value_t = 3.0, value_name = "SECONDS")]
+        timeout: f64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a command as a task, or list, follow and control tasks.
     ///
     /// A task is the one caller allowed to drive the phone; humans can pause, take over,
@@ -339,6 +351,10 @@ fn main() -> ExitCode {
             GadgetCommand::Status { json } => cli::gadget::run_gadget_status(json),
         },
         Command::Calibrate(args) => cli::calibrate::run_calibrate(args.socket, args.grid, args.reset, args.json),
+        Command::Discover { timeout, json } => match timeout.is_finite() && (0.1..=60.0).contains(&timeout) {
+            true => cli::discover::run_discover(std::time::Duration::from_secs_f64(timeout), json),
+            false => Err(anyhow::anyhow!("--timeout must be 0.1 to 60 seconds")),
+        },
         Command::Doctor(args) => cli::doctor::run_doctor(args.socket, args.config, args.board, args.json),
         Command::Task(cmd) => run_task_command(cmd),
         Command::Token(cmd) => run_token_command(cmd),

@@ -52,7 +52,7 @@ class Client:
 class Daemon:
     """`tether serve --sim` on a socket in a fresh directory."""
 
-    def __init__(self, extra_args=(), config_text=None, data_dir=None):
+    def __init__(self, extra_args=(), config_text=None, data_dir=None, netns=None):
         self.dir = data_dir or tempfile.mkdtemp(prefix="tether-py-")
         # The data directory is the daemon's alone (it makes it 0700): the socket, which
         # agents under another uid must reach, lives beside it, as /run/tether does.
@@ -69,6 +69,9 @@ class Daemon:
         if "--listen" not in args:
             # Tests run beside other daemons: never collide on the default HTTPS port.
             args += ["--listen", "127.0.0.1:0"]
+        if netns:
+            # Its network is the namespace's; its files and socket are this host's.
+            args = ["ip", "netns", "exec", netns, *args]
         self.log = open(os.path.join(self.dir, "daemon.log"), "a+")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 20

@@ -34,6 +34,7 @@ macro_rules! eprintln {
 
 pub mod agent_setup;
 pub mod calibrate;
+pub mod discover;
 pub mod doctor;
 pub mod gadget;
 pub mod lease;

@@ -41,6 +41,8 @@ pub struct Records {
     pub phone: &'static str,
     /// `none` or the active task's state (`running`, `paused`, ...).
     pub task: String,
+    /// Jobs waiting for the phone (a count: who waits is not public).
+    pub queue: usize,
 }
 
 impl Records {
@@ -61,6 +63,7 @@ impl Records {
             board: board.to_string(),
             phone,
             task: task.unwrap_or_else(|| "unknown".into()),
+            queue: status.queue.length,
         }
     }
 }
@@ -72,6 +75,7 @@ pub fn render(records: &Records, port: u16) -> String {
         format!("board={}", records.board),
         format!("phone={}", records.phone),
         format!("task={}", records.task),
+        format!("queue={}", records.queue),
     ];
     let txt: String = txt.iter().map(|t| format!("    <txt-record>{}</txt-record>\n", xml_escape(t))).collect();
     format!(
@@ -139,7 +143,7 @@ mod tests {
     use super::*;
 
     fn records() -> Records {
-        Records { version: "0.1.0".into(), board: "rpi4".into(), phone: "connected", task: "running".into() }
+        Records { version: "0.1.0".into(), board: "rpi4".into(), phone: "connected", task: "running".into(), queue: 2 }
     }
 
     #[test]
@@ -147,7 +151,7 @@ mod tests {
         let xml = render(&records(), 443);
         assert!(xml.contains("<type>_https._tcp</type>") && xml.contains("<type>_tether._tcp</type>"));
         assert_eq!(xml.matches("<port>443</port>").count(), 2);
-        for r in ["version=0.1.0", "board=rpi4", "phone=connected", "task=running"] {
+        for r in ["version=0.1.0", "board=rpi4", "phone=connected", "task=running", "queue=2"] {
             assert!(xml.contains(&format!("<txt-record>{r}</txt-record>")), "{r} missing:\n{xml}");
         }
         let odd = Records { board: "a<b&c".into(), ..records() };
