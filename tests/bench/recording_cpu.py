@@ -74,6 +74,6 @@ if __name__ == "__main__":
     for codec in ["h264", "mjpeg"]:
         path = os.path.join(tmp, f"testsrc2-1080p.{codec}")
         record(path, codec)
-        how = "stored as it comes" if codec == "h264" else "encoded to 720p10"
+        how = "stored as it comes" if codec == "h264" else "decoded, encoded at 1280x720, 10 fps"
         run(f"1080p30 {codec} capture, {how}", f'video = "replay"\n[replay]\npath = "{path}"\nfps = 30\n')
-    run("sim 1080p raw frames, encoded to 720p10", "")
+    run("sim 1080p raw frames, the phone's picture (498x1080) encoded at 10 fps", "")

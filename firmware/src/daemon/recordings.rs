@@ -78,12 +78,13 @@ impl RecordingSettings {
         Ok(())
     }
 
-    fn record(&self) -> RecordSettings {
+    fn record(&self, region: Option<crate::device::geometry::PixelRect>) -> RecordSettings {
         RecordSettings {
             max_bytes: self.max_bytes,
             fps: self.fps,
             max_edge: self.max_edge,
             bitrate_bps: self.bitrate_bps,
+            region,
         }
     }
 }
@@ -274,7 +275,9 @@ impl Daemon {
         let path = recording_path(&data_dir, task);
         let frames: FrameReader = self.inner.frames.clone();
         let kind: EncoderKind = self.inner.options.encoder_kind.clone();
-        match record::start(frames, path, settings.record(), kind) {
+        // The phone's picture in the capture frame, as screenshots see it.
+        let region = self.inner.frames.latest().map(|f| self.active_rect(&f));
+        match record::start(frames, path, settings.record(region), kind) {
             Ok(recorder) => {
                 *self.inner.recordings.active.lock_plain() = Some((task, recorder));
                 self.recording_event(task, json!({"state": "recording"})).await;
@@ -495,7 +498,11 @@ mod tests {
         let task = recorded_task(&d, "recorded", false).await;
         let info = d.recording_info(task).await.expect("read").expect("a row");
         assert_eq!(info.state, "complete", "{info:?}");
-        assert_eq!((info.width, info.height, info.source.as_deref()), (Some(320), Some(180), Some("encoded")));
+        // The phone's picture only, not the whole capture frame.
+        let active = d.inner.frames.latest().map(|f| d.active_rect(&f)).expect("a frame");
+        assert!(active.width < 320, "{active:?}");
+        assert_eq!((info.width, info.height), (Some(active.width & !1), Some(active.height & !1)));
+        assert_eq!(info.source.as_deref(), Some("encoded"));
         assert_eq!(files(dir.path()), vec![format!("task-{task}.mp4")]);
         let len = std::fs::metadata(recording_path(dir.path(), task)).expect("file").len();
         assert_eq!(info.bytes, len);

@@ -29,6 +29,9 @@ fn host_name() -> String {
 impl Daemon {
     /// Keeps the screen as `task` leaves it, for its report. Without video, nothing.
     pub(super) async fn keep_final_picture(&self, task: i64) {
+        if self.inner.frames.state().signal != crate::device::video::Signal::Locked {
+            return; // no picture is coming: the task's end does not wait for one
+        }
         let frame = match self.frame_after(None, FINAL_WAIT, &CancellationToken::new()).await {
             Ok(f) => f,
             Err(e) => {

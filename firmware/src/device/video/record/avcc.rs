@@ -159,6 +159,22 @@ mod tests {
         assert!(sample_entry(&[0x67], &pps, 64, 48).is_err());
     }
 
+    proptest::proptest! {
+        /// Capture bytes are the dongle's word: any of them converts without a panic, and
+        /// the lengths written always cover the sample exactly.
+        #[test]
+        fn any_bytes_convert_into_a_consistent_sample(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let sample = to_avcc(&bytes);
+            let mut at = 0;
+            while at < sample.data.len() {
+                let len = u32::from_be_bytes(sample.data[at..at + 4].try_into().expect("4 bytes")) as usize;
+                proptest::prop_assert!(len > 0);
+                at += 4 + len;
+            }
+            proptest::prop_assert_eq!(at, sample.data.len());
+        }
+    }
+
     #[test]
     fn high_profile_entries_carry_chroma_and_bit_depth_from_the_sps() {
         let sps = crate::device::video::codec::h264_syntax::test_support::high_sps();

@@ -61,11 +61,14 @@ pub struct RecordSettings {
     pub max_edge: u32,
     /// Bitrate when encoding.
     pub bitrate_bps: u32,
+    /// When encoding: the part of the capture to record (the phone's picture in the
+    /// frame), when it lies inside it; the whole frame otherwise.
+    pub region: Option<PixelRect>,
 }
 
 impl Default for RecordSettings {
     fn default() -> Self {
-        RecordSettings { max_bytes: 256 << 20, fps: 10.0, max_edge: 1280, bitrate_bps: 1_000_000 }
+        RecordSettings { max_bytes: 256 << 20, fps: 10.0, max_edge: 1280, bitrate_bps: 1_000_000, region: None }
     }
 }
 
@@ -379,11 +382,15 @@ impl Job {
             return Ok(()); // nothing new: the previous picture lasts longer
         }
         *last = Some((frame.generation, frame.sequence));
+        // The phone's picture only (a portrait phone is a quarter of a 16:9 frame: a
+        // quarter of the scaling and encoding), while it lies inside this frame.
+        let full = PixelRect { x: 0, y: 0, width: frame.width, height: frame.height };
+        let region =
+            self.settings.region.filter(|r| r.width >= 2 && r.height >= 2 && full.contains_rect(r)).unwrap_or(full);
         let (w, h) = *size.get_or_insert_with(|| {
-            let (w, h) = fit(frame.width, frame.height, self.settings.max_edge);
+            let (w, h) = fit(region.width, region.height, self.settings.max_edge);
             ((w & !1).max(2), (h & !1).max(2))
         });
-        let region = PixelRect { x: 0, y: 0, width: frame.width, height: frame.height };
         let Ok(rgb) = crop_scale(&frame, region, (w, h)) else { return Ok(()) };
         let mut scaled = Frame::rgb(frame.generation, frame.sequence, w, h, rgb);
         scaled.captured_at = frame.captured_at;
