@@ -5,7 +5,7 @@
 import { spawn, execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
-import net from 'node:net';
+import { Client as SocketClient, waitFor } from './lib.mjs';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -25,38 +25,9 @@ let applianceWasAway = false;
 
 // ---------------------------------------------------------------- helpers
 
-/** A tether/1 connection to the control socket. */
-class Client {
-  constructor() { this.buf = ''; this.waiting = new Map(); this.events = []; this.nextId = 1; }
-  connect() {
-    return new Promise((resolve, reject) => {
-      this.sock = net.createConnection(socketPath, resolve);
-      this.sock.on('error', reject);
-      this.sock.on('data', (d) => {
-        this.buf += d;
-        let i;
-        while ((i = this.buf.indexOf('\n')) >= 0) {
-          const m = JSON.parse(this.buf.slice(0, i));
-          this.buf = this.buf.slice(i + 1);
-          if (m.event) this.events.push(m);
-          else if (this.waiting.has(m.id)) { this.waiting.get(m.id)(m); this.waiting.delete(m.id); }
-        }
-      });
-    });
-  }
-  /** Sends; the promise is the whole answer ({ok, result|error}). */
-  send(method, params = {}) {
-    const id = this.nextId++;
-    const p = new Promise((resolve) => this.waiting.set(id, resolve));
-    this.sock.write(JSON.stringify({ id, method, ...params }) + '\n');
-    return p;
-  }
-  async call(method, params = {}) {
-    const r = await this.send(method, params);
-    if (!r.ok) throw new Error(`${method}: ${r.error.code}: ${r.error.message}`);
-    return r.result;
-  }
-  close() { this.sock.destroy(); }
+/** A tether/1 connection to this suite's control socket. */
+class Client extends SocketClient {
+  constructor() { super(socketPath); }
 }
 
 async function call(method, params = {}) {
@@ -68,18 +39,6 @@ async function call(method, params = {}) {
 const sim = () => call('sim_state');
 const element = async (id) => (await sim()).elements.find((e) => e.id === id);
 
-async function waitFor(what, predicate, timeoutMs = 20000) {
-  const deadline = Date.now() + timeoutMs;
-  let last;
-  for (;;) {
-    try {
-      last = await predicate();
-      if (last) return last;
-    } catch (e) { last = e; }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what} (last: ${last})`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 function cli(...args) {
   return execFileSync(TETHER, args, { env: { ...process.env, TETHER_SOCKET: socketPath }, encoding: 'utf8' });

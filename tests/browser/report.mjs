@@ -8,9 +8,10 @@
 import { spawn, execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+
+import { Client, waitFor } from './lib.mjs';
 
 const require = createRequire(path.join(process.env.TETHER_NODE_MODULES, 'x.js'));
 const { chromium } = require('playwright-core');
@@ -20,48 +21,6 @@ const OUT = process.env.TETHER_BROWSER_OUT;
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tether-report-'));
 const socketPath = path.join(dir, 'control.sock');
 
-/** One tether/1 connection; `call` answers the result or throws `CODE: message`. */
-class Client {
-  constructor() { this.buf = ''; this.waiting = new Map(); this.nextId = 1; }
-  connect() {
-    return new Promise((resolve, reject) => {
-      this.sock = net.createConnection(socketPath, resolve);
-      this.sock.on('error', reject);
-      this.sock.on('data', (d) => {
-        this.buf += d;
-        let i;
-        while ((i = this.buf.indexOf('\n')) >= 0) {
-          const m = JSON.parse(this.buf.slice(0, i));
-          this.buf = this.buf.slice(i + 1);
-          if (!m.event && this.waiting.has(m.id)) { this.waiting.get(m.id)(m); this.waiting.delete(m.id); }
-        }
-      });
-    });
-  }
-  async call(method, params = {}) {
-    const id = this.nextId++;
-    const answer = new Promise((resolve) => this.waiting.set(id, resolve));
-    this.sock.write(JSON.stringify({ id, method, ...params }) + '\n');
-    const r = await answer;
-    if (!r.ok) throw new Error(`${method}: ${r.error.code}: ${r.error.message}`);
-    return r.result;
-  }
-  close() { this.sock.destroy(); }
-}
-
-async function waitFor(what, predicate, timeoutMs = 30000) {
-  const deadline = Date.now() + timeoutMs;
-  let last;
-  for (;;) {
-    try {
-      last = await predicate();
-      if (last) return last;
-    } catch (e) { last = e; }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what} (last: ${last})`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 const config = path.join(dir, 'tether.toml');
 fs.writeFileSync(config, '[sim_phone]\ncapture_width = 1280\ncapture_height = 720\n');
 const log = fs.openSync(path.join(dir, 'daemon.log'), 'a');
@@ -70,13 +29,13 @@ const daemon = spawn(TETHER, ['serve', '--sim', '--config', config, '--socket', 
 let browser;
 let failed = false;
 try {
-  await waitFor('the control socket', () => fs.existsSync(socketPath));
+  await waitFor('the control socket', () => fs.existsSync(socketPath), 30000);
   // A recorded task: two taps with its token (steps with pictures), a note, a refusal of
   // a tap off the screen, and a failed end.
-  const lease = new Client();
+  const lease = new Client(socketPath);
   await lease.connect();
   const task = await lease.call('task_open', { title: 'report <in> "a browser"', events: false, record: true });
-  const agent = new Client();
+  const agent = new Client(socketPath);
   await agent.connect();
   const shot = await agent.call('screenshot', { task_token: task.token });
   const obs = shot.metadata.observation_id;

@@ -757,6 +757,19 @@ mod tests {
         Caller::in_process(Role::Operate)
     }
 
+    /// `task_open` of a task titled "t" whose events are not streamed to its lease.
+    fn quiet_task() -> crate::protocol::task_params::TaskOpenParams {
+        crate::protocol::task_params::TaskOpenParams {
+            title: "t".into(),
+            owner: None,
+            scope: Default::default(),
+            events: Some(false),
+            record: false,
+            wait: false,
+            wait_timeout_ms: None,
+        }
+    }
+
     fn press() -> InputStep {
         InputStep::Report(HidReport::Pointer(PointerReport::new(1, 10, 10, 0)))
     }
@@ -991,21 +1004,13 @@ mod tests {
 
     #[tokio::test]
     async fn notes_and_finish_come_from_the_agent_the_opener_or_an_admin() {
-        use crate::protocol::task_params::{TaskFinishParams, TaskNoteParams, TaskOpenParams};
+        use crate::protocol::task_params::{TaskFinishParams, TaskNoteParams};
         let d = daemon_with(&RecordingSink::default());
         // Peers as SO_PEERCRED reports them: `tether task open` from one shell...
         let process =
             |pid: i32, uid: u32, gid: u32| Caller::unix(PeerCredentials { pid: Some(pid), uid, gid }, Role::Operate);
         let opener = d.open_session(process(4241, 1001, 1001));
-        let open = TaskOpenParams {
-            title: "t".into(),
-            owner: None,
-            scope: Default::default(),
-            events: Some(false),
-            record: false,
-            wait: false,
-            wait_timeout_ms: None,
-        };
+        let open = quiet_task();
         let task = d.handle(&opener, RequestId(1), &Call::TaskOpen(open)).await.unwrap()["id"].as_i64().unwrap();
         let note = |text: &str| Call::TaskNote(TaskNoteParams { task: Some(task), text: text.into() });
         let other = d.open_session(unix(1002, Role::Operate));
@@ -1041,20 +1046,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_change_the_disk_refuses_is_answered_storage_failed_and_is_not_made() {
-        use crate::protocol::task_params::{TaskConfirmParams, TaskOpenParams};
+        use crate::protocol::task_params::TaskConfirmParams;
         use crate::protocol::ErrorCode::StorageFailed;
         let d = daemon_with(&RecordingSink::default());
         let s = d.open_session(operator());
         let admin = d.open_session(Caller::in_process(Role::Admin));
-        let open = TaskOpenParams {
-            title: "t".into(),
-            owner: None,
-            scope: Default::default(),
-            events: Some(false),
-            record: false,
-            wait: false,
-            wait_timeout_ms: None,
-        };
+        let open = quiet_task();
         let task = d.handle(&s, RequestId(1), &Call::TaskOpen(open)).await.unwrap()["id"].as_i64().unwrap();
         refuse_writes(&d, true).await;
         let finish = line(&format!(r#"{{"id":1,"method":"task_finish","task":{task},"ok":true}}"#));
@@ -1189,18 +1186,9 @@ mod tests {
     /// of an ended task, and for one naming another task.
     #[tokio::test]
     async fn every_method_by_a_tasks_agent_is_refused_only_where_the_table_says() {
-        use crate::protocol::task_params::TaskOpenParams;
         let d = daemon_with(&RecordingSink::default());
         let human = d.open_session(operator());
-        let open = TaskOpenParams {
-            title: "t".into(),
-            owner: None,
-            scope: Default::default(),
-            events: Some(false),
-            record: false,
-            wait: false,
-            wait_timeout_ms: None,
-        };
+        let open = quiet_task();
         let opened = d.handle(&human, RequestId(1), &Call::TaskOpen(open)).await.unwrap();
         let (task, token) = (opened["id"].as_i64().unwrap(), opened["token"].as_str().unwrap().to_string());
         let agent = d.open_session(Caller::in_process(Role::Agent));
