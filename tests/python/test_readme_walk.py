@@ -382,6 +382,35 @@ class ReadmeWalk(unittest.TestCase):
         left = [p for p in self.agent_processes() if p != self.daemon.pid]
         self.assertEqual(left, [], "the agent's process group ended")
 
+    def task_run_report(self, cmd):
+        script = os.path.join(self.work, "test.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\ntether home\n")
+        os.chmod(script, 0o755)
+        if self.user:
+            os.chown(script, 65534, 65534)
+        self.sh(cmd, timeout=120)
+        out = os.path.join(self.work, "out")
+        for name in ["report.html", "junit.xml", "final.png", "recording.mp4"]:
+            self.assertTrue(os.path.getsize(os.path.join(out, name)) > 0, name)
+        with open(os.path.join(out, "junit.xml")) as f:
+            self.assertIn('failures="0"', f.read(), "the test passed: its case passes")
+
+    def task_report(self, cmd):
+        self.sh(self.with_task(cmd))
+        with open(os.path.join(self.work, "out", "junit.xml")) as f:
+            junit = f.read()
+        self.assertIn("check the settings app", junit)
+        self.assertIn('type="cancelled"', junit, "the stopped task is a failing case")
+        # That task was not recorded: no recording of the earlier report is left beside it.
+        self.assertFalse(os.path.exists(os.path.join(self.work, "out", "recording.mp4")))
+
+    def discover(self, cmd):
+        # mDNS goes to every interface of the machine; tests stay on loopback and in the
+        # namespaces they make.
+        self.not_run_here.append((cmd, "browses the LAN: tests/python/test_discover.py runs it in network namespaces"))
+        self.assertTrue(os.path.exists(os.path.join(ROOT, "tests/python/test_discover.py")))
+
     STEPS = [
         (r"^tether serve --sim$", "serve_sim"),
         (r"^tests/run$", "this_suite"),
@@ -411,6 +440,9 @@ class ReadmeWalk(unittest.TestCase):
         (r"^tether task takeover 12 ; tether task handback 12$", "takeover_handback"),
         (r"^tether task approve 12$", "approve"),
         (r"^tether task stop 12$", "stop"),
+        (r"^tether task run --wait --record --report out/ -- \./test\.sh$", "task_run_report"),
+        (r"^tether task report 12 -o out/$", "task_report"),
+        (r"^tether discover$", "discover"),
     ]
 
     def test_every_readme_command_in_order_does_what_the_readme_says(self):
