@@ -16,6 +16,7 @@ import time
 import unittest
 
 from test_control_socket import TETHER, Client, Daemon
+from test_https import wait_for
 
 PID = os.getpid() % 100000
 CLIENT = f"tdisc-c-{PID}"
@@ -49,11 +50,8 @@ class Appliance:
         ip("link", "set", "lo", "up", ns=self.ns)
         # The daemon (its socket reachable from here, its network in the namespace).
         self.daemon = Daemon(config_text=f'mdns_dir = "{self.services}"\n', netns=self.ns)
-        deadline = time.time() + 30
-        while not os.path.exists(os.path.join(self.services, "tether.service")):
-            if time.time() > deadline:
-                raise AssertionError("the daemon wrote no service file")
-            time.sleep(0.05)
+        wait_for("the daemon's service file", lambda: os.path.exists(os.path.join(self.services, "tether.service")),
+                 timeout=30)
         conf = os.path.join(self.work, "avahi-daemon.conf")
         with open(conf, "w") as f:
             f.write(textwrap.dedent(f"""\

@@ -90,6 +90,11 @@ impl RecordingSettings {
 }
 
 /// The recording in progress, if any (one task runs at a time, so at most one).
+///
+/// Its own lock, not the phone's owner (`phone.rs`): nothing about driving the phone
+/// depends on it (admission, input and observations never read it); it only pairs a task
+/// id with the recorder thread's handle between the task's start and its end, and is
+/// held for a swap, never across an await.
 #[derive(Debug, Default)]
 pub(super) struct Recordings {
     active: std::sync::Mutex<Option<(i64, Recorder)>>,
