@@ -29,16 +29,25 @@ base_packages=(
     # CLI: it would pull cairo, pango, ICU and fontconfig for nothing the daemon uses
     # (mmdebstrap installs no Recommends, so the data packages' Recommends of it stay out).
     libtesseract5 tesseract-ocr-eng tesseract-ocr-deu tesseract-ocr-fra
+    # Safe updates (issue 35): RAUC installs signed bundles into the other root slot; its
+    # D-Bus service runs as root, the daemon talks to it (rootfs/etc/rauc, docs/updates.md).
+    rauc rauc-service
 )
 
 build_usage() {
     cat >&2 <<'EOF'
 usage: flash.sh build --board BOARD [--out DIR] [--ssh-key FILE] [--host NAME]
+                     [--version V] [--update-keys DIR]
 
-  --board BOARD   one of board/*/ (rpi4, cm4, zero2w, rockpi4)
-  --out DIR       where tether-BOARD.img goes (default: out/)
-  --ssh-key FILE  an OpenSSH public key: SSH is on for it (off otherwise)
-  --host NAME     the name in the owner's pairing URL (default: tether.local)
+  --board BOARD      one of board/*/ (rpi4, cm4, zero2w, rockpi4)
+  --out DIR          where tether-BOARD.img goes (default: out/)
+  --ssh-key FILE     an OpenSSH public key: SSH is on for it (off otherwise)
+  --host NAME        the name in the owner's pairing URL (default: tether.local)
+  --version V        the image's version (IMAGE_VERSION in /etc/os-release; what status
+                     and the update page show; default: git describe)
+  --update-keys DIR  the owner's update keys (flash.sh keygen): the image trusts bundles
+                     signed with them (default: ~/.config/tether/update, made on the
+                     first build if missing; keep it: docs/updates.md)
 
 Needs: rustup, gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user-static mmdebstrap
 fakeroot dosfstools mtools e2fsprogs fdisk device-tree-compiler zstd python3; root only for
@@ -49,12 +58,15 @@ EOF
 
 flash_build() {
     local board="" out="$image_root/out" ssh_key="" host="tether.local"
+    image_version="" update_keys=$default_update_keys
     while [ $# -gt 0 ]; do
         case "$1" in
             --board) board=${2:-}; shift 2 ;;
             --out) out=${2:-}; shift 2 ;;
             --ssh-key) ssh_key=${2:-}; shift 2 ;;
             --host) host=${2:-}; shift 2 ;;
+            --version) image_version=${2:-}; shift 2 ;;
+            --update-keys) update_keys=${2:-}; shift 2 ;;
             -h|--help) build_usage; return 0 ;;
             *) build_usage; die "build: unknown argument '$1'" ;;
         esac
@@ -63,11 +75,13 @@ flash_build() {
     [ -f "$image_root/board/$board/board.toml" ] ||
         die "build: no board '$board' (have: $(cd "$image_root/board" && printf '%s ' */ | tr -d /))"
     [ -z "$ssh_key" ] || [ -f "$ssh_key" ] || die "build: --ssh-key $ssh_key: no such file"
+    check_version "$image_version" || die "build: --version '$image_version': use letters, digits and . _ + - (at most 64)"
     need_tools rustup:rustup cargo:cargo aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu \
         aarch64-linux-gnu-g++:g++-aarch64-linux-gnu qemu-aarch64-static:qemu-user-static \
         mmdebstrap:mmdebstrap fakeroot:fakeroot mkfs.vfat:dosfstools mcopy:mtools mke2fs:e2fsprogs \
         sfdisk:fdisk fdtput:device-tree-compiler fdtoverlay:device-tree-compiler dtc:device-tree-compiler \
-        depmod:kmod zstd:zstd python3:python3 || return 2
+        depmod:kmod zstd:zstd python3:python3 mkimage:u-boot-tools openssl:openssl || return 2
+    ensure_update_keys "$update_keys" || return 1
     mkdir -p "$out" "$image_cache"
     out=$(cd "$out" && pwd)
     local work; work=$(mktemp -d "${TMPDIR:-/tmp}/tether-image.XXXXXX")
@@ -77,7 +91,7 @@ flash_build() {
     step 1 7 "cross-compile tether for $target" build_binary "$work" || return 1
     step 2 7 "base root filesystem (Debian $suite arm64)" build_base "$board" "$work" || return 1
     step 3 7 "CSI bridge modules and overlay" build_csi "$board" "$work" || return 1
-    step 4 7 "root filesystem for $board" build_rootfs "$board" "$work" "$ssh_key" || return 1
+    step 4 7 "root filesystem for $board" build_rootfs "$board" "$work" "$ssh_key" "$update_keys" || return 1
     step 5 7 "owner pairing code and certificates" build_data "$work" "$host" || return 1
     step 6 7 "partitions and image" build_image "$board" "$work" "$out" || return 1
     step 7 7 "compressed copy (zstd)" compress_image "$out/tether-$board.img" || return 1
@@ -205,10 +219,25 @@ build_csi() {
 # Runs under fakeroot (state in $work/fakeroot.state, reused by mke2fs), so files keep root
 # and tether ownership without the builder being root.
 build_rootfs() {
-    local board=$1 work=$2 ssh_key=$3
-    local version; version=$(cd "$image_root" && git describe --always --dirty 2>/dev/null || echo unknown)
+    local board=$1 work=$2 ssh_key=$3 keys=$4
+    local version=${image_version:-}
+    [ -n "$version" ] || version=$(cd "$image_root" && git describe --always --dirty 2>/dev/null || echo unknown)
+    echo "$version" > "$work/version"
+    # The boot script for U-Boot boards and the QEMU lab (board/lib/boot/tether-boot.cmd),
+    # with the board's console and, on boards whose U-Boot boots them, its device tree.
+    mkdir -p "$work/boot"
+    {
+        printf 'setenv tether_console console=%s\n' "$(board_value "$board" image.console)"
+        case "$(board_value "$board" image.boot)" in
+            u-boot*) printf 'setenv tether_fdtfile %s\n' "$(board_value "$board" image.dtb)" ;;
+        esac
+        cat "$image_root/board/lib/boot/tether-boot.cmd"
+    } > "$work/tether-boot.cmd"
+    mkimage -q -A arm64 -T script -C none -n "tether A/B boot" -d "$work/tether-boot.cmd" "$work/boot/boot.scr" >/dev/null || return 1
+    # The first state: slot A good and first, B empty (bad).
+    printf 'tether_order=a b\ntether_a_state=good\ntether_a_left=0\ntether_b_state=bad\ntether_b_left=0\n' > "$work/boot/tether.env"
     : > "$work/fakeroot.state"
-    BOARD=$board WORK=$work ROOT="$image_root" VERSION=$version TETHER_UID=$tether_uid \
+    BOARD=$board WORK=$work ROOT="$image_root" VERSION=$version TETHER_UID=$tether_uid UPDATE_CA="$keys/ca.cert.pem" \
         AGENT_UID=$agent_uid SSH_KEY=$ssh_key BOOT_KIND=$(board_value "$board" image.boot) \
         DTB=$(board_value "$board" image.dtb) CONFIG_TXT=$(board_value "$board" image.config_txt) \
         fakeroot -s "$work/fakeroot.state" -- bash -euo pipefail -c '
@@ -231,6 +260,15 @@ build_rootfs() {
         for f in "$r"/usr/share/tether/avahi/*.service; do
             [ -f "$f" ] && sed -i "s/@VERSION@/$VERSION/g; s/@BOARD@/$BOARD/g" "$f"
         done
+        # Updates: RAUC takes bundles for this board signed under the owner's CA only.
+        sed -i "s/@BOARD@/$BOARD/g" "$r/etc/rauc/system.conf"
+        install -m 0644 "$UPDATE_CA" "$r/etc/rauc/keyring.pem"
+        # What this image is (systemd's os-release fields for images): the daemon reports
+        # IMAGE_VERSION, and an update is a new IMAGE_VERSION in the other slot.
+        printf "IMAGE_ID=tether-%s\nIMAGE_VERSION=%s\n" "$BOARD" "$VERSION" >> "$r/usr/lib/os-release"
+        # U-Boot loads the slot'"'"'s device tree from here (tether-boot.cmd).
+        kdir=$(cd "$r/usr/lib" && ls -d linux-image-* 2>/dev/null | head -n1)
+        if [ -n "$kdir" ]; then ln -sfn "../usr/lib/$kdir" "$r/boot/dtbs"; fi
         # Users with fixed ids (the root is read-only: nothing can add them at boot).
         # Only our file: the build host systemd-sysusers may not read the newer syntax of
         # the base, whose own users were made when their packages were installed.
@@ -269,6 +307,9 @@ build_rootfs() {
         if [ "$BOOT_KIND" = raspi-firmware ]; then
             cp -r "$r/boot/firmware/." "$WORK/boot/"
             rm -rf "${r:?}/boot/firmware/"*
+            # The root is the slot, by partition UUID (both slots carry the same label).
+            sed -i "s#root=LABEL=tether-a#root=PARTUUID=74657468-02 tether.slot=a tether.boot=raspi-firmware#" "$WORK/boot/cmdline.txt"
+            grep -q "root=PARTUUID=74657468-02" "$WORK/boot/cmdline.txt" || { echo "cmdline.txt names no root=LABEL=tether-a to replace" >&2; exit 1; }
             if [ -n "$CONFIG_TXT" ]; then printf "%s\n" "$CONFIG_TXT" >> "$WORK/boot/config.txt"; fi
             if [ -f "$WORK/csi/tether-tc358743.dtbo" ]; then
                 mkdir -p "$WORK/boot/overlays"
@@ -316,8 +357,9 @@ build_image() {
     local board=$1 work=$2 out=$3
     local img="$out/tether-$board.img"
     local root_bytes; root_bytes=$(cat "$work/root.bytes")
-    # Room for ext4's own metadata and a little more: the root is read-only.
-    local root_mib=$(( (root_bytes * 5 / 4 + 64 * mib + mib - 1) / mib ))
+    # Room for ext4's own metadata and for later versions: an update must fit the slot the
+    # card was written with (docs/updates.md), so a slot is half again the root plus 256 MiB.
+    local root_mib=$(( (root_bytes * 3 / 2 + 256 * mib + mib - 1) / mib ))
     rm -f "$work/boot.vfat"
     mkfs.vfat -C -F 32 -n TETHERBOOT "$work/boot.vfat" $((boot_mib * 1024)) >/dev/null || return 1
     if [ -n "$(ls -A "$work/boot")" ]; then
@@ -326,7 +368,7 @@ build_image() {
     fakeroot -i "$work/fakeroot.state" -- bash -euo pipefail -c "
         chown -R $tether_uid:$tether_uid '$work/data'
         if [ -d '$work/data/ssh' ]; then chown -R 0:0 '$work/data/ssh'; fi
-        mke2fs -q -t ext4 -L tether-a -E root_owner=0:0 -d '$work/root' '$work/root.ext4' ${root_mib}M
+        mke2fs -q -t ext4 -L tether-root -E root_owner=0:0 -d '$work/root' '$work/root.ext4' ${root_mib}M
         mke2fs -q -t ext4 -L tether-data -E root_owner=$tether_uid:$tether_uid -d '$work/data' '$work/data.ext4' ${data_mib}M
     " || return 1
     local p1=$((gap_mib)) p2=$((gap_mib + boot_mib)) p3 p4 total
@@ -335,9 +377,10 @@ build_image() {
     truncate -s $((total * mib)) "$img"
     sfdisk --quiet "$img" <<SFDISK || return 1
 label: dos
+label-id: 0x74657468
 unit: sectors
-start=$((p1 * 2048)), size=$((boot_mib * 2048)), type=c
-start=$((p2 * 2048)), size=$((root_mib * 2048)), type=83, bootable
+start=$((p1 * 2048)), size=$((boot_mib * 2048)), type=c, bootable
+start=$((p2 * 2048)), size=$((root_mib * 2048)), type=83
 start=$((p3 * 2048)), size=$((root_mib * 2048)), type=83
 start=$((p4 * 2048)), size=$((data_mib * 2048)), type=83
 SFDISK

@@ -47,3 +47,12 @@ EOF
 
 # human SIZE_IN_BYTES
 human() { numfmt --to=iec-i --suffix=B "$1"; }
+
+# The owner's update keys (flash.sh keygen; docs/updates.md): outside the tree, made once.
+default_update_keys=${TETHER_UPDATE_KEYS:-${XDG_CONFIG_HOME:-$HOME/.config}/tether/update}
+
+# check_version V: empty (the default) or a version safe in os-release, file names and
+# RAUC manifests.
+check_version() {
+    [ -z "$1" ] || { [ ${#1} -le 64 ] && [[ "$1" =~ ^[A-Za-z0-9][A-Za-z0-9._+-]*$ ]]; }
+}

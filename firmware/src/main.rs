@@ -25,6 +25,19 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Show the appliance's slots and versions, or install a signed update bundle (admin).
+    ///
+    /// With FILE (from `flash.sh bundle`): uploads it, RAUC checks its signature and writes
+    /// it into the other root slot, the appliance reboots into it, and the new slot is kept
+    /// only if its daemon reports healthy; otherwise the old slot boots again and this says
+    /// why. Example: `tether update out/tether-rpi4-1.3.raucb --url https://tether.local`.
+    /// Without FILE: the running slot and version, both slots, the last update's verdict.
+    Update(UpdateArgs),
+    /// The appliance's A/B boot (root): RAUC's boot backend and the judge of an update's
+    /// trial. `tether bootslot show` prints the booted slot, what boots next and the last
+    /// trial (docs/updates.md).
+    #[command(subcommand)]
+    Bootslot(cli::bootslot::BootslotCommand),
     /// Run the daemon: owns the phone's HID and video, serves the control socket.
     ///
     /// Example: `tether serve --sim` (virtual iPhone, socket under $XDG_RUNTIME_DIR/tether/).
@@ -198,6 +211,30 @@ struct PairArgs {
 }
 
 /// Flags of `tether serve`. Each overrides the config file.
+/// `tether update` arguments.
+#[derive(Debug, Args)]
+struct UpdateArgs {
+    /// The bundle to install (`flash.sh bundle`); none: show the slots and versions.
+    file: Option<PathBuf>,
+    /// Install even while a task runs (the reboot ends it).
+    #[arg(long)]
+    force: bool,
+    /// Install, but try it only at the next reboot.
+    #[arg(long)]
+    no_reboot: bool,
+    /// How long to follow the install, reboot and trial, in seconds.
+    #[arg(long, default_value_t = 1200, value_name = "SECONDS")]
+    wait: u64,
+    /// Print the last status as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Control socket path.
+    #[arg(long, value_name = "PATH", env = "TETHER_SOCKET")]
+    socket: Option<PathBuf>,
+    #[command(flatten)]
+    remote: RemoteArgs,
+}
+
 #[derive(Debug, Args)]
 struct ServeArgs {
     /// Drive the virtual iPhone instead of real hardware (also TETHER_SIM=1, which the
@@ -357,6 +394,19 @@ fn main() -> ExitCode {
         },
         Command::Doctor(args) => cli::doctor::run_doctor(args.socket, args.config, args.board, args.json),
         Command::Task(cmd) => run_task_command(cmd),
+        Command::Bootslot(cmd) => cli::bootslot::run_bootslot(cmd),
+        Command::Update(a) => Endpoint::resolve(a.socket, &a.remote).and_then(|endpoint| {
+            cli::update::run_update(
+                endpoint,
+                cli::update::UpdateRequest {
+                    file: a.file.as_deref(),
+                    force: a.force,
+                    no_reboot: a.no_reboot,
+                    wait: std::time::Duration::from_secs(a.wait),
+                    json: a.json,
+                },
+            )
+        }),
         Command::Token(cmd) => run_token_command(cmd),
         Command::Pair(a) => match a.offline {
             Some(dir) => cli::token::run_pair_offline(&dir, &a.role, a.name, a.host, a.svg, a.json),

@@ -33,10 +33,12 @@ macro_rules! eprintln {
 }
 
 pub mod agent_setup;
+pub mod bootslot;
 pub mod calibrate;
 pub mod discover;
 pub mod doctor;
 pub mod gadget;
+pub mod health;
 pub mod lease;
 pub mod login;
 pub mod mcp;
@@ -48,6 +50,7 @@ pub mod status;
 pub mod task;
 pub mod task_args;
 pub mod token;
+pub mod update;
 pub mod verbs;
 
 use std::path::PathBuf;

@@ -233,6 +233,9 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
         EncoderKind::Hardware(node) => tracing::info!(node = %node.display(), "H.264 for viewers: hardware (V4L2 M2M)"),
         EncoderKind::Software => tracing::info!("H.264 for viewers: software (openh264)"),
     }
+    // The control socket's directory (/run/tether on the appliance): the health report and
+    // the reboot request live there.
+    let runtime_dir = config.socket.parent().filter(|d| d.is_dir()).map(std::path::Path::to_path_buf);
     runtime.block_on(async move {
         let (devices, all_sim) = open_devices(&config)?;
         // Bound before the daemon starts, so `status` and pairing URLs carry the real port.
@@ -274,6 +277,9 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
                 act: config.act.clone(),
                 text_reader: text_reader(&config.ocr),
                 recording: config.recording,
+                // Updates need the appliance image (IMAGE_VERSION) booted through tether's
+                // boot script; anywhere else `update_status` says why not.
+                update: runtime_dir.clone().map(tether::daemon::update::UpdateOptions::appliance),
             },
         )
         .context("start daemon")?;
@@ -306,7 +312,18 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
             let mdns = MdnsConfig { dir, board, port };
             tokio::spawn(tether::server::mdns::announce(daemon.clone(), mdns, shutdown.clone()));
         }
+        let health_https = listener.as_ref().map(|l| (l.port(), l.fingerprint()));
         let https = listener.map(|l| tokio::spawn(l.serve(daemon.clone(), shutdown.clone())));
+        if let Some(dir) = runtime_dir.clone() {
+            let gadget = (config.hid_backend() == HidBackend::Gadget)
+                .then(|| std::path::Path::new(tether::device::hid::gadget::CONFIGFS_GADGETS).join("tether/UDC"));
+            tokio::spawn(super::health::report_health(super::health::HealthPlan {
+                runtime_dir: dir,
+                https: health_https,
+                gadget_udc_file: gadget,
+                patience: std::time::Duration::from_secs(120),
+            }));
+        }
         server.serve(shutdown).await;
         if let Some(h) = https {
             let _ = h.await;

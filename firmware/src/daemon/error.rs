@@ -236,6 +236,9 @@ pub enum DaemonError {
     /// Managing tokens or pairing codes failed.
     #[error(transparent)]
     Token(#[from] TokenError),
+    /// An update was refused ([`super::update`]).
+    #[error(transparent)]
+    Update(#[from] super::update::UpdateError),
     /// A `hello` with another kind than the connection's first.
     #[error("this connection is a {have} connection (fixed by its first hello); it cannot become {asked}")]
     KindFixed {
@@ -339,6 +342,7 @@ impl DaemonError {
             DaemonError::Ocr(crate::device::ocr::OcrError::Unavailable(_)) => (ErrorCode::OcrUnavailable, false),
             DaemonError::Ocr(_) => (ErrorCode::OcrFailed, false),
             DaemonError::Task(e) => (e.code(), false),
+            DaemonError::Update(e) => (e.code(), false),
             DaemonError::Token(e) => (
                 match e {
                     TokenError::Store(_) | TokenError::NotSaved(_) | TokenError::NoRandomness => ErrorCode::Internal,

@@ -35,6 +35,7 @@ mod text_find;
 mod token_methods;
 pub mod tokens;
 mod turn;
+pub mod update;
 pub mod video;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -151,6 +152,8 @@ pub struct DaemonOptions {
     pub text_reader: Option<crate::device::ocr::SharedReader>,
     /// Task recordings' quality and disk caps.
     pub recording: RecordingSettings,
+    /// The appliance's boot and updater (`None`: updates are unavailable, as on a laptop).
+    pub update: Option<update::UpdateOptions>,
 }
 
 /// Finished tasks kept by default.
@@ -192,6 +195,8 @@ struct Inner {
     recordings: recordings::Recordings,
     /// Counters for `/metrics` ([`metrics`]).
     metrics: metrics::Metrics,
+    /// An update's install progress ([`update`]).
+    updates: update::Updates,
     /// Orders a task change's in-memory update with its store write: held across the
     /// write's await, so a tokio mutex; it guards no data of its own.
     journal: Mutex<()>,
@@ -316,6 +321,7 @@ impl Daemon {
                 tasks_kept,
                 recordings: recordings::Recordings::default(),
                 metrics: metrics::Metrics::default(),
+                updates: update::Updates::default(),
                 journal: Mutex::new(()),
                 _video: guard,
                 queue_timeout,
@@ -582,6 +588,9 @@ impl Daemon {
             Call::TaskReport(p) => self.task_report(p.task).await?,
             Call::TaskRecording(p) => self.task_recording(p).await?,
             Call::Metrics(_) => self.metrics_text().await?,
+            Call::UpdateStatus(_) => self.update_status().await?,
+            Call::UpdateUpload(p) => self.update_upload(p).await?,
+            Call::UpdateInstall(p) => self.update_install(p).await?,
             Call::VideoOpen(_) => self.video_open(session)?,
             Call::VideoRevoke(_) => self.video_revoke(session),
             Call::WaitForChange(p) => self.wait_for_change(acting, p, cancel).await?,
@@ -722,6 +731,7 @@ impl Daemon {
                 let waiting = self.inner.tasks.waiters();
                 status::QueueStatus { length: waiting.len(), waiting }
             },
+            update: self.update_summary(),
         }
     }
 }
@@ -1143,7 +1153,8 @@ mod tests {
             Method::TaskThumbnail => format!(r#"{{"task":{task},"seq":1}}"#),
             Method::TaskReport => format!(r#"{{"task":{task}}}"#),
             Method::TaskRecording => format!(r#"{{"task":{task},"length":10}}"#),
-            Method::Metrics => "{}".into(),
+            Method::Metrics | Method::UpdateStatus | Method::UpdateInstall => "{}".into(),
+            Method::UpdateUpload => r#"{"offset":0,"total":3,"data":"AAAA"}"#.into(),
             Method::WaitForChange | Method::WaitForSettle => r#"{"timeout_ms":10}"#.into(),
             Method::FindText => r#"{"text":"Settings"}"#.into(),
             Method::WaitForText => r#"{"text":"Done","timeout_ms":10}"#.into(),

@@ -164,6 +164,9 @@ pub struct StatusResult {
     pub storage: super::StorageStatus,
     /// Jobs waiting for the phone (`task_open` with `wait`).
     pub queue: QueueStatus,
+    /// The appliance's running slot and version, what boots next, and the last update when
+    /// it was rolled back (`None` off the appliance image; `update_status` has the rest).
+    pub update: Option<super::update::UpdateSummary>,
 }
 
 /// Who waits for the phone, first first.

@@ -4,6 +4,7 @@
 //! virtual iPhone ([`sim`]) and real hardware plug into the daemon the same way. Only the
 //! daemon owns these objects.
 
+pub mod boot;
 pub mod calibration;
 pub mod geometry;
 pub mod hid;

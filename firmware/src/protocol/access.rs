@@ -194,7 +194,8 @@ impl Method {
             | Method::WaitForSettle
             | Method::FindText
             | Method::WaitForText => (Some(View), OwnTask, Any),
-            Method::SimState | Method::Metrics => (Some(View), Refused, Any),
+            Method::SimState | Method::Metrics | Method::UpdateStatus => (Some(View), Refused, Any),
+            Method::UpdateUpload | Method::UpdateInstall => (Some(Role::Admin), Refused, Any),
             Method::Action | Method::Batch => (Some(Operate), OwnTask, Any),
             Method::Calibrate | Method::TaskOpen => (Some(Operate), Refused, Any),
             // A task's agent may stop its own task: see `Call::access`.
@@ -332,6 +333,9 @@ mod tests {
             Method::TaskReport => r#"{"task":7}"#,
             Method::TaskRecording => r#"{"task":7,"offset":0,"length":1024}"#,
             Method::Metrics => "{}",
+            Method::UpdateStatus => "{}",
+            Method::UpdateUpload => r#"{"offset":0,"total":3,"data":"AAAA"}"#,
+            Method::UpdateInstall => "{}",
             Method::TaskControl => r#"{"task":7,"action":"pause"}"#,
             Method::TaskConfirm => r#"{"question":"ok?"}"#,
             Method::TaskNote => r#"{"task":7,"text":"n"}"#,
@@ -395,6 +399,9 @@ mod tests {
         ("task_report", [false, true, true, true], true),
         ("task_recording", [false, true, true, true], true),
         ("metrics", [false, true, true, true], false),
+        ("update_status", [false, true, true, true], false),
+        ("update_upload", [false, false, false, true], false),
+        ("update_install", [false, false, false, true], false),
     ];
 
     #[test]

@@ -154,6 +154,9 @@ pub enum ErrorCode {
     /// Reading text failed this time (the reader took too long or stopped); it was
     /// restarted and the next read works. Retry.
     OcrFailed,
+    /// This daemon cannot take updates (not the appliance image, no A/B boot through
+    /// tether's boot script, or RAUC missing); the message says which.
+    UpdateUnavailable,
 }
 
 impl ErrorCode {
@@ -258,6 +261,7 @@ impl ErrorCode {
             ErrorCode::UnexpectedText => "UNEXPECTED_TEXT",
             ErrorCode::OcrUnavailable => "OCR_UNAVAILABLE",
             ErrorCode::OcrFailed => "OCR_FAILED",
+            ErrorCode::UpdateUnavailable => "UPDATE_UNAVAILABLE",
         }
     }
 }
@@ -322,7 +326,7 @@ mod tests {
 
     /// Every variant, in declaration order. A new variant goes here too: the array's length
     /// makes that a deliberate edit, and the test below then checks its wire name.
-    const EVERY: [ErrorCode; 55] = [
+    const EVERY: [ErrorCode; 56] = [
         ErrorCode::InvalidJson,
         ErrorCode::RequestTooLarge,
         ErrorCode::NestingTooDeep,
@@ -378,6 +382,7 @@ mod tests {
         ErrorCode::UnexpectedText,
         ErrorCode::OcrUnavailable,
         ErrorCode::OcrFailed,
+        ErrorCode::UpdateUnavailable,
     ];
 
     #[test]

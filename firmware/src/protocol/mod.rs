@@ -16,6 +16,7 @@ mod strict_json;
 pub mod task_params;
 pub mod text_params;
 pub mod token_params;
+pub mod update_params;
 
 pub use access::{Acting, Denied, Humans, Role, Rule, TokenRule};
 pub use error::{ErrorBody, ErrorCode};

@@ -26,6 +26,7 @@ use super::task_params::{
 };
 use super::text_params::{self, FindTextParams, WaitForTextParams, MAX_QUERY_BYTES};
 use super::token_params::{PairParams, TokenParams};
+use super::update_params::{UpdateInstallParams, UpdateUploadParams};
 use super::{ErrorBody, ErrorCode, MAX_NESTING_DEPTH, MAX_REQUEST_BYTES};
 
 /// A request id: a non-negative integer chosen by the client, echoed in the response.
@@ -75,6 +76,12 @@ pub enum Method {
     TaskRecording,
     /// Every series `/metrics` serves, in Prometheus' text format.
     Metrics,
+    /// The image, both root slots, the last update's trial, an install's progress.
+    UpdateStatus,
+    /// A piece of an update bundle (base64).
+    UpdateUpload,
+    /// Install the received bundle into the other slot (RAUC), then reboot to try it.
+    UpdateInstall,
     /// Pause, resume, take over, hand back, stop, approve, reject.
     TaskControl,
     /// An agent asks a human a question and waits for the answer.
@@ -147,6 +154,9 @@ impl Method {
         Method::TaskReport,
         Method::TaskRecording,
         Method::Metrics,
+        Method::UpdateStatus,
+        Method::UpdateUpload,
+        Method::UpdateInstall,
     ];
 
     /// The wire name.
@@ -185,6 +195,9 @@ impl Method {
             Method::TaskReport => "task_report",
             Method::TaskRecording => "task_recording",
             Method::Metrics => "metrics",
+            Method::UpdateStatus => "update_status",
+            Method::UpdateUpload => "update_upload",
+            Method::UpdateInstall => "update_install",
         }
     }
 
@@ -249,6 +262,12 @@ pub enum Call {
     TaskRecording(TaskRecordingParams),
     /// `metrics`.
     Metrics(StatusParams),
+    /// `update_status`.
+    UpdateStatus(StatusParams),
+    /// `update_upload`.
+    UpdateUpload(UpdateUploadParams),
+    /// `update_install`.
+    UpdateInstall(UpdateInstallParams),
     /// `task_control`.
     TaskControl(TaskControlParams),
     /// `task_confirm`.
@@ -316,6 +335,9 @@ impl Call {
             Call::TaskReport(_) => Method::TaskReport,
             Call::TaskRecording(_) => Method::TaskRecording,
             Call::Metrics(_) => Method::Metrics,
+            Call::UpdateStatus(_) => Method::UpdateStatus,
+            Call::UpdateUpload(_) => Method::UpdateUpload,
+            Call::UpdateInstall(_) => Method::UpdateInstall,
             Call::VideoOpen(_) => Method::VideoOpen,
             Call::VideoRevoke(_) => Method::VideoRevoke,
             Call::WaitForChange(_) => Method::WaitForChange,
@@ -533,6 +555,9 @@ fn request_from_value(value: Value) -> Result<Request, RequestError> {
         Method::TaskThumbnail => Call::TaskThumbnail(params(id, known, fields)?),
         Method::TaskReport => Call::TaskReport(params(id, known, fields)?),
         Method::Metrics => Call::Metrics(params(id, known, fields)?),
+        Method::UpdateStatus => Call::UpdateStatus(params(id, known, fields)?),
+        Method::UpdateUpload => Call::UpdateUpload(params(id, known, fields)?),
+        Method::UpdateInstall => Call::UpdateInstall(params(id, known, fields)?),
         Method::TaskRecording => {
             let p: TaskRecordingParams = params(id, known, fields)?;
             if p.length == 0 || p.length > task_params::MAX_RECORDING_CHUNK {

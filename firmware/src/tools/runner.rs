@@ -134,6 +134,7 @@ impl ToolError {
             }
             E::OcrUnavailable => "Text reading is not installed on this appliance: use screenshot and coordinates.",
             E::OcrFailed => "Reading the screen failed this time; retry.",
+            E::UpdateUnavailable => "Updates are not available here (not the appliance image).",
             E::TextHasNewline => {
                 "Nothing was typed. For a multi-line field pass newlines return (tether type --newlines return); \
                  for single-line fields type each line on its own."

@@ -83,7 +83,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::AmbiguousText
         | C::ExpectedTextMissing
         | C::UnexpectedText => StatusCode::UNPROCESSABLE_ENTITY,
-        C::OcrUnavailable => StatusCode::NOT_IMPLEMENTED,
+        C::OcrUnavailable | C::UpdateUnavailable => StatusCode::NOT_IMPLEMENTED,
         C::OcrFailed => StatusCode::SERVICE_UNAVAILABLE,
         C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         C::StorageFailed => StatusCode::INSUFFICIENT_STORAGE,

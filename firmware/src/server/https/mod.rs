@@ -22,6 +22,7 @@ mod origin;
 mod report;
 mod routes;
 mod shared;
+mod update;
 mod video;
 mod ws;
 

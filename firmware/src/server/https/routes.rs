@@ -16,6 +16,8 @@
 //! | `POST /api/tasks/{id}/{pause\|resume\|takeover\|handback\|stop\|approve\|reject}` | `task_control` |
 //! | `POST /api/tasks/{id}/note`, `.../finish` | `task_note`, `task_finish` |
 //! | `POST /api/rpc` | any one tether/1 request (body: the request object) |
+//! | `GET /api/update` | `update_status` |
+//! | `POST /api/update?force=1&reboot=0` (body: the bundle) | `update_upload` pieces, then `update_install` ([`super::update`]) |
 //! | `GET /api/ws` | WebSocket: tether/1 text messages ([`super::ws`]) |
 //! | `GET /api/video` | WebSocket: live H.264 after a `video_open` ticket ([`super::video`]) |
 //! | `GET /ca.crt`, `GET /ca.mobileconfig` | the CA, no auth |
@@ -43,7 +45,7 @@ use crate::server::dispatch;
 /// The largest body of an unauthenticated request (`/login`, `/api/pair`).
 const MAX_PUBLIC_BODY: usize = 4096;
 
-type Answer = Response<ResponseBody>;
+pub(super) type Answer = Response<ResponseBody>;
 
 /// MCP's path.
 const MCP_PATH: &str = crate::server::mcp::MCP_PATH;
@@ -178,6 +180,11 @@ async fn route(shared: &Shared, peer: &Peer, auth: Authenticated, req: Request<I
             answer(shared, &auth, "calibrate", params).await
         }
         (&Method::POST, ["api", "rpc"]) => rpc(shared, &auth, req).await,
+        (&Method::GET, ["api", "update"]) => answer(shared, &auth, "update_status", Map::new()).await,
+        (&Method::POST, ["api", "update"]) => {
+            let reboot = !matches!(query.get("reboot"), Some("0" | "false"));
+            super::update::post(shared, &auth, query.flag("force"), reboot, req).await
+        }
         (&Method::GET, ["api", "tasks"]) => {
             let mut params = Map::new();
             if let Some(limit) = query.number("limit")? {

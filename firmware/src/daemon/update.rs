@@ -1,0 +1,426 @@
+//! Updates (docs/updates.md): what the appliance runs and what boots next (`update_status`),
+//! a bundle received in pieces (`update_upload`), RAUC installing it into the other slot
+//! (`update_install`), the reboot that tries it, and the daemon's health report that lets
+//! the trial judge (`tether bootslot trial`, root) keep it.
+//!
+//! An install runs on a task of the daemon's own, never on the request that asked for it:
+//! the client may go away (it usually does: the board reboots), RAUC goes on and the result
+//! is kept for `update_status`. The daemon is unprivileged: RAUC's D-Bus service writes the
+//! slot, and a reboot is asked of `tether-reboot.path` by creating a file.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use base64::Engine;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::{Daemon, DaemonError};
+use crate::device::boot::files::BootDir;
+use crate::device::boot::{self, rauc, BootedFrom, HealthReport, Slot, SlotState, TrialOutcome, TrialRecord};
+use crate::protocol::update_params::{UpdateInstallParams, UpdateUploadParams, MAX_BUNDLE_BYTES};
+use crate::protocol::ErrorCode;
+
+/// Why an update method refused.
+#[derive(Debug, thiserror::Error)]
+pub enum UpdateError {
+    /// Not an A/B appliance boot, or no data directory: `UPDATE_UNAVAILABLE`.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A piece that does not continue the bundle, a bad size, no whole bundle to install:
+    /// `INVALID_PARAMS`.
+    #[error("{0}")]
+    Upload(String),
+    /// An install is running: `BUSY`.
+    #[error("an update is being installed; wait for it to end (update_status)")]
+    Installing,
+    /// A task has the phone: `TASK_ACTIVE`.
+    #[error("task {task} is {state}: an update reboots the appliance under it; wait for it to end, or install with force")]
+    TaskRunning {
+        /// The task.
+        task: i64,
+        /// Its state.
+        state: &'static str,
+    },
+    /// The bundle could not be stored: `STORAGE_FAILED`.
+    #[error("could not store the bundle: {0}")]
+    Storage(std::io::Error),
+}
+
+impl UpdateError {
+    /// The wire code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            UpdateError::Unavailable(_) => ErrorCode::UpdateUnavailable,
+            UpdateError::Upload(_) => ErrorCode::InvalidParams,
+            UpdateError::Installing => ErrorCode::Busy,
+            UpdateError::TaskRunning { .. } => ErrorCode::TaskActive,
+            UpdateError::Storage(_) => ErrorCode::StorageFailed,
+        }
+    }
+}
+
+/// Where the daemon finds the appliance's boot and updater.
+#[derive(Debug, Clone)]
+pub struct UpdateOptions {
+    /// The FAT boot partition's mount point (`tether.env`, `tether-trial.json`).
+    pub boot_dir: PathBuf,
+    /// `/etc/os-release` (IMAGE_ID, IMAGE_VERSION).
+    pub os_release: PathBuf,
+    /// `/proc/cmdline` (tether.slot=, tether.boot=).
+    pub cmdline: PathBuf,
+    /// The daemon's runtime directory: `health.json` and the `reboot` request go here.
+    pub runtime_dir: PathBuf,
+    /// The `rauc` program.
+    pub rauc: PathBuf,
+}
+
+impl UpdateOptions {
+    /// The appliance's paths, with the runtime directory the control socket lives in.
+    pub fn appliance(runtime_dir: PathBuf) -> UpdateOptions {
+        UpdateOptions {
+            boot_dir: PathBuf::from(boot::BOOT_DIR),
+            os_release: PathBuf::from("/etc/os-release"),
+            cmdline: PathBuf::from("/proc/cmdline"),
+            runtime_dir,
+            rauc: PathBuf::from("rauc"),
+        }
+    }
+}
+
+/// Where an install is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum InstallPhase {
+    /// Nothing received or installed since the daemon started.
+    #[default]
+    Idle,
+    /// A bundle is arriving (`update_upload`).
+    Receiving,
+    /// RAUC is checking and writing it.
+    Installing,
+    /// Written; the other slot boots next, on trial.
+    Installed,
+    /// RAUC refused or failed (`error` says why); nothing boots differently.
+    Failed,
+}
+
+/// The install's progress, as `update_status` shows it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct InstallState {
+    /// Where it is.
+    pub phase: InstallPhase,
+    /// Bytes of the bundle received.
+    pub received: u64,
+    /// The bundle's size, as the uploader announced it.
+    pub total: u64,
+    /// RAUC's percentage.
+    pub percent: u8,
+    /// RAUC's last progress message, or what the daemon is doing.
+    pub message: String,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// Whether the daemon asked for the reboot that tries it.
+    pub reboot_requested: bool,
+}
+
+/// The daemon's update state: the install's progress. A std mutex held for field updates
+/// only, never across an await; it is the updater's state, not the phone's, so it is not
+/// the phone owner's ([`super::phone`]). Shared with the install's own task.
+#[derive(Debug, Default, Clone)]
+pub struct Updates {
+    install: Arc<std::sync::Mutex<InstallState>>,
+}
+
+impl Updates {
+    fn with<T>(&self, f: impl FnOnce(&mut InstallState) -> T) -> T {
+        let mut guard = match self.install.lock() {
+            Ok(g) => g,
+            // A panic while holding it left plain data: carry on with it.
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        f(&mut guard)
+    }
+}
+
+/// One slot as `update_status` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SlotView {
+    /// `a` or `b`.
+    pub slot: Slot,
+    /// `good`, `try` or `bad` (the boot script's view).
+    pub state: &'static str,
+    /// Tries left while on trial.
+    pub tries_left: u8,
+    /// Whether this is the running slot.
+    pub booted: bool,
+    /// The version installed there by an update (RAUC's record), when known.
+    pub version: Option<String>,
+    /// When RAUC installed it.
+    pub installed_at: Option<String>,
+}
+
+/// The short form `status.update` carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UpdateSummary {
+    /// The running slot.
+    pub slot: Slot,
+    /// The running image's version.
+    pub version: String,
+    /// The slot that boots next.
+    pub next_boot: Slot,
+    /// The last update, when it was rolled back: which slot, which version and why.
+    pub rolled_back: Option<TrialRecord>,
+}
+
+fn state_name(s: SlotState) -> (&'static str, u8) {
+    match s {
+        SlotState::Good => ("good", 0),
+        SlotState::Try { left } => ("try", left),
+        SlotState::Bad => ("bad", 0),
+    }
+}
+
+impl Daemon {
+    fn update_options(&self) -> Option<&UpdateOptions> {
+        self.inner.options.update.as_ref()
+    }
+
+    /// The image and boot, or why this daemon cannot take updates.
+    fn update_context(&self) -> Result<(UpdateOptions, (String, String), BootedFrom), String> {
+        let Some(o) = self.update_options() else {
+            return Err("updates are for the appliance image (this daemon was started without one)".into());
+        };
+        let os = std::fs::read_to_string(&o.os_release).unwrap_or_default();
+        let image = boot::image_version(&os)
+            .ok_or_else(|| format!("{} has no IMAGE_ID/IMAGE_VERSION: not a tether image", o.os_release.display()))?;
+        let cmdline = std::fs::read_to_string(&o.cmdline).unwrap_or_default();
+        let booted = BootedFrom::from_cmdline(&cmdline).ok_or_else(|| {
+            "the kernel command line names no tether.slot: this boot did not come through tether's boot script".to_string()
+        })?;
+        if booted.loader != "u-boot" {
+            return Err(format!(
+                "this board boots through {}; A/B updates run through U-Boot's boot script only so far (docs/updates.md)",
+                booted.loader
+            ));
+        }
+        Ok((o.clone(), image, booted))
+    }
+
+    /// `status.update`: the running slot and version, what boots next, a rollback.
+    pub(super) fn update_summary(&self) -> Option<UpdateSummary> {
+        let (o, (_, version), booted) = self.update_context().ok()?;
+        let dir = BootDir::new(&o.boot_dir);
+        let env = dir.read_env().ok()?;
+        let rolled_back = dir.read_trial().filter(|t| t.outcome == TrialOutcome::RolledBack);
+        Some(UpdateSummary { slot: booted.slot, version, next_boot: env.next_boot(), rolled_back })
+    }
+
+    /// `update_status`: the image, both slots, the last trial, the install's progress.
+    pub(super) async fn update_status(&self) -> Result<Value, DaemonError> {
+        let install = self.inner.updates.with(|s| s.clone());
+        let (o, (image_id, version), booted) = match self.update_context() {
+            Ok(c) => c,
+            Err(problem) => return Ok(json!({"available": false, "problem": problem, "install": install})),
+        };
+        let dir = BootDir::new(&o.boot_dir);
+        let env = dir.read_env().map_err(|e| UpdateError::Unavailable(e.to_string()))?;
+        let (rauc, rauc_problem) = match rauc::status(&o.rauc).await {
+            Ok(s) => (Some(s), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        let slots: Vec<SlotView> = Slot::ALL
+            .into_iter()
+            .map(|slot| {
+                let (state, tries_left) = state_name(env.state(slot));
+                let r = rauc.as_ref().and_then(|r| r.slots.iter().find(|s| s.bootname == slot.bootname()));
+                SlotView {
+                    slot,
+                    state,
+                    tries_left,
+                    booted: slot == booted.slot,
+                    // The running slot's own version is the image's; RAUC knows the rest.
+                    version: if slot == booted.slot {
+                        Some(version.clone())
+                    } else {
+                        r.and_then(|r| r.bundle_version.clone())
+                    },
+                    installed_at: r.and_then(|r| r.installed_at.clone()),
+                }
+            })
+            .collect();
+        let trial = dir.read_trial();
+        let health = std::fs::read(o.runtime_dir.join("health.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<HealthReport>(&b).ok());
+        Ok(json!({
+            "available": rauc_problem.is_none(),
+            "problem": rauc_problem,
+            "image": {"id": image_id, "version": version},
+            "booted": {"slot": booted.slot, "loader": booted.loader},
+            "order": env.order(),
+            "next_boot": env.next_boot(),
+            "slots": slots,
+            "trial": trial,
+            "rolled_back": trial.as_ref().filter(|t| t.outcome == TrialOutcome::RolledBack),
+            "health": health,
+            "install": install,
+        }))
+    }
+
+    fn incoming_bundle(&self) -> Result<PathBuf, DaemonError> {
+        let dir = self.inner.data_dir.as_ref().ok_or_else(|| {
+            UpdateError::Unavailable("this daemon keeps no data directory to receive a bundle in".into())
+        })?;
+        Ok(dir.join("update").join("incoming.raucb"))
+    }
+
+    /// `update_upload`: one piece of a bundle. `offset` 0 starts a new one (whatever was
+    /// received before is dropped); every other piece must continue where the last ended.
+    pub(super) async fn update_upload(&self, p: &UpdateUploadParams) -> Result<Value, DaemonError> {
+        self.update_context().map_err(UpdateError::Unavailable)?;
+        let data = base64::engine::general_purpose::STANDARD
+            .decode(p.data.as_bytes())
+            .map_err(|e| UpdateError::Upload(format!("data is not base64: {e}")))?;
+        let path = self.incoming_bundle()?;
+        let updates = &self.inner.updates;
+        let expected = updates.with(|s| match s.phase {
+            InstallPhase::Installing => Err(UpdateError::Installing),
+            InstallPhase::Receiving if p.offset != 0 => Ok(s.received),
+            _ if p.offset != 0 => {
+                Err(UpdateError::Upload(format!("no bundle is being received: start with offset 0, not {}", p.offset)))
+            }
+            _ => Ok(0),
+        })?;
+        if p.offset != expected {
+            return Err(UpdateError::Upload(format!(
+                "offset {} does not continue the bundle: {expected} bytes received so far",
+                p.offset
+            ))
+            .into());
+        }
+        let end = p.offset + data.len() as u64;
+        if p.total == 0 || p.total > MAX_BUNDLE_BYTES || end > p.total {
+            return Err(UpdateError::Upload(format!(
+                "total must be 1..={MAX_BUNDLE_BYTES} bytes and hold every piece (piece ends at {end}, total {})",
+                p.total
+            ))
+            .into());
+        }
+        let (first, total) = (p.offset == 0, p.total);
+        let write_path = path.clone();
+        let written = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            if first {
+                if let Some(parent) = write_path.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+            }
+            let mut f = std::fs::OpenOptions::new().create(true).write(true).truncate(first).append(!first).open(&write_path)?;
+            f.write_all(&data)?;
+            if end == total {
+                f.sync_all()?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+        if let Err(e) = written {
+            updates.with(|s| *s = InstallState::default());
+            let _ = std::fs::remove_file(&path);
+            return Err(UpdateError::Storage(e).into());
+        }
+        updates.with(|s| {
+            *s = InstallState {
+                phase: InstallPhase::Receiving,
+                received: end,
+                total: p.total,
+                message: format!("received {end} of {} bytes", p.total),
+                ..InstallState::default()
+            }
+        });
+        Ok(json!({"received": end, "total": p.total, "complete": end == p.total}))
+    }
+
+    /// `update_install`: RAUC installs the received bundle into the other slot, on the
+    /// daemon's own task. Refused while a task runs unless `force`. With `reboot`, the
+    /// daemon asks for the reboot that tries it once RAUC is done.
+    pub(super) async fn update_install(&self, p: &UpdateInstallParams) -> Result<Value, DaemonError> {
+        let (o, _, booted) = self.update_context().map_err(UpdateError::Unavailable)?;
+        if let Some((task, state)) = self.inner.tasks.active() {
+            if !p.force {
+                return Err(UpdateError::TaskRunning { task, state: state.as_str() }.into());
+            }
+        }
+        let path = self.incoming_bundle()?;
+        let updates = self.inner.updates.clone();
+        let target = booted.slot.other();
+        self.inner.updates.with(|s| match s.phase {
+            InstallPhase::Receiving if s.received == s.total => {
+                s.phase = InstallPhase::Installing;
+                s.percent = 0;
+                s.message = format!("installing into slot {target}");
+                Ok(())
+            }
+            InstallPhase::Receiving => {
+                Err(UpdateError::Upload(format!("the bundle is not whole: {} of {} bytes received", s.received, s.total)))
+            }
+            InstallPhase::Installing => Err(UpdateError::Installing),
+            _ => Err(UpdateError::Upload("no bundle received: send it with update_upload first".into())),
+        })?;
+        let reboot = p.reboot;
+        tracing::info!(target_slot = %target, "installing an update");
+        tokio::spawn(async move {
+            let progress_updates = updates.clone();
+            let result = rauc::install(&o.rauc, &path, move |pr| {
+                progress_updates.with(|s| {
+                    s.percent = pr.percent;
+                    s.message = pr.message;
+                })
+            })
+            .await;
+            let _ = tokio::fs::remove_file(&path).await;
+            match result {
+                Ok(()) => {
+                    tracing::info!(target_slot = %target, "update installed; it boots next, on trial");
+                    let mut asked = false;
+                    if reboot {
+                        let request = o.runtime_dir.join("reboot");
+                        match tokio::fs::write(&request, format!("update installed into slot {target}\n")).await {
+                            Ok(()) => asked = true,
+                            Err(e) => tracing::error!(error = %e, path = %request.display(), "could not ask for the reboot"),
+                        }
+                    }
+                    updates.with(|s| {
+                        s.phase = InstallPhase::Installed;
+                        s.percent = 100;
+                        s.message = if asked {
+                            format!("installed into slot {target}; rebooting to try it")
+                        } else {
+                            format!("installed into slot {target}; it is tried at the next reboot")
+                        };
+                        s.reboot_requested = asked;
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "update refused or failed");
+                    updates.with(|s| {
+                        s.phase = InstallPhase::Failed;
+                        s.error = Some(e.to_string());
+                        s.message = "the update was not installed; the running slot boots next as before".into();
+                    });
+                }
+            }
+        });
+        Ok(json!({"phase": "installing", "target": target}))
+    }
+}
+
+/// Writes the daemon's health report where the trial judge reads it (`health.json` in the
+/// runtime directory), by temporary file and rename.
+pub fn write_health(runtime_dir: &Path, report: &HealthReport) -> std::io::Result<()> {
+    let path = runtime_dir.join("health.json");
+    let tmp = runtime_dir.join("health.json.new");
+    std::fs::write(&tmp, serde_json::to_vec(report).unwrap_or_default())?;
+    std::fs::rename(&tmp, &path)
+}
