@@ -260,13 +260,13 @@ build_rootfs() {
         for f in "$r"/usr/share/tether/avahi/*.service; do
             [ -f "$f" ] && sed -i "s/@VERSION@/$VERSION/g; s/@BOARD@/$BOARD/g" "$f"
         done
-        # Updates: RAUC takes bundles for this board signed under the owner's CA only.
+        # Updates: RAUC takes bundles for this board signed under the owner CA only.
         sed -i "s/@BOARD@/$BOARD/g" "$r/etc/rauc/system.conf"
         install -m 0644 "$UPDATE_CA" "$r/etc/rauc/keyring.pem"
-        # What this image is (systemd's os-release fields for images): the daemon reports
+        # What this image is (the os-release fields systemd defines for images): the daemon reports
         # IMAGE_VERSION, and an update is a new IMAGE_VERSION in the other slot.
         printf "IMAGE_ID=tether-%s\nIMAGE_VERSION=%s\n" "$BOARD" "$VERSION" >> "$r/usr/lib/os-release"
-        # U-Boot loads the slot'"'"'s device tree from here (tether-boot.cmd).
+        # U-Boot loads the device tree of the slot from here (tether-boot.cmd).
         kdir=$(cd "$r/usr/lib" && ls -d linux-image-* 2>/dev/null | head -n1)
         if [ -n "$kdir" ]; then ln -sfn "../usr/lib/$kdir" "$r/boot/dtbs"; fi
         # Users with fixed ids (the root is read-only: nothing can add them at boot).

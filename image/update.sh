@@ -47,7 +47,9 @@ make_update_keys() {
             -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
         openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
             -keyout signing.key.pem -out signing.csr -subj "/O=tether/CN=$subject signing" 2>/dev/null
-        printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=codeSigning\n' > signing.ext
+        # codeSigning: what the image checks (check-purpose=codesign); emailProtection: what
+        # `rauc bundle` checks when it verifies its own signature (RAUC's default, S/MIME).
+        printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=codeSigning,emailProtection\n' > signing.ext
         openssl x509 -req -in signing.csr -CA ca.cert.pem -CAkey ca.key.pem -CAcreateserial -days 10957 \
             -extfile signing.ext -out signing.cert.pem 2>/dev/null
         rm -f signing.csr signing.ext ca.cert.srl

@@ -46,6 +46,11 @@ check() { echo "image: ok   $*"; }
 
 need=()
 command -v qemu-system-aarch64 >/dev/null || need+=(qemu-system-arm)
+[ -f /usr/lib/u-boot/qemu_arm64/u-boot.bin ] || need+=(u-boot-qemu)
+command -v mkimage >/dev/null || need+=(u-boot-tools)
+command -v rauc >/dev/null || need+=(rauc)
+command -v mksquashfs >/dev/null || need+=(squashfs-tools)
+command -v resize2fs >/dev/null || need+=(e2fsprogs)
 command -v ssh >/dev/null || need+=(openssh-client)
 command -v curl >/dev/null || need+=(curl)
 command -v openssl >/dev/null || need+=(openssl)
@@ -72,11 +77,14 @@ fi
 ssh-keygen -q -t ed25519 -N '' -f "$work/key" -C tether-image-test
 say "building the rpi4 image"
 t0=$(date +%s)
+# The owner's update keys for this run only (never the builder's own ~/.config ones).
+"$root/flash.sh" keygen --dir "$work/keys" 2> "$work/keygen.err" || { cat "$work/keygen.err"; fail "flash.sh keygen failed"; }
 # The `lab` profile (dev without debug info): this checks the image, and a release build's
 # thin LTO over every dependency costs minutes each run (flash.sh's default is release).
 TETHER_IMAGE_PROFILE=${TETHER_IMAGE_PROFILE:-lab} \
 TETHER_IMAGE_TARGET_DIR=${TETHER_IMAGE_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tether-image/target} \
-    "$root/flash.sh" build --board rpi4 --out "$work/out" --ssh-key "$work/key.pub" > "$work/build.out" 2> "$work/build.err" ||
+    "$root/flash.sh" build --board rpi4 --out "$work/out" --ssh-key "$work/key.pub" --version lab-1 \
+        --update-keys "$work/keys" > "$work/build.out" 2> "$work/build.err" ||
     { tail -n 40 "$work/build.err"; fail "flash.sh build failed"; }
 build_s=$(( $(date +%s) - t0 ))
 grep -E '^\[[0-9]/[0-9]\]' "$work/build.err" | sed 's/^/    /'
@@ -136,21 +144,35 @@ code=${new_url#*#code=}; code=${code%%&*}
 [ "$code" != "$old_code" ] || fail "flash.sh pair printed the same code"
 check "flash.sh pair replaces the owner code in the image, same CA"
 truncate -s +1G "$work/disk.img"
+# The lab's kernel arguments ride in the boot state U-Boot reads (tether.env on the FAT
+# partition; the boot script adds tether_extra_args to every boot, and `tether bootslot`
+# keeps the variable when it rewrites the file): QEMU's console, and the sim.
+mtype -i "$fat" ::tether.env > "$work/tether.env" || fail "no tether.env on the boot partition"
+grep -qx 'tether_order=a b' "$work/tether.env" || fail "tether.env does not start with slot a first: $(cat "$work/tether.env")"
+echo "tether_extra_args=console=ttyAMA0 systemd.setenv=TETHER_SIM=1 tether.sim" >> "$work/tether.env"
+boot_start=$(sfdisk -J "$work/disk.img" | python3 -c 'import json,sys; print(json.load(sys.stdin)["partitiontable"]["partitions"][0]["start"])')
+mcopy -o -i "$work/disk.img@@$(( boot_start * 512 ))" "$work/tether.env" ::tether.env || fail "could not write tether.env"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 https_port=$(free_port)
 ssh_port=$(free_port)
-say "booting under qemu-system-aarch64 -M virt (TCG); HTTPS on 127.0.0.1:$https_port"
+# start_vm: boots the disk through Debian's qemu_arm64 U-Boot (-bios), which runs the
+# image's boot.scr (tether's A/B selection) from the FAT partition: the board's own boot
+# path, not a kernel handed over by QEMU. A guest reboot resets the machine and goes
+# through U-Boot again (no -no-reboot); the console log is appended across restarts.
+start_vm() {
+    # restrict=on: the guest reaches nothing but the forwarded ports (no network beyond loopback).
+    qemu-system-aarch64 -M virt -cpu cortex-a72 -smp 2 -m 1024 -accel tcg,thread=multi \
+        -nodefaults -no-user-config -display none \
+        -chardev "file,id=con,path=$work/console.log,append=on" -serial chardev:con \
+        -bios /usr/lib/u-boot/qemu_arm64/u-boot.bin \
+        -drive "file=$work/disk.img,if=none,format=raw,id=disk,cache=writeback" -device virtio-blk-pci,drive=disk \
+        -netdev "user,id=net,restrict=on,hostfwd=tcp:127.0.0.1:$https_port-:443,hostfwd=tcp:127.0.0.1:$ssh_port-:22" \
+        -device virtio-net-pci,netdev=net &
+    qemu_pid=$!
+}
+say "booting under qemu-system-aarch64 -M virt (TCG) through U-Boot; HTTPS on 127.0.0.1:$https_port"
 boot_t0=$(date +%s)
-# restrict=on: the guest reaches nothing but the forwarded ports (no network beyond loopback).
-qemu-system-aarch64 -M virt -cpu cortex-a72 -smp 2 -m 1024 -accel tcg,thread=multi \
-    -nodefaults -no-user-config -display none -serial "file:$work/console.log" -no-reboot \
-    -kernel "$work/out/tether-rpi4.vmlinuz" -initrd "$work/out/tether-rpi4.initrd.img" \
-    -append "root=LABEL=tether-a ro rootwait console=ttyAMA0 panic=-1 systemd.setenv=TETHER_SIM=1 tether.sim" \
-    -drive "file=$work/disk.img,if=none,format=raw,id=disk" -device virtio-blk-pci,drive=disk \
-    -netdev "user,id=net,restrict=on,hostfwd=tcp:127.0.0.1:$https_port-:443,hostfwd=tcp:127.0.0.1:$ssh_port-:22" \
-    -device virtio-net-pci,netdev=net &
-qemu_pid=$!
-
+start_vm
 deadline=$(( $(date +%s) + 600 ))
 until curl -sk --max-time 5 -o /dev/null "https://127.0.0.1:$https_port/ca.crt"; do
     kill -0 "$qemu_pid" 2>/dev/null || fail "QEMU exited before HTTPS answered"
@@ -370,6 +392,10 @@ for r in board=rpi4 task=none version=; do
 done
 [ "$(ssh_do systemctl is-active avahi-daemon.service)" = active ] || fail "avahi-daemon is not active"
 check "avahi announces _tether._tcp with the daemon's records (board, phone, task, version)"
+
+# --- updates: A/B slots, signed bundles, trial and rollback (tests/vm/update.sh) ------------------
+# shellcheck source=tests/vm/update.sh
+source "$root/tests/vm/update.sh"
 
 echo "image: build ${build_s} s, boot to HTTPS ${boot_s} s"
 echo "tests/vm: suite image: PASS"

@@ -68,8 +68,10 @@ pub struct UpdateOptions {
     pub boot_dir: PathBuf,
     /// `/etc/os-release` (IMAGE_ID, IMAGE_VERSION).
     pub os_release: PathBuf,
-    /// `/proc/cmdline` (tether.slot=, tether.boot=).
-    pub cmdline: PathBuf,
+    /// Where the kernel command line is read (tether.slot=, tether.boot=), first readable
+    /// wins: `/proc/cmdline`, which the daemon's sandbox hides (ProcSubset=pid), then the
+    /// device tree's `/chosen/bootargs`, which U-Boot and the Pi firmware both fill.
+    pub cmdline: Vec<PathBuf>,
     /// The daemon's runtime directory: `health.json` and the `reboot` request go here.
     pub runtime_dir: PathBuf,
     /// The `rauc` program.
@@ -82,7 +84,10 @@ impl UpdateOptions {
         UpdateOptions {
             boot_dir: PathBuf::from(boot::BOOT_DIR),
             os_release: PathBuf::from("/etc/os-release"),
-            cmdline: PathBuf::from("/proc/cmdline"),
+            cmdline: vec![
+                PathBuf::from("/proc/cmdline"),
+                PathBuf::from("/sys/firmware/devicetree/base/chosen/bootargs"),
+            ],
             runtime_dir,
             rauc: PathBuf::from("rauc"),
         }
@@ -195,7 +200,9 @@ impl Daemon {
         let os = std::fs::read_to_string(&o.os_release).unwrap_or_default();
         let image = boot::image_version(&os)
             .ok_or_else(|| format!("{} has no IMAGE_ID/IMAGE_VERSION: not a tether image", o.os_release.display()))?;
-        let cmdline = std::fs::read_to_string(&o.cmdline).unwrap_or_default();
+        let cmdline = o.cmdline.iter().find_map(|p| std::fs::read(p).ok()).unwrap_or_default();
+        // The device tree's string ends in a NUL.
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
         let booted = BootedFrom::from_cmdline(&cmdline).ok_or_else(|| {
             "the kernel command line names no tether.slot: this boot did not come through tether's boot script".to_string()
         })?;
