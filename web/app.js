@@ -7,8 +7,9 @@ import { devicePage } from './device.js';
 import { livePage } from './live.js';
 import { loginPage, pairingPage } from './login.js';
 import { tasksPage } from './tasks.js';
+import { updatePage } from './update.js';
 
-const PAGES = { live: livePage, tasks: tasksPage, access: accessPage, device: devicePage };
+const PAGES = { live: livePage, tasks: tasksPage, access: accessPage, device: devicePage, update: updatePage };
 const main = document.getElementById('main');
 const bar = document.getElementById('bar');
 // `app.onStatus(fn)`: pages hear each `status` the shell polls (the running task, its

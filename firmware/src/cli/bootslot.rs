@@ -125,6 +125,15 @@ fn trial(dir: &BootDir, deadline: Duration, max_restarts: u32, no_reboot: bool) 
         println!("not booted by tether's boot script (no tether.slot= on the command line): nothing to judge");
         return Ok(ExitCode::SUCCESS);
     };
+    if !dir.path().join(boot::BOOT_ENV_FILE).is_file() {
+        bail!(
+            "booted slot {} by {}, but {} has no {}: is the boot partition mounted?",
+            booted.slot,
+            booted.loader,
+            dir.path().display(),
+            boot::BOOT_ENV_FILE
+        );
+    }
     let mut env = dir.read_env().context("read the boot state")?;
     if let Some(abandoned) = env.abandoned_trial(booted.slot) {
         record_rollback(dir, &mut env, abandoned)?;

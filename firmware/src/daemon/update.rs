@@ -130,22 +130,33 @@ pub struct InstallState {
     pub reboot_requested: bool,
 }
 
-/// The daemon's update state: the install's progress. A std mutex held for field updates
-/// only, never across an await; it is the updater's state, not the phone's, so it is not
-/// the phone owner's ([`super::phone`]). Shared with the install's own task.
-#[derive(Debug, Default, Clone)]
+/// The daemon's update state: the install's progress, in a watch channel (changed by the
+/// upload and the install's own task, read by `update_status`; waiters see each change).
+/// It is the updater's state, not the phone's, so it is not the phone owner's
+/// ([`super::phone`]).
+#[derive(Debug, Clone)]
 pub struct Updates {
-    install: Arc<std::sync::Mutex<InstallState>>,
+    install: Arc<tokio::sync::watch::Sender<InstallState>>,
+}
+
+impl Default for Updates {
+    fn default() -> Self {
+        Updates { install: Arc::new(tokio::sync::watch::Sender::new(InstallState::default())) }
+    }
 }
 
 impl Updates {
+    /// Changes the state; every subscriber is told.
     fn with<T>(&self, f: impl FnOnce(&mut InstallState) -> T) -> T {
-        let mut guard = match self.install.lock() {
-            Ok(g) => g,
-            // A panic while holding it left plain data: carry on with it.
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        f(&mut guard)
+        let mut out = None;
+        self.install.send_modify(|s| out = Some(f(s)));
+        // send_modify always runs the closure.
+        out.unwrap_or_else(|| unreachable!("send_modify runs its closure"))
+    }
+
+    /// The install's state, and its changes.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<InstallState> {
+        self.install.subscribe()
     }
 }
 
@@ -430,4 +441,205 @@ pub fn write_health(runtime_dir: &Path, report: &HealthReport) -> std::io::Resul
     let tmp = runtime_dir.join("health.json.new");
     std::fs::write(&tmp, serde_json::to_vec(report).unwrap_or_default())?;
     std::fs::rename(&tmp, &path)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::daemon::{Caller, DaemonOptions, Devices, RequestId, Role};
+    use crate::device::hid::RecordingSink;
+    use crate::device::sim::{SimConfig, SimPhone};
+    use crate::protocol::Call;
+
+    /// A fake appliance in a temporary directory: os-release, a command line, the boot
+    /// partition's state, and a `rauc` that answers `status` and installs with `outcome`
+    /// (`ok`, or the reason it prints as RAUC does before failing).
+    struct Appliance {
+        dir: tempfile::TempDir,
+    }
+
+    impl Appliance {
+        fn new(rauc_install: &str) -> Appliance {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let p = dir.path();
+            for d in ["boot", "run", "data"] {
+                std::fs::create_dir(p.join(d)).expect("dir");
+            }
+            std::fs::write(p.join("os-release"), "ID=debian\nIMAGE_ID=tether-rpi4\nIMAGE_VERSION=lab-1\n").expect("write");
+            std::fs::write(p.join("bootargs"), b"root=PARTUUID=74657468-02 ro tether.slot=a tether.boot=u-boot\0")
+                .expect("write");
+            let status = r#"{"compatible":"tether-rpi4","booted":"a","boot_primary":"rootfs.0","slots":[{"rootfs.1":{"bootname":"b","state":"inactive","boot_status":"bad","slot_status":{"bundle":{"compatible":null}}}},{"rootfs.0":{"bootname":"a","state":"booted","boot_status":"good","slot_status":{"bundle":{"compatible":null}}}}]}"#;
+            let script = format!(
+                "#!/bin/sh\ncase \"$1\" in\nstatus) echo '{status}' ;;\ninstall) test -s \"$2\" || {{ echo 'LastError: no bundle'; exit 1; }}; cp \"$2\" \"$(dirname \"$0\")/installed\"; echo installing; echo '  0% Installing'; echo ' 40% Copying image to rootfs.1'; {rauc_install} ;;\nesac\n"
+            );
+            std::fs::write(p.join("rauc"), script).expect("write");
+            std::fs::set_permissions(p.join("rauc"), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+            Appliance { dir }
+        }
+
+        fn options(&self) -> UpdateOptions {
+            let p = self.dir.path();
+            UpdateOptions {
+                boot_dir: p.join("boot"),
+                os_release: p.join("os-release"),
+                // The first is missing, as /proc/cmdline is in the daemon's sandbox.
+                cmdline: vec![p.join("no-cmdline"), p.join("bootargs")],
+                runtime_dir: p.join("run"),
+                rauc: p.join("rauc"),
+            }
+        }
+
+        fn daemon(&self, update: bool) -> Daemon {
+            let phone = SimPhone::new(SimConfig { capture_width: 320, capture_height: 180, fps: 10, ..SimConfig::default() });
+            Daemon::start(
+                Devices { hid: Box::new(RecordingSink::default()), video: Box::new(phone.display()), sim: Some(phone) },
+                DaemonOptions {
+                    sim: true,
+                    data_dir: Some(self.dir.path().join("data")),
+                    update: update.then(|| self.options()),
+                    ..DaemonOptions::default()
+                },
+            )
+            .expect("daemon")
+        }
+    }
+
+    fn call(text: &str) -> Call {
+        crate::protocol::parse_request(text.as_bytes()).expect("request").call
+    }
+
+    fn code(r: &Result<Value, DaemonError>) -> Option<ErrorCode> {
+        r.as_ref().err().map(|e| e.code().0)
+    }
+
+    async fn upload(d: &Daemon, bundle: &[u8], piece: usize) -> Result<Value, DaemonError> {
+        let s = d.open_session(Caller::in_process(Role::Admin));
+        let mut last = Ok(Value::Null);
+        for (i, chunk) in bundle.chunks(piece).enumerate() {
+            let data = base64::engine::general_purpose::STANDARD.encode(chunk);
+            let text = format!(
+                r#"{{"id":{i},"method":"update_upload","offset":{},"total":{},"data":"{data}"}}"#,
+                i * piece,
+                bundle.len()
+            );
+            last = d.handle(&s, RequestId(i as u64 + 1), &call(&text)).await;
+            last.as_ref().map_err(|e| e.to_string()).expect("piece");
+        }
+        last
+    }
+
+    async fn wait_phase(d: &Daemon, phase: InstallPhase) -> InstallState {
+        let mut rx = d.inner.updates.subscribe();
+        let state = tokio::time::timeout(Duration::from_secs(30), rx.wait_for(|s| s.phase == phase))
+            .await
+            .expect("the install ends")
+            .expect("the daemon lives");
+        state.clone()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn status_shows_the_image_slots_and_a_rollback() {
+        let a = Appliance::new("exit 0");
+        let d = a.daemon(true);
+        let s = d.open_session(Caller::in_process(Role::View));
+        let st = d.handle(&s, RequestId(1), &call(r#"{"id":1,"method":"update_status"}"#)).await.expect("status");
+        assert_eq!(st["available"], true, "{st}");
+        assert_eq!((st["image"]["version"].as_str(), st["booted"]["slot"].as_str()), (Some("lab-1"), Some("a")));
+        assert_eq!(st["slots"][0]["state"], "good");
+        assert_eq!(st["slots"][0]["version"], "lab-1");
+        assert_eq!(st["slots"][1]["state"], "bad");
+        assert_eq!(st["next_boot"], "a");
+        assert!(st["rolled_back"].is_null());
+        // The judge recorded a rollback of b at this boot: status and `status.update` say so.
+        let boot = BootDir::new(a.dir.path().join("boot"));
+        boot.write_trial(&TrialRecord {
+            slot: Slot::B,
+            version: Some("lab-bad".into()),
+            outcome: TrialOutcome::RolledBack,
+            reason: "the daemon's health check failed: https: no answer".into(),
+            at_unix: 1,
+        })
+        .expect("write");
+        let st = d.handle(&s, RequestId(2), &call(r#"{"id":2,"method":"update_status"}"#)).await.expect("status");
+        assert_eq!(st["rolled_back"]["version"], "lab-bad", "{st}");
+        let summary = d.status().await.update.expect("the appliance's summary");
+        assert_eq!((summary.slot, summary.version.as_str(), summary.next_boot), (Slot::A, "lab-1", Slot::A));
+        assert!(summary.rolled_back.is_some_and(|r| r.reason.contains("health check")));
+        // Off the appliance: unavailable, and why.
+        let plain = a.daemon(false);
+        let s = plain.open_session(Caller::in_process(Role::View));
+        let st = plain.handle(&s, RequestId(1), &call(r#"{"id":1,"method":"update_status"}"#)).await.expect("status");
+        assert_eq!(st["available"], false);
+        assert!(st["problem"].as_str().is_some_and(|p| p.contains("appliance image")), "{st}");
+        assert!(plain.status().await.update.is_none());
+        let up = plain
+            .handle(&s, RequestId(2), &call(r#"{"id":2,"method":"update_upload","offset":0,"total":3,"data":"AAAA"}"#))
+            .await;
+        assert_eq!(code(&up), Some(ErrorCode::PermissionDenied), "view may not upload");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_bundle_in_pieces_is_installed_by_rauc_and_the_reboot_asked_for() {
+        let a = Appliance::new("echo '100% Installing done.'; exit 0");
+        let d = a.daemon(true);
+        let bundle: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let last = upload(&d, &bundle, 30_000).await.expect("upload");
+        assert_eq!((last["received"].as_u64(), last["complete"].as_bool()), (Some(100_000), Some(true)));
+        let s = d.open_session(Caller::in_process(Role::Admin));
+        let started = d.handle(&s, RequestId(9), &call(r#"{"id":9,"method":"update_install"}"#)).await.expect("install");
+        assert_eq!(started["target"], "b");
+        let done = wait_phase(&d, InstallPhase::Installed).await;
+        assert_eq!(done.percent, 100);
+        assert!(done.reboot_requested && done.message.contains("rebooting"), "{done:?}");
+        // RAUC got the bundle byte for byte; the daemon's copy is gone; the reboot is asked.
+        assert_eq!(std::fs::read(a.dir.path().join("installed")).expect("installed"), bundle);
+        assert!(!a.dir.path().join("data/update/incoming.raucb").exists());
+        let request = std::fs::read_to_string(a.dir.path().join("run/reboot")).expect("reboot request");
+        assert!(request.contains("slot b"), "{request}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn refusals_keep_the_running_slot_and_say_why() {
+        let a = Appliance::new(
+            "echo 'LastError: Failed to check bundle: signature verification failed: unable to get local issuer certificate'; exit 1",
+        );
+        let d = a.daemon(true);
+        let s = d.open_session(Caller::in_process(Role::Admin));
+        // Nothing received yet.
+        let r = d.handle(&s, RequestId(1), &call(r#"{"id":1,"method":"update_install"}"#)).await;
+        assert_eq!(code(&r), Some(ErrorCode::InvalidParams));
+        // A piece that does not continue the bundle.
+        let r = d
+            .handle(&s, RequestId(2), &call(r#"{"id":2,"method":"update_upload","offset":6,"total":9,"data":"AAAA"}"#))
+            .await;
+        assert_eq!(code(&r), Some(ErrorCode::InvalidParams));
+        let r = d
+            .handle(&s, RequestId(3), &call(r#"{"id":3,"method":"update_upload","offset":0,"total":2,"data":"AAAA"}"#))
+            .await;
+        assert_eq!(code(&r), Some(ErrorCode::InvalidParams), "3 bytes do not fit a total of 2");
+        // Half a bundle is not installed.
+        let r = d
+            .handle(&s, RequestId(4), &call(r#"{"id":4,"method":"update_upload","offset":0,"total":6,"data":"AAAA"}"#))
+            .await;
+        assert!(r.is_ok(), "{r:?}");
+        let r = d.handle(&s, RequestId(5), &call(r#"{"id":5,"method":"update_install"}"#)).await;
+        assert_eq!(code(&r), Some(ErrorCode::InvalidParams));
+        // While a task runs: refused unless forced.
+        upload(&d, b"bundle", 6).await.expect("upload");
+        let op = d.open_session(Caller::in_process(Role::Operate));
+        d.handle(&op, RequestId(6), &call(r#"{"id":6,"method":"task_open","title":"busy","events":false}"#))
+            .await
+            .expect("task");
+        let r = d.handle(&s, RequestId(7), &call(r#"{"id":7,"method":"update_install"}"#)).await;
+        assert_eq!(code(&r), Some(ErrorCode::TaskActive), "{r:?}");
+        // Forced: RAUC refuses the signature; the daemon says so and asks for no reboot.
+        d.handle(&s, RequestId(8), &call(r#"{"id":8,"method":"update_install","force":true}"#)).await.expect("forced");
+        let failed = wait_phase(&d, InstallPhase::Failed).await;
+        assert!(failed.error.as_deref().is_some_and(|e| e.contains("signature verification failed")), "{failed:?}");
+        assert!(!a.dir.path().join("run/reboot").exists());
+        assert!(!a.dir.path().join("data/update/incoming.raucb").exists());
+    }
 }

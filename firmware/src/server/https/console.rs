@@ -44,11 +44,12 @@ const FILES: &[Asset] = &[
     asset!("tasks.js", "text/javascript; charset=utf-8"),
     asset!("access.js", "text/javascript; charset=utf-8"),
     asset!("device.js", "text/javascript; charset=utf-8"),
+    asset!("update.js", "text/javascript; charset=utf-8"),
     asset!("icon.svg", "image/svg+xml"),
 ];
 
 /// The console's pages: each is `index.html`, which reads its path.
-const PAGES: &[&str] = &["/", "/pair", "/live", "/tasks", "/access", "/device"];
+const PAGES: &[&str] = &["/", "/pair", "/live", "/tasks", "/access", "/device", "/update"];
 
 /// A file ready to serve.
 struct Prepared {
