@@ -233,6 +233,9 @@ pub struct Config {
     pub ocr: OcrSettings,
     /// Task recordings: quality and disk caps (`[recording]`).
     pub recording: RecordingSettings,
+    /// Where updates find the boot partition, os-release, the kernel command line and RAUC
+    /// (`[update]`; the image's paths by default).
+    pub update: crate::daemon::update::UpdateOptions,
 }
 
 /// `[ocr]`: the text reader (Tesseract in a worker process; see `device::ocr`).
@@ -418,6 +421,7 @@ struct ConfigFile {
     act: Option<ActSettings>,
     ocr: Option<OcrSettings>,
     recording: Option<RecordingSettings>,
+    update: Option<crate::daemon::update::UpdateOptions>,
 }
 
 /// Errors loading the configuration.
@@ -540,6 +544,7 @@ impl Config {
             act: ActSettings::default(),
             ocr: OcrSettings::default(),
             recording: RecordingSettings::default(),
+            update: crate::daemon::update::UpdateOptions::default(),
         }
     }
 
@@ -621,6 +626,7 @@ impl Config {
             act,
             ocr,
             recording,
+            update,
         } = file;
         c.sim = sim.unwrap_or(c.sim);
         c.data_dir = data_dir.unwrap_or(c.data_dir);
@@ -650,6 +656,7 @@ impl Config {
         c.act = act.unwrap_or(c.act);
         c.ocr = ocr.unwrap_or(c.ocr);
         c.recording = recording.unwrap_or(c.recording);
+        c.update = update.unwrap_or(c.update);
         c.validate()?;
         Ok(c)
     }

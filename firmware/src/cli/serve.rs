@@ -279,7 +279,9 @@ pub fn run_serve(opts: ServeOptions) -> anyhow::Result<ExitCode> {
                 recording: config.recording,
                 // Updates need the appliance image (IMAGE_VERSION) booted through tether's
                 // boot script; anywhere else `update_status` says why not.
-                update: runtime_dir.clone().map(tether::daemon::update::UpdateOptions::appliance),
+                update: runtime_dir
+                    .clone()
+                    .map(|dir| tether::daemon::update::UpdateOptions { runtime_dir: dir, ..config.update.clone() }),
             },
         )
         .context("start daemon")?;

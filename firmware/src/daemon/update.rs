@@ -61,8 +61,10 @@ impl UpdateError {
     }
 }
 
-/// Where the daemon finds the appliance's boot and updater.
-#[derive(Debug, Clone)]
+/// Where the daemon finds the appliance's boot and updater (`[update]` in the config; the
+/// defaults are the image's paths).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct UpdateOptions {
     /// The FAT boot partition's mount point (`tether.env`, `tether-trial.json`).
     pub boot_dir: PathBuf,
@@ -72,10 +74,18 @@ pub struct UpdateOptions {
     /// wins: `/proc/cmdline`, which the daemon's sandbox hides (ProcSubset=pid), then the
     /// device tree's `/chosen/bootargs`, which U-Boot and the Pi firmware both fill.
     pub cmdline: Vec<PathBuf>,
-    /// The daemon's runtime directory: `health.json` and the `reboot` request go here.
+    /// The daemon's runtime directory: `health.json` and the `reboot` request go here (the
+    /// control socket's directory; not a config key).
+    #[serde(skip)]
     pub runtime_dir: PathBuf,
     /// The `rauc` program.
     pub rauc: PathBuf,
+}
+
+impl Default for UpdateOptions {
+    fn default() -> Self {
+        UpdateOptions::appliance(PathBuf::from("/run/tether"))
+    }
 }
 
 impl UpdateOptions {
