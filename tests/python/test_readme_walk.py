@@ -430,6 +430,8 @@ class ReadmeWalk(unittest.TestCase):
         (r"^claude mcp add tether -- tether mcp --url https://tether\.local$", "mcp_add_remote"),
         (r"^\./flash\.sh build --board rpi4$", ("covered", "tests/vm/run.sh image")),
         (r"^\./flash\.sh write ", ("covered", "tests/image/test_write.sh")),
+        (r"^\./flash\.sh bundle --board rpi4 --version 1\.3$", ("covered", "tests/vm/run.sh image")),
+        (r"^tether update out/tether-rpi4-1\.3\.raucb --url https://tether\.local$", ("covered", "tests/vm/run.sh image")),
         (r"^tether gadget up --udc fe980000\.usb$", ("covered", "tests/vm/run.sh hid")),
         (r"^tether serve --video v4l2$", ("covered", "tests/vm/run.sh video")),
         (r"^tether calibrate$", "calibrate"),

@@ -102,6 +102,11 @@ mdir -i "$fat" ::overlays/tether-tc358743.dtbo >/dev/null 2>&1 || fail "no overl
 mtype -i "$fat" ::config.txt | grep -qx 'dtoverlay=tether-tc358743' || fail "config.txt does not load the tc358743 overlay"
 check "boot partition: overlays/tether-tc358743.dtbo, loaded by config.txt"
 
+# The update bundles (tests/vm/update.sh), from the same build, before HOME is the test's.
+# shellcheck source=tests/vm/update.sh
+source "$root/tests/vm/update.sh"
+update_bundles
+
 # --- the aarch64 binary under qemu-user ------------------------------------------------------
 bin="$work/out/tether-rpi4.aarch64"
 doctor=$(qemu-aarch64-static -L /usr/aarch64-linux-gnu "$bin" doctor --json --board "$root/board/rpi4/board.toml") ||
@@ -394,8 +399,7 @@ done
 check "avahi announces _tether._tcp with the daemon's records (board, phone, task, version)"
 
 # --- updates: A/B slots, signed bundles, trial and rollback (tests/vm/update.sh) ------------------
-# shellcheck source=tests/vm/update.sh
-source "$root/tests/vm/update.sh"
+update_cases
 
 echo "image: build ${build_s} s, boot to HTTPS ${boot_s} s"
 echo "tests/vm: suite image: PASS"

@@ -1,5 +1,6 @@
-# The update cases of the image suite (sourced by tests/vm/image.sh once the image has
-# booted slot A through U-Boot and passed its checks). Uses image.sh's helpers and state:
+# The update cases of the image suite (sourced by tests/vm/image.sh: update_bundles right
+# after the image is built, update_cases once it has booted slot A through U-Boot and
+# passed its checks). Uses image.sh's helpers and state:
 # fail, check, say, ssh_do, start_vm, qemu_pid, work, root, tether_bin, https_port, HOME
 # (holding the owner's login), $work/ca.crt, $work/keys (the owner's update keys).
 #
@@ -16,7 +17,6 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2154  # set by image.sh
 
-url="https://127.0.0.1:$https_port"
 api() {
     curl -sS --max-time "${2:-30}" --cacert "$work/ca.crt" --resolve "tether.local:$https_port:127.0.0.1" \
         -H "Authorization: Bearer $lab_token" "https://tether.local:$https_port$1"
@@ -53,6 +53,7 @@ wait_https() {
 slot_b_head() { ssh_do "head -c 16777216 /dev/disk/by-partuuid/74657468-03 | sha256sum | cut -c1-16"; }
 
 # --- bundles ---------------------------------------------------------------------------------
+update_bundles() {
 say "building the update bundles (flash.sh bundle)"
 t0=$(date +%s)
 TETHER_IMAGE_PROFILE=${TETHER_IMAGE_PROFILE:-lab} \
@@ -81,13 +82,18 @@ TETHER_IMAGE_TARGET_DIR=${TETHER_IMAGE_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cach
 bad="$work/bundles/tether-rpi4-lab-bad.raucb"
 # A stranger's bundle: right board, another CA.
 "$root/flash.sh" keygen --dir "$work/stranger" 2>/dev/null || fail "keygen (stranger) failed"
-mkdir -p "$work/stranger-content"
-truncate -s 8M "$work/stranger-content/rootfs.ext4"
-mke2fs -q -t ext4 -F "$work/stranger-content/rootfs.ext4"
+mkdir -p "$work/stranger-content" "$work/stranger-root"
+# Some bytes that do not compress: RAUC wants a squashfs larger than one block.
+head -c 1048576 /dev/urandom > "$work/stranger-root/noise"
+mke2fs -q -t ext4 -d "$work/stranger-root" "$work/stranger-content/rootfs.ext4" 8M
 printf '[update]\ncompatible=tether-rpi4\nversion=stranger\n\n[bundle]\nformat=verity\n\n[image.rootfs]\nfilename=rootfs.ext4\n' \
     > "$work/stranger-content/manifest.raucm"
 rauc bundle --cert="$work/stranger/signing.cert.pem" --key="$work/stranger/signing.key.pem" \
     "$work/stranger-content" "$work/bundles/stranger.raucb" > /dev/null 2>&1 || fail "rauc bundle (stranger) failed"
+}
+
+update_cases() {
+url="https://127.0.0.1:$https_port"
 
 # --- 0: before ----------------------------------------------------------------------------------
 "$tether_bin" token add lab-ci --role view --url "$url" --json > "$work/token.json" || fail "tether token add failed"
@@ -115,12 +121,13 @@ check "a bundle signed under another CA is refused ($(grep -iE 'not installed' "
 "$tether_bin" update "$good" --url "$url" --no-reboot > "$work/update2.out" 2>&1 &
 updater=$!
 deadline=$(( $(date +%s) + 600 ))
-install_t0=""
+started_upload=false
 while :; do
     msg=$(status_field 's["install"]["phase"] + " " + s["install"]["message"]' 2>/dev/null || true)
+    # The last case's phase (failed) stays until this upload's first piece arrives.
     case "$msg" in
-        installing*) [ -n "$install_t0" ] || install_t0=$(date +%s) ;;
-        installed*|failed*) fail "the install ended before the power cut: $msg" ;;
+        receiving*|installing*) started_upload=true ;;
+        installed*|failed*) if $started_upload; then fail "the install ended before the power cut: $msg"; fi ;;
     esac
     # RAUC is writing once the start of slot b is no longer what it was.
     if [[ "$msg" == installing* ]] && [ "$(slot_b_head)" != "$head_before" ]; then break; fi
@@ -163,3 +170,4 @@ check "a good bundle: b runs lab-2, judged healthy and marked good, a kept as th
 grep -E "uploaded 100%|RAUC is installing|rebooting|went away|updated" "$work/update4.out" | sed 's/^/    /'
 echo "image: update bench: bundle $(stat -c %s "$good") bytes, built in ${bundle_s} s; good update end to end ${update_s} s; reboot after the power cut to HTTPS ${reboot_s} s"
 : "$installed_line"
+}

@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use clap::Subcommand;
 use tether::device::boot::files::BootDir;
 use tether::device::boot::{
-    self, rauc, BootEnv, BootedFrom, HealthReport, Slot, TrialOutcome, TrialRecord, BOOT_DIR, HEALTH_FILE,
+    self, rauc, BootEnv, BootedFrom, HealthReport, Slot, SlotState, TrialOutcome, TrialRecord, BOOT_DIR, HEALTH_FILE,
 };
 
 /// How many boots a freshly installed slot gets before U-Boot passes over it (a boot that
@@ -135,8 +135,14 @@ fn trial(dir: &BootDir, deadline: Duration, max_restarts: u32, no_reboot: bool) 
         );
     }
     let mut env = dir.read_env().context("read the boot state")?;
-    if let Some(abandoned) = env.abandoned_trial(booted.slot) {
-        record_rollback(dir, &mut env, abandoned)?;
+    // Back on this slot after the other one's trial: it failed (its judge said why and
+    // rebooted), or ended without a verdict (the boot script passed over it).
+    let failed_elsewhere = dir
+        .read_trial()
+        .filter(|t| t.slot != booted.slot && matches!(t.outcome, TrialOutcome::Failed | TrialOutcome::Trying))
+        .map(|t| t.slot);
+    if let Some(other) = env.abandoned_trial(booted.slot).or(failed_elsewhere) {
+        record_rollback(dir, &mut env, other)?;
     }
     if booted.loader != "u-boot" {
         println!("booted slot {} by {}: trials are judged only for U-Boot's boot script", booted.slot, booted.loader);
@@ -155,7 +161,11 @@ fn trial(dir: &BootDir, deadline: Duration, max_restarts: u32, no_reboot: bool) 
         at_unix: now_unix(),
     };
     dir.write_trial(&record).context("record the trial")?;
-    println!("slot {} (version {}) is on trial: waiting for the daemon's health report", booted.slot, version.as_deref().unwrap_or("unknown"));
+    println!(
+        "slot {} (version {}) is on trial: waiting for the daemon's health report",
+        booted.slot,
+        version.as_deref().unwrap_or("unknown")
+    );
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let verdict = wait_for_verdict(deadline, max_restarts);
     match verdict {
@@ -184,7 +194,11 @@ fn trial(dir: &BootDir, deadline: Duration, max_restarts: u32, no_reboot: bool) 
                 dir.write_env(&env)?;
             }
             if no_reboot {
-                println!("--no-reboot: staying on slot {}; the next boot is slot {}", booted.slot, dir.read_env()?.next_boot());
+                println!(
+                    "--no-reboot: staying on slot {}; the next boot is slot {}",
+                    booted.slot,
+                    dir.read_env()?.next_boot()
+                );
             } else {
                 println!("rebooting into slot {}", dir.read_env()?.next_boot());
                 let status = Command::new("systemctl").arg("reboot").status().context("systemctl reboot")?;
@@ -218,8 +232,10 @@ fn record_rollback(dir: &BootDir, env: &mut BootEnv, slot: Slot) -> anyhow::Resu
     record.outcome = TrialOutcome::RolledBack;
     record.at_unix = now_unix();
     dir.write_trial(&record)?;
-    env.set_state(slot, "bad")?;
-    dir.write_env(env)?;
+    if env.state(slot) != SlotState::Bad {
+        env.set_state(slot, "bad")?;
+        dir.write_env(env)?;
+    }
     println!("the update in slot {slot} was rolled back: {}", record.reason);
     Ok(())
 }
@@ -230,7 +246,11 @@ fn wait_for_verdict(deadline: Duration, max_restarts: u32) -> Result<HealthRepor
     loop {
         if let Ok(bytes) = std::fs::read(HEALTH_FILE) {
             if let Ok(report) = serde_json::from_slice::<HealthReport>(&bytes) {
-                return if report.ok { Ok(report) } else { Err(format!("the daemon's health check failed: {}", report.reason)) };
+                return if report.ok {
+                    Ok(report)
+                } else {
+                    Err(format!("the daemon's health check failed: {}", report.reason))
+                };
             }
         }
         let unit = unit_state("tether.service");

@@ -28,10 +28,15 @@ pub struct HealthPlan {
 
 /// Runs the checks and writes the report; logs the outcome.
 pub async fn report_health(plan: HealthPlan) {
-    let mut checks = vec![HealthCheck { name: "daemon".into(), ok: true, detail: "started; control socket bound".into() }];
+    let mut checks =
+        vec![HealthCheck { name: "daemon".into(), ok: true, detail: "started; control socket bound".into() }];
     checks.push(match plan.https {
         Some((port, pin)) => https_check(port, pin, plan.patience).await,
-        None => HealthCheck { name: "https".into(), ok: false, detail: "HTTPS is not serving (see the daemon's log)".into() },
+        None => HealthCheck {
+            name: "https".into(),
+            ok: false,
+            detail: "HTTPS is not serving (see the daemon's log)".into(),
+        },
     });
     checks.push(match &plan.gadget_udc_file {
         Some(file) => gadget_check(file, plan.patience).await,
@@ -68,7 +73,11 @@ async fn https_check(port: u16, pin: Fingerprint, patience: Duration) -> HealthC
             Err(e) => e.to_string(),
         };
         if started.elapsed() >= patience {
-            return HealthCheck { name: "https".into(), ok: false, detail: format!("no answer within {} s: {last}", patience.as_secs()) };
+            return HealthCheck {
+                name: "https".into(),
+                ok: false,
+                detail: format!("no answer within {} s: {last}", patience.as_secs()),
+            };
         }
         tokio::time::sleep(POLL).await;
     }
@@ -85,7 +94,11 @@ async fn gadget_check(file: &PathBuf, patience: Duration) -> HealthCheck {
             return HealthCheck {
                 name: "hid_gadget".into(),
                 ok: false,
-                detail: format!("{} names no UDC after {} s (tether-gadget.service)", file.display(), patience.as_secs()),
+                detail: format!(
+                    "{} names no UDC after {} s (tether-gadget.service)",
+                    file.display(),
+                    patience.as_secs()
+                ),
             };
         }
         tokio::time::sleep(POLL).await;

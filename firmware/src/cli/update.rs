@@ -78,12 +78,21 @@ fn print_status(s: &Value) {
             t.get("slot").and_then(Value::as_str).unwrap_or("?"),
             t.get("version").and_then(Value::as_str).unwrap_or("unknown"),
             t.get("outcome").and_then(Value::as_str).unwrap_or("?"),
-            t.get("reason").and_then(Value::as_str).filter(|r| !r.is_empty()).map(|r| format!(" ({r})")).unwrap_or_default()
+            t.get("reason")
+                .and_then(Value::as_str)
+                .filter(|r| !r.is_empty())
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
         );
     }
     let i = &s["install"];
     if i["phase"] != json!("idle") {
-        println!("install:  {} {}% {}", i["phase"].as_str().unwrap_or("?"), i["percent"], i["message"].as_str().unwrap_or(""));
+        println!(
+            "install:  {} {}% {}",
+            i["phase"].as_str().unwrap_or("?"),
+            i["percent"],
+            i["message"].as_str().unwrap_or("")
+        );
         if let Some(e) = i["error"].as_str() {
             println!("          error: {e}");
         }
@@ -130,14 +139,14 @@ async fn install(endpoint: &Endpoint, file: &Path, req: &UpdateRequest<'_>) -> a
     let mut f = std::fs::File::open(file).with_context(|| format!("open {}", file.display()))?;
     let total = f.metadata()?.len();
     if total == 0 || total > MAX_BUNDLE_BYTES {
-        bail!("{} is {total} bytes: a bundle is 1 to {MAX_BUNDLE_BYTES} (make one with flash.sh bundle)", file.display());
+        bail!(
+            "{} is {total} bytes: a bundle is 1 to {MAX_BUNDLE_BYTES} (make one with flash.sh bundle)",
+            file.display()
+        );
     }
     let before = endpoint.call("update_status", json!({})).await?;
     if before["available"] != json!(true) {
-        bail!(
-            "UPDATE_UNAVAILABLE: {}",
-            before["problem"].as_str().unwrap_or("this appliance does not take updates")
-        );
+        bail!("UPDATE_UNAVAILABLE: {}", before["problem"].as_str().unwrap_or("this appliance does not take updates"));
     }
     let old_slot = before["booted"]["slot"].as_str().unwrap_or("?").to_string();
     let target = if old_slot == "a" { "b" } else { "a" };
@@ -163,7 +172,12 @@ async fn install(endpoint: &Endpoint, file: &Path, req: &UpdateRequest<'_>) -> a
         offset += n as u64;
         if offset * 20 / total > shown || offset == total {
             shown = offset * 20 / total;
-            eprintln!("  uploaded {:>3}% ({:.1} MiB, {:.1} s)", offset * 100 / total, offset as f64 / 1048576.0, started.elapsed().as_secs_f64());
+            eprintln!(
+                "  uploaded {:>3}% ({:.1} MiB, {:.1} s)",
+                offset * 100 / total,
+                offset as f64 / 1048576.0,
+                started.elapsed().as_secs_f64()
+            );
         }
     }
     let started_install = up.call("update_install", json!({"force": req.force, "reboot": !req.no_reboot})).await?;
@@ -186,7 +200,12 @@ fn read_piece(f: &mut std::fs::File, buf: &mut [u8]) -> anyhow::Result<usize> {
 
 /// Polls `update_status` through the install, the reboot and the trial. Condition polls:
 /// the appliance sends no event across its own reboot.
-async fn follow(endpoint: &Endpoint, old_slot: &str, target: &str, req: &UpdateRequest<'_>) -> anyhow::Result<ExitCode> {
+async fn follow(
+    endpoint: &Endpoint,
+    old_slot: &str,
+    target: &str,
+    req: &UpdateRequest<'_>,
+) -> anyhow::Result<ExitCode> {
     let deadline = Instant::now() + req.wait;
     let mut last_message = String::new();
     let mut went_down = false;
@@ -245,7 +264,10 @@ async fn follow(endpoint: &Endpoint, old_slot: &str, target: &str, req: &UpdateR
                     emit(req, &s)?;
                     return Ok(ExitCode::from(1));
                 }
-                let state = format!("booted slot {booted}, trial of slot {target}: {}", trial["outcome"].as_str().unwrap_or("not started"));
+                let state = format!(
+                    "booted slot {booted}, trial of slot {target}: {}",
+                    trial["outcome"].as_str().unwrap_or("not started")
+                );
                 if state != last_message {
                     eprintln!("  {state}");
                     last_message = state;

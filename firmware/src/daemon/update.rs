@@ -36,7 +36,9 @@ pub enum UpdateError {
     #[error("an update is being installed; wait for it to end (update_status)")]
     Installing,
     /// A task has the phone: `TASK_ACTIVE`.
-    #[error("task {task} is {state}: an update reboots the appliance under it; wait for it to end, or install with force")]
+    #[error(
+        "task {task} is {state}: an update reboots the appliance under it; wait for it to end, or install with force"
+    )]
     TaskRunning {
         /// The task.
         task: i64,
@@ -225,7 +227,8 @@ impl Daemon {
         // The device tree's string ends in a NUL.
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
         let booted = BootedFrom::from_cmdline(&cmdline).ok_or_else(|| {
-            "the kernel command line names no tether.slot: this boot did not come through tether's boot script".to_string()
+            "the kernel command line names no tether.slot: this boot did not come through tether's boot script"
+                .to_string()
         })?;
         if booted.loader != "u-boot" {
             return Err(format!(
@@ -344,7 +347,12 @@ impl Daemon {
                     std::fs::create_dir_all(parent)?;
                 }
             }
-            let mut f = std::fs::OpenOptions::new().create(true).write(true).truncate(first).append(!first).open(&write_path)?;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(first)
+                .append(!first)
+                .open(&write_path)?;
             f.write_all(&data)?;
             if end == total {
                 f.sync_all()?;
@@ -390,9 +398,10 @@ impl Daemon {
                 s.message = format!("installing into slot {target}");
                 Ok(())
             }
-            InstallPhase::Receiving => {
-                Err(UpdateError::Upload(format!("the bundle is not whole: {} of {} bytes received", s.received, s.total)))
-            }
+            InstallPhase::Receiving => Err(UpdateError::Upload(format!(
+                "the bundle is not whole: {} of {} bytes received",
+                s.received, s.total
+            ))),
             InstallPhase::Installing => Err(UpdateError::Installing),
             _ => Err(UpdateError::Upload("no bundle received: send it with update_upload first".into())),
         })?;
@@ -416,7 +425,9 @@ impl Daemon {
                         let request = o.runtime_dir.join("reboot");
                         match tokio::fs::write(&request, format!("update installed into slot {target}\n")).await {
                             Ok(()) => asked = true,
-                            Err(e) => tracing::error!(error = %e, path = %request.display(), "could not ask for the reboot"),
+                            Err(e) => {
+                                tracing::error!(error = %e, path = %request.display(), "could not ask for the reboot")
+                            }
                         }
                     }
                     updates.with(|s| {
@@ -478,7 +489,8 @@ mod tests {
             for d in ["boot", "run", "data"] {
                 std::fs::create_dir(p.join(d)).expect("dir");
             }
-            std::fs::write(p.join("os-release"), "ID=debian\nIMAGE_ID=tether-rpi4\nIMAGE_VERSION=lab-1\n").expect("write");
+            std::fs::write(p.join("os-release"), "ID=debian\nIMAGE_ID=tether-rpi4\nIMAGE_VERSION=lab-1\n")
+                .expect("write");
             std::fs::write(p.join("bootargs"), b"root=PARTUUID=74657468-02 ro tether.slot=a tether.boot=u-boot\0")
                 .expect("write");
             let status = r#"{"compatible":"tether-rpi4","booted":"a","boot_primary":"rootfs.0","slots":[{"rootfs.1":{"bootname":"b","state":"inactive","boot_status":"bad","slot_status":{"bundle":{"compatible":null}}}},{"rootfs.0":{"bootname":"a","state":"booted","boot_status":"good","slot_status":{"bundle":{"compatible":null}}}}]}"#;
@@ -503,7 +515,8 @@ mod tests {
         }
 
         fn daemon(&self, update: bool) -> Daemon {
-            let phone = SimPhone::new(SimConfig { capture_width: 320, capture_height: 180, fps: 10, ..SimConfig::default() });
+            let phone =
+                SimPhone::new(SimConfig { capture_width: 320, capture_height: 180, fps: 10, ..SimConfig::default() });
             Daemon::start(
                 Devices { hid: Box::new(RecordingSink::default()), video: Box::new(phone.display()), sim: Some(phone) },
                 DaemonOptions {
@@ -599,7 +612,8 @@ mod tests {
         let last = upload(&d, &bundle, 30_000).await.expect("upload");
         assert_eq!((last["received"].as_u64(), last["complete"].as_bool()), (Some(100_000), Some(true)));
         let s = d.open_session(Caller::in_process(Role::Admin));
-        let started = d.handle(&s, RequestId(9), &call(r#"{"id":9,"method":"update_install"}"#)).await.expect("install");
+        let started =
+            d.handle(&s, RequestId(9), &call(r#"{"id":9,"method":"update_install"}"#)).await.expect("install");
         assert_eq!(started["target"], "b");
         let done = wait_phase(&d, InstallPhase::Installed).await;
         assert_eq!(done.percent, 100);

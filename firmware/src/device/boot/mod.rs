@@ -122,7 +122,8 @@ mod tests {
 
     #[test]
     fn os_release_gives_the_image_and_its_version() {
-        let text = "PRETTY_NAME=\"Debian GNU/Linux 13 (trixie)\"\nID=debian\nIMAGE_ID=tether-rpi4\nIMAGE_VERSION=\"1.4.2\"\n";
+        let text =
+            "PRETTY_NAME=\"Debian GNU/Linux 13 (trixie)\"\nID=debian\nIMAGE_ID=tether-rpi4\nIMAGE_VERSION=\"1.4.2\"\n";
         assert_eq!(image_version(text), Some(("tether-rpi4".into(), "1.4.2".into())));
         assert_eq!(image_version("ID=debian\n"), None);
     }

@@ -159,7 +159,8 @@ pub fn parse_status(doc: &Value) -> RaucStatus {
 /// `rauc status` (`program`: the `rauc` to run).
 pub async fn status(program: &Path) -> Result<RaucStatus, RaucError> {
     let out = run(program, &["status", "--detailed", "--output-format=json"]).await?;
-    let doc: Value = serde_json::from_str(out.trim()).map_err(|_| RaucError::Output(out.chars().take(200).collect()))?;
+    let doc: Value =
+        serde_json::from_str(out.trim()).map_err(|_| RaucError::Output(out.chars().take(200).collect()))?;
     Ok(parse_status(&doc))
 }
 
@@ -194,11 +195,17 @@ mod tests {
             parse_progress(" 40% Copying image to rootfs.1"),
             Some(Progress { percent: 40, message: "Copying image to rootfs.1".into() })
         );
-        assert_eq!(parse_progress("100% Installing done."), Some(Progress { percent: 100, message: "Installing done.".into() }));
+        assert_eq!(
+            parse_progress("100% Installing done."),
+            Some(Progress { percent: 100, message: "Installing done.".into() })
+        );
         assert_eq!(parse_progress("installing"), None);
         assert_eq!(parse_progress("140% x"), None);
         let out = "installing\n  0% Installing\n 40% Checking bundle failed.\n100% Installing failed.\nLastError: Failed to check bundle: signature verification failed: unable to get local issuer certificate\nInstalling `/x.raucb` failed\n";
-        assert_eq!(failure_reason(out), "Failed to check bundle: signature verification failed: unable to get local issuer certificate");
+        assert_eq!(
+            failure_reason(out),
+            "Failed to check bundle: signature verification failed: unable to get local issuer certificate"
+        );
         assert_eq!(failure_reason("  0% Installing\nsomething broke\n"), "something broke");
         assert_eq!(failure_reason(""), "rauc install failed without saying why");
     }

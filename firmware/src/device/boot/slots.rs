@@ -304,7 +304,10 @@ mod tests {
         let mut env = BootEnv::default();
         assert_eq!((env.primary(), env.next_boot()), (Slot::A, Slot::A));
         env.set_primary(Slot::B, 2).unwrap();
-        assert_eq!(env.render(), "tether_order=b a\ntether_a_state=good\ntether_a_left=0\ntether_b_state=try\ntether_b_left=2\n");
+        assert_eq!(
+            env.render(),
+            "tether_order=b a\ntether_a_state=good\ntether_a_left=0\ntether_b_state=try\ntether_b_left=2\n"
+        );
         assert!(env.on_trial(Slot::B) && !env.on_trial(Slot::A));
         assert_eq!(env.next_boot(), Slot::B);
         let mut kept = env.clone();
@@ -321,7 +324,10 @@ mod tests {
     fn torn_or_foreign_files_fall_back_to_what_the_script_assumes() {
         for bytes in [&b""[..], b"tether_order=b", b"tether_a_state=gosh\ntether_order=a a", b"\xff\xfe=\n=x\n"] {
             let env = BootEnv::parse(bytes);
-            assert_eq!((env.primary(), env.state(Slot::A), env.state(Slot::B)), (Slot::A, SlotState::Good, SlotState::Bad));
+            assert_eq!(
+                (env.primary(), env.state(Slot::A), env.state(Slot::B)),
+                (Slot::A, SlotState::Good, SlotState::Bad)
+            );
         }
         // Round trip.
         let mut env = BootEnv::parse(b"tether_extra_args=console=ttyAMA0\n");
@@ -340,7 +346,8 @@ mod tests {
 
     #[test]
     fn the_command_line_names_the_slot_and_loader() {
-        let b = BootedFrom::from_cmdline("root=PARTUUID=74657468-03 ro tether.slot=b tether.boot=u-boot rauc.slot=b").unwrap();
+        let b = BootedFrom::from_cmdline("root=PARTUUID=74657468-03 ro tether.slot=b tether.boot=u-boot rauc.slot=b")
+            .unwrap();
         assert_eq!((b.slot, b.loader.as_str()), (Slot::B, "u-boot"));
         assert_eq!(BootedFrom::from_cmdline("root=LABEL=tether-a ro"), None);
     }

@@ -80,7 +80,13 @@ pub(super) async fn post(
     Ok(body::json(StatusCode::ACCEPTED, &value))
 }
 
-async fn upload(shared: &Shared, auth: &Authenticated, offset: u64, total: u64, data: &[u8]) -> Result<Value, ErrorBody> {
+async fn upload(
+    shared: &Shared,
+    auth: &Authenticated,
+    offset: u64,
+    total: u64,
+    data: &[u8],
+) -> Result<Value, ErrorBody> {
     let mut params = Map::new();
     params.insert("offset".into(), offset.into());
     params.insert("total".into(), total.into());
