@@ -3,6 +3,7 @@
 // state (`sim_state` over the control socket), never against the page alone.
 
 import { spawn, execFileSync } from 'node:child_process';
+import crypto from 'node:crypto';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import { Client as SocketClient, waitFor } from './lib.mjs';
@@ -641,6 +642,49 @@ try {
     });
     if (colours < 12) throw new Error(`the canvas shows ${colours} colours, not testsrc`);
     await shot(p, '15-mjpeg-passthrough');
+    await ctx.close();
+  });
+
+  await step('the update page installs a bundle as an admin, with an upload bar', async () => {
+    // A fake appliance for the daemon's [update] paths: an image version, a device-tree
+    // command line naming slot a booted by U-Boot, the boot state, and a `rauc` that keeps
+    // the bundle it gets (the real RAUC, U-Boot and reboot are in tests/vm/update.sh).
+    const fake = path.join(dir, 'appliance');
+    fs.mkdirSync(path.join(fake, 'boot'), { recursive: true });
+    fs.writeFileSync(path.join(fake, 'os-release'), 'ID=debian\nIMAGE_ID=tether-rpi4\nIMAGE_VERSION=lab-1\n');
+    fs.writeFileSync(path.join(fake, 'bootargs'), 'root=PARTUUID=74657468-02 ro tether.slot=a tether.boot=u-boot\0');
+    fs.writeFileSync(path.join(fake, 'boot', 'tether.env'),
+      'tether_order=a b\ntether_a_state=good\ntether_a_left=0\ntether_b_state=bad\ntether_b_left=0\n');
+    const raucStatus = JSON.stringify({ compatible: 'tether-rpi4', booted: 'a', slots: [
+      { 'rootfs.0': { bootname: 'a', state: 'booted', boot_status: 'good' } },
+      { 'rootfs.1': { bootname: 'b', state: 'inactive', boot_status: 'bad' } }] });
+    fs.writeFileSync(path.join(fake, 'rauc'), `#!/bin/sh\ncase "$1" in\nstatus) echo '${raucStatus}' ;;\n` +
+      `install) cp "$2" "${fake}/installed"; echo ' 40% Copying image to rootfs.1'; echo '100% Installing done.' ;;\nesac\n`,
+    { mode: 0o755 });
+    const config = path.join(dir, 'update.toml');
+    fs.writeFileSync(config, `[update]\nboot_dir = "${fake}/boot"\nos_release = "${fake}/os-release"\n` +
+      `cmdline = ["${fake}/bootargs"]\nrauc = "${fake}/rauc"\n`);
+    daemon.kill('SIGTERM');
+    await new Promise((r) => daemon.once('exit', r));
+    daemon = startDaemon(`127.0.0.1:${status.https.port}`, ['--config', config]);
+    await waitFor('the daemon on the fake appliance', async () => (await call('status')).update, 30000);
+    const bundle = path.join(dir, 'tether-rpi4-lab-2.raucb');
+    fs.writeFileSync(bundle, crypto.randomBytes(3 * 1024 * 1024));
+    const admin = cli('token', 'rotate', 'admin').trim();
+    const { ctx, p } = await loggedIn('update', admin);
+    await p.getByRole('link', { name: 'Update' }).click();
+    await p.locator('#update-facts').filter({ hasText: 'tether-rpi4 lab-1' }).waitFor();
+    await p.locator('#update-facts').filter({ hasText: 'not bootable' }).waitFor();
+    await p.locator('#update-file').setInputFiles(bundle);
+    await p.getByRole('button', { name: 'Install and reboot' }).click();
+    await p.locator('#update-phase').filter({ hasText: 'rebooting to try it' }).waitFor({ timeout: 60000 });
+    if (Number(await p.locator('#update-progress').getAttribute('value')) !== 100) throw new Error('the bar is not full');
+    const got = fs.readFileSync(path.join(fake, 'installed'));
+    if (!got.equals(fs.readFileSync(bundle))) throw new Error(`rauc got ${got.length} bytes, not the bundle`);
+    if (!fs.readFileSync(path.join(path.dirname(socketPath), 'reboot'), 'utf8').includes('slot b')) {
+      throw new Error('no reboot request');
+    }
+    await shot(p, 'page-update');
     await ctx.close();
   });
 

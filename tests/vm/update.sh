@@ -115,7 +115,7 @@ grep -qiE "signature|certificate|verif" "$work/update1.out" || fail "the refusal
 phase=$(status_field 's["install"]["phase"] + " next=" + s["next_boot"]')
 [ "$phase" = "failed next=a" ] || fail "after the refusal: $phase"
 expect_running a lab-1 "after the refused bundle"
-check "a bundle signed under another CA is refused ($(grep -iE 'not installed' "$work/update1.out" | head -c 160)); slot b unwritten; a still boots next"
+check "a bundle signed under another CA is refused ($(grep -E '^not installed:' "$work/update1.out" | head -c 200)); slot b unwritten; a still boots next"
 
 # --- 2: power cut mid-install -------------------------------------------------------------------
 "$tether_bin" update "$good" --url "$url" --no-reboot > "$work/update2.out" 2>&1 &

@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use clap::Subcommand;
 use tether::device::boot::files::BootDir;
 use tether::device::boot::{
-    self, rauc, BootEnv, BootedFrom, HealthReport, Slot, SlotState, TrialOutcome, TrialRecord, BOOT_DIR, HEALTH_FILE,
+    self, rauc, BootedFrom, HealthReport, Slot, SlotState, TrialOutcome, TrialRecord, BOOT_DIR, HEALTH_FILE,
 };
 
 /// How many boots a freshly installed slot gets before U-Boot passes over it (a boot that
@@ -137,12 +137,13 @@ fn trial(dir: &BootDir, deadline: Duration, max_restarts: u32, no_reboot: bool) 
     let mut env = dir.read_env().context("read the boot state")?;
     // Back on this slot after the other one's trial: it failed (its judge said why and
     // rebooted), or ended without a verdict (the boot script passed over it).
-    let failed_elsewhere = dir
-        .read_trial()
-        .filter(|t| t.slot != booted.slot && matches!(t.outcome, TrialOutcome::Failed | TrialOutcome::Trying))
-        .map(|t| t.slot);
-    if let Some(other) = env.abandoned_trial(booted.slot).or(failed_elsewhere) {
-        record_rollback(dir, &mut env, other)?;
+    if let Some(record) = boot::rolled_back(&env, dir.read_trial().as_ref(), booted.slot, TRIES, now_unix()) {
+        dir.write_trial(&record)?;
+        if env.state(record.slot) != SlotState::Bad {
+            env.set_state(record.slot, "bad")?;
+            dir.write_env(&env)?;
+        }
+        println!("the update in slot {} was rolled back: {}", record.slot, record.reason);
     }
     if booted.loader != "u-boot" {
         println!("booted slot {} by {}: trials are judged only for U-Boot's boot script", booted.slot, booted.loader);
@@ -211,35 +212,6 @@ fn trial(dir: &BootDir, deadline: Duration, max_restarts: u32, no_reboot: bool) 
     }
 }
 
-/// The old slot after a trial without a verdict: keep the trial slot's own reason when it
-/// recorded one, say so otherwise, and take the slot out of the boot order for good.
-fn record_rollback(dir: &BootDir, env: &mut BootEnv, slot: Slot) -> anyhow::Result<()> {
-    let mut record = dir.read_trial().filter(|r| r.slot == slot).unwrap_or(TrialRecord {
-        slot,
-        version: None,
-        outcome: TrialOutcome::Trying,
-        reason: String::new(),
-        at_unix: now_unix(),
-    });
-    if record.reason.is_empty() {
-        record.reason = match record.outcome {
-            TrialOutcome::Trying => format!(
-                "slot {slot} started its trial but reached no verdict in {TRIES} boots (the system stopped or rebooted before its health check ended)"
-            ),
-            _ => format!("slot {slot} did not come up far enough to be judged in {TRIES} boots (kernel or early boot)"),
-        };
-    }
-    record.outcome = TrialOutcome::RolledBack;
-    record.at_unix = now_unix();
-    dir.write_trial(&record)?;
-    if env.state(slot) != SlotState::Bad {
-        env.set_state(slot, "bad")?;
-        dir.write_env(env)?;
-    }
-    println!("the update in slot {slot} was rolled back: {}", record.reason);
-    Ok(())
-}
-
 /// Waits for the daemon's health report; Err with the reason the slot fails.
 fn wait_for_verdict(deadline: Duration, max_restarts: u32) -> Result<HealthReport, String> {
     let started = Instant::now();
@@ -255,9 +227,14 @@ fn wait_for_verdict(deadline: Duration, max_restarts: u32) -> Result<HealthRepor
         }
         let unit = unit_state("tether.service");
         if unit.restarts >= max_restarts || unit.active == "failed" {
+            // The journal is in RAM: the daemon's last words go into the record, or they
+            // are gone after the reboot.
+            let last = last_log_line("tether.service");
             return Err(format!(
-                "tether.service failed to start: {} restart(s), state {}, result {} (its log: journalctl -b -1 -u tether)",
-                unit.restarts, unit.active, unit.result
+                "tether.service failed to start ({} restarts, last exit status {}){}",
+                unit.restarts,
+                unit.exit_status,
+                if last.is_empty() { String::new() } else { format!(": {last}") }
             ));
         }
         if started.elapsed() >= deadline {
@@ -270,21 +247,34 @@ fn wait_for_verdict(deadline: Duration, max_restarts: u32) -> Result<HealthRepor
 
 struct UnitState {
     active: String,
-    result: String,
+    exit_status: String,
     restarts: u32,
+}
+
+/// The unit's last log line this boot (its error, when it failed), at most 300 characters.
+fn last_log_line(unit: &str) -> String {
+    let out = Command::new("journalctl")
+        // The unit's own processes only, not systemd's lines about it.
+        .arg("-b")
+        .arg(format!("_SYSTEMD_UNIT={unit}"))
+        .args(["-n", "1", "-o", "cat", "--no-pager"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    out.chars().take(300).collect()
 }
 
 fn unit_state(unit: &str) -> UnitState {
     let out = Command::new("systemctl")
-        .args(["show", unit, "-p", "ActiveState", "-p", "Result", "-p", "NRestarts"])
+        .args(["show", unit, "-p", "ActiveState", "-p", "NRestarts", "-p", "ExecMainStatus"])
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
         .unwrap_or_default();
-    let mut s = UnitState { active: String::new(), result: String::new(), restarts: 0 };
+    let mut s = UnitState { active: String::new(), exit_status: String::new(), restarts: 0 };
     for line in out.lines() {
         match line.split_once('=') {
             Some(("ActiveState", v)) => s.active = v.to_string(),
-            Some(("Result", v)) => s.result = v.to_string(),
+            Some(("ExecMainStatus", v)) => s.exit_status = v.to_string(),
             Some(("NRestarts", v)) => s.restarts = v.parse().unwrap_or(0),
             _ => {}
         }

@@ -58,6 +58,42 @@ pub struct TrialRecord {
     pub at_unix: u64,
 }
 
+/// The record the judge writes on `booted` about the other slot's trial, when there was one
+/// that ended without this slot being replaced: the trial failed (its judge said why and
+/// rebooted), never reached a verdict (`Trying` left behind), or never started (the boot
+/// script passed over the slot after `tries` boots: no record from it at all). None when
+/// there is nothing to roll back. The caller also marks that slot bad.
+pub fn rolled_back(
+    env: &BootEnv,
+    last: Option<&TrialRecord>,
+    booted: Slot,
+    tries: u32,
+    now_unix: u64,
+) -> Option<TrialRecord> {
+    let failed_elsewhere = last
+        .filter(|t| t.slot != booted && matches!(t.outcome, TrialOutcome::Failed | TrialOutcome::Trying))
+        .map(|t| t.slot);
+    let slot = env.abandoned_trial(booted).or(failed_elsewhere)?;
+    let mut record = last.filter(|r| r.slot == slot).cloned().unwrap_or(TrialRecord {
+        slot,
+        version: None,
+        outcome: TrialOutcome::Trying,
+        reason: String::new(),
+        at_unix: now_unix,
+    });
+    if record.reason.is_empty() {
+        record.reason = match record.outcome {
+            TrialOutcome::Trying if last.is_some_and(|r| r.slot == slot) => format!(
+                "slot {slot} started its trial but reached no verdict in {tries} boots (the system stopped or rebooted before its health check ended)"
+            ),
+            _ => format!("slot {slot} did not come up far enough to be judged in {tries} boots (kernel or early boot)"),
+        };
+    }
+    record.outcome = TrialOutcome::RolledBack;
+    record.at_unix = now_unix;
+    Some(record)
+}
+
 /// One check of the daemon's health report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HealthCheck {
@@ -126,6 +162,49 @@ mod tests {
             "PRETTY_NAME=\"Debian GNU/Linux 13 (trixie)\"\nID=debian\nIMAGE_ID=tether-rpi4\nIMAGE_VERSION=\"1.4.2\"\n";
         assert_eq!(image_version(text), Some(("tether-rpi4".into(), "1.4.2".into())));
         assert_eq!(image_version("ID=debian\n"), None);
+    }
+
+    fn trial(slot: Slot, outcome: TrialOutcome, reason: &str) -> TrialRecord {
+        TrialRecord { slot, version: Some("2".into()), outcome, reason: reason.into(), at_unix: 1 }
+    }
+
+    #[test]
+    fn a_failed_trial_is_rolled_back_with_its_own_reason() {
+        // The judge on b marked it bad and rebooted: a is first again.
+        let env = BootEnv::parse(b"tether_order=a b\ntether_a_state=good\ntether_b_state=bad\n");
+        let last = trial(Slot::B, TrialOutcome::Failed, "tether.service failed to start");
+        let r = rolled_back(&env, Some(&last), Slot::A, 3, 9).unwrap();
+        assert_eq!(
+            (r.slot, r.outcome, r.reason.as_str(), r.at_unix),
+            (Slot::B, TrialOutcome::RolledBack, "tether.service failed to start", 9)
+        );
+        assert_eq!(r.version.as_deref(), Some("2"));
+        // Recorded once: the next boot finds nothing more to do.
+        assert_eq!(rolled_back(&env, Some(&r), Slot::A, 3, 10), None);
+    }
+
+    #[test]
+    fn a_trial_without_a_verdict_or_a_record_is_rolled_back_too() {
+        // U-Boot passed over b (no tries left) and booted a; b started its trial.
+        let env = BootEnv::parse(b"tether_order=b a\ntether_a_state=good\ntether_b_state=try\ntether_b_left=0\n");
+        let started = trial(Slot::B, TrialOutcome::Trying, "");
+        let r = rolled_back(&env, Some(&started), Slot::A, 3, 5).unwrap();
+        assert!(r.reason.contains("reached no verdict in 3 boots"), "{}", r.reason);
+        // b never got as far as its judge: no record at all.
+        let r = rolled_back(&env, None, Slot::A, 3, 5).unwrap();
+        assert!(r.reason.contains("did not come up far enough"), "{}", r.reason);
+        assert_eq!(r.version, None);
+        // An old record of a's own trial says nothing about b.
+        let old = trial(Slot::A, TrialOutcome::Good, "");
+        assert!(rolled_back(&env, Some(&old), Slot::A, 3, 5).unwrap().reason.contains("did not come up"));
+    }
+
+    #[test]
+    fn nothing_to_roll_back_on_a_kept_update_or_during_a_trial() {
+        let kept = BootEnv::parse(b"tether_order=b a\ntether_a_state=good\ntether_b_state=good\n");
+        assert_eq!(rolled_back(&kept, Some(&trial(Slot::B, TrialOutcome::Good, "")), Slot::B, 3, 1), None);
+        let trying = BootEnv::parse(b"tether_order=b a\ntether_a_state=good\ntether_b_state=try\ntether_b_left=2\n");
+        assert_eq!(rolled_back(&trying, Some(&trial(Slot::B, TrialOutcome::Trying, "")), Slot::B, 3, 1), None);
     }
 
     #[test]
