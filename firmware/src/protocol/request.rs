@@ -998,7 +998,10 @@ mod tests {
                 "wait_for_text",
                 "task_report",
                 "task_recording",
-                "metrics"
+                "metrics",
+                "update_status",
+                "update_upload",
+                "update_install"
             ]
         );
         for m in Method::ALL {
