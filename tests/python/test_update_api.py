@@ -17,7 +17,7 @@ import stat
 import tempfile
 import unittest
 
-from test_https import HttpsDaemon, wait_for
+from test_https import HttpsDaemon, open_lease, wait_for
 
 STATUS = json.dumps({
     "compatible": "tether-rpi4", "booted": "a", "boot_primary": "rootfs.0",
@@ -132,12 +132,8 @@ class UpdateOverHttps(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(self.fake, "installed")))
 
     def test_a_running_task_refuses_an_install_unless_forced(self):
-        c = self.d.conn()
+        c, _, first = open_lease(self.d, self.d.admin, title="busy")
         try:
-            c.request("POST", "/api/tasks", body=json.dumps({"title": "busy"}),
-                      headers={"Authorization": f"Bearer {self.d.admin}", "Content-Type": "application/json"})
-            lease = c.getresponse()
-            first = json.loads(lease.fp.readline())
             self.assertIn("id", first, first)
             code, _, body = self.d.request("POST", "/api/update", body=b"y" * 1000, token=self.d.admin)
             self.assertEqual(code, 409, body)

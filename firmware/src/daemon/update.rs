@@ -383,7 +383,9 @@ impl Daemon {
     /// daemon asks for the reboot that tries it once RAUC is done.
     pub(super) async fn update_install(&self, p: &UpdateInstallParams) -> Result<Value, DaemonError> {
         let (o, _, booted) = self.update_context().map_err(UpdateError::Unavailable)?;
-        if let Some((task, state)) = self.inner.tasks.active() {
+        // An ended task stays in the registry until the next one; only an unfinished one has
+        // the phone.
+        if let Some((task, state)) = self.inner.tasks.active().filter(|(_, s)| !s.is_terminal()) {
             if !p.force {
                 return Err(UpdateError::TaskRunning { task, state: state.as_str() }.into());
             }
