@@ -230,10 +230,13 @@ fn wait_for_verdict(deadline: Duration, max_restarts: u32) -> Result<HealthRepor
             // The journal is in RAM: the daemon's last words go into the record, or they
             // are gone after the reboot.
             let last = last_log_line("tether.service");
+            let status = match unit.exit_status.as_str() {
+                "" | "0" => String::new(),
+                s => format!(", last exit status {s}"),
+            };
             return Err(format!(
-                "tether.service failed to start ({} restarts, last exit status {}){}",
+                "tether.service failed to start ({} restarts{status}){}",
                 unit.restarts,
-                unit.exit_status,
                 if last.is_empty() { String::new() } else { format!(": {last}") }
             ));
         }

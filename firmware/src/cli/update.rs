@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use base64::Engine as _;
 use serde_json::{json, Value};
-use tether::client::https::KeptAlive;
 use tether::client::ControlClient;
 use tether::protocol::update_params::{MAX_BUNDLE_BYTES, UPLOAD_PIECE_BYTES};
 
@@ -102,36 +101,19 @@ fn print_status(s: &Value) {
     }
 }
 
-/// One connection for the upload's many pieces.
-enum Uploader {
-    Socket(ControlClient),
-    Remote(KeptAlive),
-}
+/// One connection to the control socket for the upload's many pieces.
+struct Uploader(ControlClient);
 
 impl Uploader {
     async fn open(endpoint: &Endpoint) -> anyhow::Result<Uploader> {
-        Ok(match endpoint {
-            Endpoint::Socket(path) => Uploader::Socket(ControlClient::connect(path).await?),
-            Endpoint::Remote(client) => Uploader::Remote(client.connect().await?),
-        })
+        match endpoint {
+            Endpoint::Socket(path) => Ok(Uploader(ControlClient::connect(path).await?)),
+            Endpoint::Remote(_) => bail!("an HTTPS upload is one streamed request"),
+        }
     }
 
     async fn call(&mut self, method: &str, params: Value) -> anyhow::Result<Value> {
-        match self {
-            Uploader::Socket(c) => c.call(method, params).await.map_err(client_error),
-            Uploader::Remote(c) => {
-                let mut request = params;
-                request["id"] = 1.into();
-                request["method"] = method.into();
-                match c.json(hyper::Method::POST, "/api/rpc", Some(&request)).await {
-                    Ok(answer) => Ok(answer.get("result").cloned().unwrap_or(Value::Null)),
-                    Err(tether::client::https::HttpsClientError::Remote { code, message, .. }) => {
-                        Err(anyhow::anyhow!("{code}: {message}"))
-                    }
-                    Err(e) => Err(e.into()),
-                }
-            }
-        }
+        self.0.call(method, params).await.map_err(client_error)
     }
 }
 
@@ -157,31 +139,77 @@ async fn install(endpoint: &Endpoint, file: &Path, req: &UpdateRequest<'_>) -> a
         file.display(),
         total as f64 / 1048576.0
     );
-    let mut up = Uploader::open(endpoint).await?;
-    let mut offset = 0u64;
-    let mut buf = vec![0u8; UPLOAD_PIECE_BYTES];
     let started = Instant::now();
-    let mut shown = 0u64;
-    while offset < total {
-        let n = read_piece(&mut f, &mut buf)?;
-        if n == 0 {
-            bail!("{} ended after {offset} of {total} bytes (it changed while being sent)", file.display());
+    let started_install = match endpoint {
+        // One streamed POST: the daemon takes it in pieces itself, and the request is
+        // authenticated once, not once a piece.
+        Endpoint::Remote(client) => {
+            let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(4);
+            let path = file.to_path_buf();
+            let reader = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+                let mut f = std::fs::File::open(&path)?;
+                let mut sent = 0u64;
+                let mut shown = 0u64;
+                let started = Instant::now();
+                loop {
+                    let mut buf = vec![0u8; 1 << 20];
+                    let n = read_piece(&mut f, &mut buf)?;
+                    if n == 0 {
+                        return Ok(());
+                    }
+                    buf.truncate(n);
+                    if tx.blocking_send(bytes::Bytes::from(buf)).is_err() {
+                        // The request ended (refused): its answer says why.
+                        return Ok(());
+                    }
+                    sent += n as u64;
+                    if sent * 20 / total > shown || sent == total {
+                        shown = sent * 20 / total;
+                        eprintln!(
+                            "  uploaded {:>3}% ({:.1} MiB, {:.1} s)",
+                            sent * 100 / total,
+                            sent as f64 / 1048576.0,
+                            started.elapsed().as_secs_f64()
+                        );
+                    }
+                }
+            });
+            let query = format!("/api/update?force={}&reboot={}", u8::from(req.force), u8::from(!req.no_reboot));
+            let answer = client.post_stream(&query, total, rx).await;
+            reader.await.context("the file reader")??;
+            answer.map_err(|e| match e {
+                tether::client::https::HttpsClientError::Remote { code, message, .. } => {
+                    anyhow::anyhow!("{code}: {message}")
+                }
+                other => other.into(),
+            })?
         }
-        let data = base64::engine::general_purpose::STANDARD.encode(&buf[..n]);
-        up.call("update_upload", json!({"offset": offset, "total": total, "data": data})).await?;
-        offset += n as u64;
-        if offset * 20 / total > shown || offset == total {
-            shown = offset * 20 / total;
-            eprintln!(
-                "  uploaded {:>3}% ({:.1} MiB, {:.1} s)",
-                offset * 100 / total,
-                offset as f64 / 1048576.0,
-                started.elapsed().as_secs_f64()
-            );
+        Endpoint::Socket(_) => {
+            let mut up = Uploader::open(endpoint).await?;
+            let mut offset = 0u64;
+            let mut buf = vec![0u8; UPLOAD_PIECE_BYTES];
+            let mut shown = 0u64;
+            while offset < total {
+                let n = read_piece(&mut f, &mut buf)?;
+                if n == 0 {
+                    bail!("{} ended after {offset} of {total} bytes (it changed while being sent)", file.display());
+                }
+                let data = base64::engine::general_purpose::STANDARD.encode(&buf[..n]);
+                up.call("update_upload", json!({"offset": offset, "total": total, "data": data})).await?;
+                offset += n as u64;
+                if offset * 20 / total > shown || offset == total {
+                    shown = offset * 20 / total;
+                    eprintln!(
+                        "  uploaded {:>3}% ({:.1} MiB, {:.1} s)",
+                        offset * 100 / total,
+                        offset as f64 / 1048576.0,
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+            }
+            up.call("update_install", json!({"force": req.force, "reboot": !req.no_reboot})).await?
         }
-    }
-    let started_install = up.call("update_install", json!({"force": req.force, "reboot": !req.no_reboot})).await?;
-    drop(up);
+    };
     eprintln!("  RAUC is installing into slot {}", started_install["target"].as_str().unwrap_or(target));
     follow(endpoint, &old_slot, target, req).await
 }

@@ -256,8 +256,8 @@ impl HttpsClient {
         &self.target
     }
 
-    /// Opens a kept-alive HTTP/1.1 connection (TCP, then TLS pinned to the CA).
-    pub async fn connect(&self) -> Result<KeptAlive, HttpsClientError> {
+    /// TCP, then TLS pinned to the CA.
+    async fn tls(&self) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, HttpsClientError> {
         let target = format!("{}:{}", self.target.host, self.target.port);
         let tcp = tokio::net::TcpStream::connect((self.target.host.as_str(), self.target.port))
             .await
@@ -265,15 +265,62 @@ impl HttpsClient {
         let _ = tcp.set_nodelay(true);
         let name =
             ServerName::try_from(self.target.host.clone()).map_err(|_| HttpsClientError::BadUrl(target.clone()))?;
-        let tls = self.connector.connect(name, tcp).await.map_err(|source| match not_pinned(&source) {
+        self.connector.connect(name, tcp).await.map_err(|source| match not_pinned(&source) {
             Some(presented) => HttpsClientError::PinMismatch { target: target.clone(), pinned: self.pin, presented },
             None => HttpsClientError::Tls { target, source },
-        })?;
+        })
+    }
+
+    /// Opens a kept-alive HTTP/1.1 connection (TCP, then TLS pinned to the CA).
+    pub async fn connect(&self) -> Result<KeptAlive, HttpsClientError> {
+        let tls = self.tls().await?;
         let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await?;
         tokio::spawn(async move {
             let _ = conn.await;
         });
         Ok(KeptAlive { sender, client: self.clone() })
+    }
+
+    /// POSTs `length` bytes that `body` yields piece by piece (a file too big to hold, with
+    /// the caller counting what was sent) on a fresh connection; the answer's JSON, an
+    /// error answer as [`HttpsClientError::Remote`].
+    pub async fn post_stream(
+        &self,
+        path: &str,
+        length: u64,
+        body: tokio::sync::mpsc::Receiver<Bytes>,
+    ) -> Result<Value, HttpsClientError> {
+        use futures_util::StreamExt as _;
+        let tls = self.tls().await?;
+        let frames = tokio_stream_of(body).map(|b| Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(b)));
+        let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, http_body_util::StreamBody<_>>(
+            hyper_util::rt::TokioIo::new(tls),
+        )
+        .await?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut builder = Request::builder()
+            .method(Method::POST)
+            .uri(path)
+            .header(hyper::header::HOST, self.target.base_url().trim_start_matches("https://"))
+            .header(hyper::header::CONTENT_TYPE, "application/octet-stream")
+            .header(hyper::header::CONTENT_LENGTH, length);
+        if let Some(t) = &self.credentials.token {
+            builder = builder.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let request = builder
+            .body(http_body_util::StreamBody::new(frames))
+            .map_err(|e| HttpsClientError::Protocol(e.to_string()))?;
+        let response = sender.send_request(request).await?;
+        let status = response.status();
+        let bytes = response.into_body().collect().await?.to_bytes();
+        let value: Value = serde_json::from_slice(&bytes)
+            .map_err(|_| HttpsClientError::Protocol(format!("HTTP {status}: {}", String::from_utf8_lossy(&bytes))))?;
+        if !status.is_success() {
+            return Err(remote_error(status, &value));
+        }
+        Ok(value)
     }
 
     /// Sends one request on a fresh connection; returns the response with its body
@@ -343,6 +390,11 @@ impl HttpsClient {
         let answer = self.json(Method::POST, "/api/rpc", Some(&Value::Object(request))).await?;
         Ok(answer.get("result").cloned().unwrap_or(Value::Null))
     }
+}
+
+/// The pieces a channel receives, as a stream (ends when the sender is dropped).
+fn tokio_stream_of(mut rx: tokio::sync::mpsc::Receiver<Bytes>) -> impl futures_util::Stream<Item = Bytes> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
 /// A kept-alive connection to the appliance: requests go one after another on it.
