@@ -163,15 +163,7 @@ async fn install(endpoint: &Endpoint, file: &Path, req: &UpdateRequest<'_>) -> a
                         return Ok(());
                     }
                     sent += n as u64;
-                    if sent * 20 / total > shown || sent == total {
-                        shown = sent * 20 / total;
-                        eprintln!(
-                            "  uploaded {:>3}% ({:.1} MiB, {:.1} s)",
-                            sent * 100 / total,
-                            sent as f64 / 1048576.0,
-                            started.elapsed().as_secs_f64()
-                        );
-                    }
+                    show_progress(sent, total, &mut shown, started);
                 }
             });
             let query = format!("/api/update?force={}&reboot={}", u8::from(req.force), u8::from(!req.no_reboot));
@@ -197,21 +189,26 @@ async fn install(endpoint: &Endpoint, file: &Path, req: &UpdateRequest<'_>) -> a
                 let data = base64::engine::general_purpose::STANDARD.encode(&buf[..n]);
                 up.call("update_upload", json!({"offset": offset, "total": total, "data": data})).await?;
                 offset += n as u64;
-                if offset * 20 / total > shown || offset == total {
-                    shown = offset * 20 / total;
-                    eprintln!(
-                        "  uploaded {:>3}% ({:.1} MiB, {:.1} s)",
-                        offset * 100 / total,
-                        offset as f64 / 1048576.0,
-                        started.elapsed().as_secs_f64()
-                    );
-                }
+                show_progress(offset, total, &mut shown, started);
             }
             up.call("update_install", json!({"force": req.force, "reboot": !req.no_reboot})).await?
         }
     };
     eprintln!("  RAUC is installing into slot {}", started_install["target"].as_str().unwrap_or(target));
     follow(endpoint, &old_slot, target, req).await
+}
+
+/// Prints the upload's progress every 5 % (and at the end).
+fn show_progress(sent: u64, total: u64, shown: &mut u64, started: Instant) {
+    if sent * 20 / total > *shown || sent == total {
+        *shown = sent * 20 / total;
+        eprintln!(
+            "  uploaded {:>3}% ({:.1} MiB, {:.1} s)",
+            sent * 100 / total,
+            sent as f64 / 1048576.0,
+            started.elapsed().as_secs_f64()
+        );
+    }
 }
 
 fn read_piece(f: &mut std::fs::File, buf: &mut [u8]) -> anyhow::Result<usize> {
