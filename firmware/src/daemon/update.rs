@@ -12,14 +12,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use base64::Engine;
 use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::{Daemon, DaemonError};
 use crate::device::boot::files::BootDir;
 use crate::device::boot::{self, rauc, BootedFrom, HealthReport, Slot, SlotState, TrialOutcome, TrialRecord};
-use crate::protocol::update_params::{UpdateInstallParams, UpdateUploadParams, MAX_BUNDLE_BYTES};
+use crate::protocol::update_params::{UpdateInstallParams, UpdateUploadParams, MAX_BUNDLE_BYTES, MAX_UPLOAD_PIECE_BYTES};
 use crate::protocol::ErrorCode;
 
 /// Why an update method refused.
@@ -311,9 +310,16 @@ impl Daemon {
     /// received before is dropped); every other piece must continue where the last ended.
     pub(super) async fn update_upload(&self, p: &UpdateUploadParams) -> Result<Value, DaemonError> {
         self.update_context().map_err(UpdateError::Unavailable)?;
-        let data = base64::engine::general_purpose::STANDARD
-            .decode(p.data.as_bytes())
-            .map_err(|e| UpdateError::Upload(format!("data is not base64: {e}")))?;
+        if p.data.len() > MAX_UPLOAD_PIECE_BYTES {
+            return Err(UpdateError::Upload(format!(
+                "a piece is at most {MAX_UPLOAD_PIECE_BYTES} bytes, not {}",
+                p.data.len()
+            ))
+            .into());
+        }
+        // The write runs on a blocking thread, which needs its own copy (a memcpy of at most
+        // one piece; the request is borrowed).
+        let data = p.data.clone();
         let path = self.incoming_bundle()?;
         let updates = &self.inner.updates;
         let expected = updates.with(|s| match s.phase {
@@ -544,7 +550,7 @@ mod tests {
         let s = d.open_session(Caller::in_process(Role::Admin));
         let mut last = Ok(Value::Null);
         for (i, chunk) in bundle.chunks(piece).enumerate() {
-            let data = base64::engine::general_purpose::STANDARD.encode(chunk);
+            let data = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, chunk);
             let text = format!(
                 r#"{{"id":{i},"method":"update_upload","offset":{},"total":{},"data":"{data}"}}"#,
                 i * piece,
@@ -646,6 +652,14 @@ mod tests {
             .handle(&s, RequestId(3), &call(r#"{"id":3,"method":"update_upload","offset":0,"total":2,"data":"AAAA"}"#))
             .await;
         assert_eq!(code(&r), Some(ErrorCode::InvalidParams), "3 bytes do not fit a total of 2");
+        // A piece larger than any transport may hand over (a typed request can carry one).
+        let big = Call::UpdateUpload(UpdateUploadParams {
+            offset: 0,
+            total: MAX_BUNDLE_BYTES,
+            data: vec![0; MAX_UPLOAD_PIECE_BYTES + 1],
+        });
+        let r = d.handle(&s, RequestId(3), &big).await;
+        assert_eq!(code(&r), Some(ErrorCode::InvalidParams), "{r:?}");
         // Half a bundle is not installed.
         let r = d
             .handle(&s, RequestId(4), &call(r#"{"id":4,"method":"update_upload","offset":0,"total":6,"data":"AAAA"}"#))

@@ -27,7 +27,7 @@ pub use connection::{Dispatcher, Flow};
 pub use stream::stream;
 
 use crate::daemon::{Caller, Daemon};
-use crate::protocol::{parse_request, ErrorBody, Request};
+use crate::protocol::{parse_request, Call, ErrorBody, Request, RequestId};
 
 /// The tether/1 request for `method` with `params`, as the socket would have parsed it
 /// (so malformed params get the same codes and messages on every transport).
@@ -40,6 +40,14 @@ pub fn request(method: &str, mut params: Map<String, Value>, task_token: Option<
     // A map of JSON values always serializes.
     let bytes = serde_json::to_vec(&Value::Object(params)).unwrap_or_default();
     parse_request(&bytes).map_err(|e| e.error)
+}
+
+/// The request for a call a transport built itself, typed, with nothing to parse: for
+/// parameters that are bytes on the transport's wire (`POST /api/update`'s body), where a
+/// detour through JSON and base64 would cost more than the work. It meets the same role
+/// table and task-token check as every other request in [`Daemon::handle_request`].
+pub fn typed_request(call: Call, task_token: Option<&str>) -> Request {
+    Request { id: RequestId(1), task_token: task_token.map(str::to_owned), call }
 }
 
 /// Runs one request for `caller` on a session of its own and answers it.
