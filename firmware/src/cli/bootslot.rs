@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use clap::Subcommand;
 use tether::device::boot::files::BootDir;
 use tether::device::boot::{
-    self, rauc, BootedFrom, HealthReport, Slot, SlotState, TrialOutcome, TrialRecord, BOOT_DIR, HEALTH_FILE,
+    self, rauc, tryboot, BootedFrom, HealthReport, Slot, SlotState, TrialOutcome, TrialRecord, BOOT_DIR, HEALTH_FILE,
 };
 
 /// How many boots a freshly installed slot gets before U-Boot passes over it (a boot that
@@ -56,6 +56,14 @@ pub enum BootslotCommand {
     },
     /// Print the boot state: booted slot, order, each slot's state, the last trial.
     Show,
+    /// Reboot into what the boot state wants next (tether-reboot.service runs this for the
+    /// daemon): on a Raspberry Pi whose next boot is a slot on trial, a one-shot
+    /// `reboot '0 tryboot'`; otherwise a plain reboot.
+    Reboot {
+        /// Print the systemctl command instead of running it.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 fn boot_dir() -> BootDir {
@@ -115,6 +123,37 @@ pub fn run_bootslot(cmd: BootslotCommand) -> anyhow::Result<ExitCode> {
                 Some(t) => println!("last trial: {}", serde_json::to_string(&t)?),
                 None => println!("last trial: none"),
             }
+            if let Some(normal) = dir.tryboot_normal()? {
+                println!("config.txt: slot {normal} boots normally, slot {} on a tryboot", normal.other());
+            }
+        }
+        BootslotCommand::Reboot { dry_run } => {
+            // Whatever cannot be read, the reboot still happens: a plain one, which boots
+            // the normal slot (the old one while an update is on trial).
+            let env = dir.read_env().unwrap_or_else(|e| {
+                println!("cannot read the boot state ({e}): a plain reboot");
+                boot::BootEnv::default()
+            });
+            let normal = dir.tryboot_normal().unwrap_or_else(|e| {
+                println!("{e}: a plain reboot");
+                None
+            });
+            let arg = normal.and_then(|normal| tryboot::reboot_arg(&env, normal));
+            let mut cmd = Command::new("systemctl");
+            cmd.arg("reboot").args(arg);
+            if dry_run {
+                println!("systemctl reboot{}", arg.map_or_else(String::new, |a| format!(" {a:?}")));
+            } else {
+                println!(
+                    "rebooting into slot {}{}",
+                    env.next_boot(),
+                    if arg.is_some() { " (tryboot: this boot only)" } else { "" }
+                );
+                let status = cmd.status().context("systemctl reboot")?;
+                if !status.success() {
+                    bail!("systemctl reboot failed ({status})");
+                }
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -145,8 +184,11 @@ fn trial(dir: &BootDir, deadline: Duration, max_restarts: u32, no_reboot: bool) 
         }
         println!("the update in slot {} was rolled back: {}", record.slot, record.reason);
     }
-    if booted.loader != "u-boot" {
-        println!("booted slot {} by {}: trials are judged only for U-Boot's boot script", booted.slot, booted.loader);
+    if !booted.can_try_updates() {
+        println!(
+            "booted slot {} by {}: trials are judged for U-Boot's boot script and the Pi's tryboot only",
+            booted.slot, booted.loader
+        );
         return Ok(ExitCode::SUCCESS);
     }
     if !env.on_trial(booted.slot) {

@@ -18,7 +18,9 @@ use serde_json::{json, Value};
 use super::{Daemon, DaemonError};
 use crate::device::boot::files::BootDir;
 use crate::device::boot::{self, rauc, BootedFrom, HealthReport, Slot, SlotState, TrialOutcome, TrialRecord};
-use crate::protocol::update_params::{UpdateInstallParams, UpdateUploadParams, MAX_BUNDLE_BYTES, MAX_UPLOAD_PIECE_BYTES};
+use crate::protocol::update_params::{
+    UpdateInstallParams, UpdateUploadParams, MAX_BUNDLE_BYTES, MAX_UPLOAD_PIECE_BYTES,
+};
 use crate::protocol::ErrorCode;
 
 /// Why an update method refused.
@@ -44,6 +46,17 @@ pub enum UpdateError {
         /// Its state.
         state: &'static str,
     },
+    /// The running slot is an update still on trial: `BUSY`. Installing now would write the
+    /// other slot, the way back, before this one is known to work.
+    #[error(
+        "slot {running} is an update still on trial (its judge decides within minutes of the boot); \
+         installing now would overwrite slot {}, the way back: wait for the verdict (update_status: trial)",
+        running.other()
+    )]
+    OnTrial {
+        /// The running slot.
+        running: Slot,
+    },
     /// The bundle could not be stored: `STORAGE_FAILED`.
     #[error("could not store the bundle: {0}")]
     Storage(std::io::Error),
@@ -55,7 +68,7 @@ impl UpdateError {
         match self {
             UpdateError::Unavailable(_) => ErrorCode::UpdateUnavailable,
             UpdateError::Upload(_) => ErrorCode::InvalidParams,
-            UpdateError::Installing => ErrorCode::Busy,
+            UpdateError::Installing | UpdateError::OnTrial { .. } => ErrorCode::Busy,
             UpdateError::TaskRunning { .. } => ErrorCode::TaskActive,
             UpdateError::Storage(_) => ErrorCode::StorageFailed,
         }
@@ -229,9 +242,10 @@ impl Daemon {
             "the kernel command line names no tether.slot: this boot did not come through tether's boot script"
                 .to_string()
         })?;
-        if booted.loader != "u-boot" {
+        if !booted.can_try_updates() {
             return Err(format!(
-                "this board boots through {}; A/B updates run through U-Boot's boot script only so far (docs/updates.md)",
+                "this board boots through {}: an image that cannot try an update and fall back \
+                 (U-Boot's boot script or the Pi firmware's tryboot); re-flash it with a newer image (docs/updates.md)",
                 booted.loader
             ));
         }
@@ -395,6 +409,9 @@ impl Daemon {
             if !p.force {
                 return Err(UpdateError::TaskRunning { task, state: state.as_str() }.into());
             }
+        }
+        if BootDir::new(&o.boot_dir).read_env().is_ok_and(|env| env.on_trial(booted.slot)) {
+            return Err(UpdateError::OnTrial { running: booted.slot }.into());
         }
         let path = self.incoming_bundle()?;
         let updates = self.inner.updates.clone();
@@ -599,6 +616,20 @@ mod tests {
         let summary = d.status().await.update.expect("the appliance's summary");
         assert_eq!((summary.slot, summary.version.as_str(), summary.next_boot), (Slot::A, "lab-1", Slot::A));
         assert!(summary.rolled_back.is_some_and(|r| r.reason.contains("health check")));
+        // A Pi image from before tryboot: unavailable, and what to do.
+        std::fs::write(
+            a.dir.path().join("bootargs"),
+            b"root=PARTUUID=74657468-02 tether.slot=a tether.boot=raspi-firmware",
+        )
+        .expect("write");
+        let st = d.handle(&s, RequestId(3), &call(r#"{"id":3,"method":"update_status"}"#)).await.expect("status");
+        assert_eq!(st["available"], false);
+        assert!(st["problem"].as_str().is_some_and(|p| p.contains("re-flash")), "{st}");
+        // The same Pi booted with the tryboot layout: available.
+        std::fs::write(a.dir.path().join("bootargs"), b"root=PARTUUID=74657468-02 tether.slot=a tether.boot=tryboot")
+            .expect("write");
+        let st = d.handle(&s, RequestId(4), &call(r#"{"id":4,"method":"update_status"}"#)).await.expect("status");
+        assert_eq!((st["available"].as_bool(), st["booted"]["loader"].as_str()), (Some(true), Some("tryboot")), "{st}");
         // Off the appliance: unavailable, and why.
         let plain = a.daemon(false);
         let s = plain.open_session(Caller::in_process(Role::View));
@@ -667,6 +698,17 @@ mod tests {
         assert!(r.is_ok(), "{r:?}");
         let r = d.handle(&s, RequestId(5), &call(r#"{"id":5,"method":"update_install"}"#)).await;
         assert_eq!(code(&r), Some(ErrorCode::InvalidParams));
+        // The running slot still on trial: refused, so the way back is not overwritten.
+        upload(&d, b"bundle", 6).await.expect("upload");
+        let boot = BootDir::new(a.dir.path().join("boot"));
+        let mut env = boot.read_env().expect("env");
+        env.set_primary(Slot::A, 3).expect("a on trial");
+        boot.write_env(&env).expect("write");
+        let r = d.handle(&s, RequestId(6), &call(r#"{"id":6,"method":"update_install"}"#)).await;
+        assert_eq!(code(&r), Some(ErrorCode::Busy), "{r:?}");
+        assert!(r.as_ref().is_err_and(|e| e.to_string().contains("still on trial")), "{r:?}");
+        env.set_state(Slot::A, "good").expect("judged good");
+        boot.write_env(&env).expect("write");
         // While a task runs: refused unless forced.
         upload(&d, b"bundle", 6).await.expect("upload");
         let op = d.open_session(Caller::in_process(Role::Operate));

@@ -1,4 +1,5 @@
-//! Reading and writing the boot partition's files (`tether.env`, `tether-trial.json`).
+//! Reading and writing the boot partition's files (`tether.env`, `tether-trial.json`, and
+//! on a Raspberry Pi the A/B block of `config.txt`, see [`super::tryboot`]).
 //!
 //! The partition is mounted read-only; a writer (root) remounts it read-write for one write
 //! and back. Each write goes to a temporary file, is synced, renamed over the old one and the
@@ -11,7 +12,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::{BootEnv, TrialRecord, BOOT_ENV_FILE, TRIAL_FILE};
+use super::tryboot::{self, TrybootError, CONFIG_FILE};
+use super::{BootEnv, Slot, TrialRecord, BOOT_ENV_FILE, TRIAL_FILE};
 
 /// Errors on the boot partition.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +36,9 @@ pub enum BootFilesError {
         /// mount's own words.
         detail: String,
     },
+    /// `config.txt`'s A/B block cannot be read (nothing was written).
+    #[error(transparent)]
+    Tryboot(#[from] TrybootError),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BootFilesError + '_ {
@@ -67,9 +72,41 @@ impl BootDir {
         }
     }
 
-    /// Writes the boot state.
+    /// Writes the boot state, and on a Raspberry Pi (a `config.txt` with tether's A/B block)
+    /// the block that follows it: the normal boot is the first good slot. `config.txt` goes
+    /// first: a power cut between the two leaves a committed slot whose `tether.env` still
+    /// says "on trial", which its judge settles on the next boot, never a normal boot into
+    /// a slot that is not good.
     pub fn write_env(&self, env: &BootEnv) -> Result<(), BootFilesError> {
-        self.write(BOOT_ENV_FILE, env.render().as_bytes())
+        let mut files = Vec::with_capacity(2);
+        let path = self.dir.join(CONFIG_FILE);
+        match fs::read_to_string(&path) {
+            Ok(config) => {
+                if let Some(current) = tryboot::normal_slot(&config)? {
+                    let normal = tryboot::normal_for(env, current);
+                    if normal != current {
+                        if let Some(rewritten) = tryboot::with_normal(&config, normal)? {
+                            files.push((CONFIG_FILE, rewritten.into_bytes()));
+                        }
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(&path)(e)),
+        }
+        files.push((BOOT_ENV_FILE, env.render().into_bytes()));
+        self.write_files(&files)
+    }
+
+    /// The slot a normal boot uses on a Raspberry Pi (`config.txt`'s A/B block); None on a
+    /// board without the block.
+    pub fn tryboot_normal(&self) -> Result<Option<Slot>, BootFilesError> {
+        let path = self.dir.join(CONFIG_FILE);
+        match fs::read_to_string(&path) {
+            Ok(config) => Ok(tryboot::normal_slot(&config)?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io(&path)(e)),
+        }
     }
 
     /// The last trial's record, if any (an unreadable one counts as none).
@@ -86,8 +123,13 @@ impl BootDir {
     }
 
     fn write(&self, name: &str, bytes: &[u8]) -> Result<(), BootFilesError> {
+        self.write_files(&[(name, bytes.to_vec())])
+    }
+
+    /// Writes each file in turn (each whole or not at all) under one read-write remount.
+    fn write_files(&self, files: &[(&str, Vec<u8>)]) -> Result<(), BootFilesError> {
         let remounted = self.remount_rw()?;
-        let written = write_synced(&self.dir, name, bytes);
+        let written = files.iter().try_for_each(|(name, bytes)| write_synced(&self.dir, name, bytes));
         // Back to read-only whatever the write did; a write error wins over a remount one.
         let back = if remounted { self.remount("ro") } else { Ok(()) };
         written.and(back)
@@ -157,5 +199,36 @@ mod tests {
         assert_eq!(boot.read_trial(), Some(rec));
         fs::write(tmp.path().join(TRIAL_FILE), b"{torn").unwrap();
         assert_eq!(boot.read_trial(), None);
+    }
+
+    #[test]
+    fn on_a_pi_the_config_block_follows_the_boot_state() {
+        let tmp = tempfile::tempdir().unwrap();
+        let boot = BootDir::new(tmp.path());
+        let config = format!("arm_64bit=1\nkernel=vmlinuz\n{}dtoverlay=tether-tc358743\n", tryboot::block(Slot::A));
+        fs::write(tmp.path().join(CONFIG_FILE), &config).unwrap();
+        assert_eq!(boot.tryboot_normal().unwrap(), Some(Slot::A));
+        // RAUC wrote b: on trial, the normal boot stays a (config.txt untouched).
+        let mut env = boot.read_env().unwrap();
+        env.set_primary(Slot::B, 3).unwrap();
+        boot.write_env(&env).unwrap();
+        assert_eq!(fs::read_to_string(tmp.path().join(CONFIG_FILE)).unwrap(), config);
+        // Marked good: b boots normally from now on; the rest of config.txt is as it was.
+        env.set_state(Slot::B, "good").unwrap();
+        boot.write_env(&env).unwrap();
+        assert_eq!(boot.tryboot_normal().unwrap(), Some(Slot::B));
+        let now = fs::read_to_string(tmp.path().join(CONFIG_FILE)).unwrap();
+        assert!(now.starts_with("arm_64bit=1\nkernel=vmlinuz\n") && now.ends_with("dtoverlay=tether-tc358743\n"));
+        assert!(!tmp.path().join("config.txt.new").exists());
+        // An edited block: refused, and tether.env is not written either.
+        fs::write(tmp.path().join(CONFIG_FILE), now.replace("os_prefix=slot-a/", "os_prefix=slot-b/")).unwrap();
+        env.set_state(Slot::B, "bad").unwrap();
+        assert!(matches!(boot.write_env(&env), Err(BootFilesError::Tryboot(_))));
+        assert_eq!(boot.read_env().unwrap().state(Slot::B), SlotState::Good);
+        // A U-Boot board has no block: only tether.env is written.
+        fs::write(tmp.path().join(CONFIG_FILE), "kernel=vmlinuz\n").unwrap();
+        boot.write_env(&env).unwrap();
+        assert_eq!(boot.tryboot_normal().unwrap(), None);
+        assert_eq!(fs::read_to_string(tmp.path().join(CONFIG_FILE)).unwrap(), "kernel=vmlinuz\n");
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! Three files, each with one writer:
 //! - `tether.env` on the FAT boot partition ([`slots::BootEnv`]): U-Boot's boot script and
-//!   `tether bootslot` (RAUC's custom boot backend, root).
+//!   `tether bootslot` (RAUC's custom boot backend, root). On a Raspberry Pi the A/B block
+//!   of `config.txt` follows it ([`tryboot`]), written with it.
 //! - `tether-trial.json` on the boot partition ([`TrialRecord`]): `tether bootslot trial`
 //!   (root), so the old slot can say why the new one was rolled back.
 //! - `/run/tether/health.json` ([`HealthReport`]): the daemon, once it has checked itself;
@@ -12,10 +13,11 @@
 pub mod files;
 pub mod rauc;
 pub mod slots;
+pub mod tryboot;
 
 use serde::{Deserialize, Serialize};
 
-pub use slots::{BootEnv, BootStateError, BootedFrom, Slot, SlotState};
+pub use slots::{BootEnv, BootStateError, BootedFrom, Slot, SlotState, LOADER_TRYBOOT, LOADER_UBOOT};
 
 /// Where the FAT boot partition is mounted (rootfs/etc/fstab).
 pub const BOOT_DIR: &str = "/boot/firmware";

@@ -265,7 +265,20 @@ pub struct BootedFrom {
     pub loader: String,
 }
 
+/// `tether.boot=` of a boot through U-Boot's boot script (tries counted by the script).
+pub const LOADER_UBOOT: &str = "u-boot";
+/// `tether.boot=` of a Raspberry Pi booting a slot's files under `os_prefix` (one-shot
+/// `tryboot` for a slot on trial; [`super::tryboot`]).
+pub const LOADER_TRYBOOT: &str = "tryboot";
+
 impl BootedFrom {
+    /// Whether this boot came through a loader that can try an update and fall back
+    /// (U-Boot's boot script, or the Pi firmware's tryboot), so updates may be installed
+    /// and trials judged.
+    pub fn can_try_updates(&self) -> bool {
+        matches!(self.loader.as_str(), LOADER_UBOOT | LOADER_TRYBOOT)
+    }
+
     /// Reads `tether.slot=` and `tether.boot=` from a kernel command line.
     pub fn from_cmdline(cmdline: &str) -> Option<BootedFrom> {
         let mut slot = None;
@@ -349,6 +362,13 @@ mod tests {
         let b = BootedFrom::from_cmdline("root=PARTUUID=74657468-03 ro tether.slot=b tether.boot=u-boot rauc.slot=b")
             .unwrap();
         assert_eq!((b.slot, b.loader.as_str()), (Slot::B, "u-boot"));
+        assert!(b.can_try_updates());
+        let pi = BootedFrom::from_cmdline("root=PARTUUID=74657468-02 tether.slot=a tether.boot=tryboot").unwrap();
+        assert!(pi.can_try_updates());
+        // A Pi image from before tryboot: its slot is known, but it cannot try an update.
+        let old =
+            BootedFrom::from_cmdline("root=PARTUUID=74657468-02 tether.slot=a tether.boot=raspi-firmware").unwrap();
+        assert!(!old.can_try_updates());
         assert_eq!(BootedFrom::from_cmdline("root=LABEL=tether-a ro"), None);
     }
 }
