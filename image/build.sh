@@ -318,6 +318,34 @@ build_rootfs() {
                     >> "$WORK/boot/config.txt"
             fi
             if [ -x "$ROOT/board/$BOARD/dtb.sh" ]; then "$ROOT/board/$BOARD/dtb.sh" "$WORK/boot"; fi
+            # A/B through the firmware'"'"'s tryboot (docs/updates.md): slot A'"'"'s kernel, initrd,
+            # device trees, overlays and cmdline.txt under slot-a/, named without versions so
+            # config.txt names the same files for either slot; config.txt ends in the block
+            # tether bootslot rewrites (firmware/src/device/boot/tryboot.rs).
+            s=$WORK/boot/slot-a
+            mkdir -p "$s"
+            mv "$WORK"/boot/vmlinuz-* "$s/vmlinuz"
+            mv "$WORK"/boot/initrd.img-* "$s/initrd.img"
+            mv "$WORK"/boot/*.dtb "$s/"
+            if [ -d "$WORK/boot/overlays" ]; then mv "$WORK/boot/overlays" "$s/"; fi
+            sed -i "s#tether.boot=raspi-firmware#tether.boot=tryboot#" "$WORK/boot/cmdline.txt"
+            mv "$WORK/boot/cmdline.txt" "$s/cmdline.txt"
+            sed -i -e "s#^kernel=vmlinuz-.*#kernel=vmlinuz#" -e "s#^initramfs initrd.img-[^ ]*#initramfs initrd.img#" "$WORK/boot/config.txt"
+            grep -qx "kernel=vmlinuz" "$WORK/boot/config.txt" && grep -q "^initramfs initrd.img\b" "$WORK/boot/config.txt" ||
+                { echo "config.txt names no kernel=vmlinuz-… and initramfs initrd.img-… to rename" >&2; exit 1; }
+            printf "%s\n" "# tether: A/B slots (tether bootslot rewrites this block; docs/updates.md)" "[all]" \
+                "os_prefix=slot-a/" "[tryboot]" "os_prefix=slot-b/" "[all]" "# tether: end of A/B slots" >> "$WORK/boot/config.txt"
+            # What the bundle'"'"'s RAUC hook copies into slot-b/ (or slot-a/) when this root is
+            # installed: the device trees and overlays, and cmdline.txt for either slot (the
+            # kernel and initrd are /boot/vmlinuz-* and /boot/initrd.img-*).
+            t=$r/usr/lib/tether/boot
+            mkdir -p "$t"
+            cp "$s"/*.dtb "$t/"
+            if [ -d "$s/overlays" ]; then cp -r "$s/overlays" "$t/"; fi
+            sed -e "s#root=PARTUUID=74657468-02#root=PARTUUID=74657468-@PART@#" -e "s#tether.slot=a#tether.slot=@SLOT@#" \
+                "$s/cmdline.txt" > "$t/cmdline.txt"
+            grep -q "@PART@" "$t/cmdline.txt" && grep -q "tether.slot=@SLOT@ tether.boot=tryboot" "$t/cmdline.txt" ||
+                { echo "cmdline.txt: $(cat "$t/cmdline.txt")" >&2; exit 1; }
         else
             for d in "$r"/usr/lib/linux-image-*; do
                 if [ -x "$ROOT/board/$BOARD/dtb.sh" ]; then "$ROOT/board/$BOARD/dtb.sh" "$d/${DTB%/*}"; fi

@@ -146,6 +146,9 @@ make_bundle() {
     resize2fs -M "$work/rootfs.ext4" >/dev/null 2>&1 || { say "resize2fs -M failed"; return 1; }
     mkdir -p "$work/content"
     mv "$work/rootfs.ext4" "$work/content/rootfs.ext4"
+    # The slot hook: on a Raspberry Pi it puts the new slot's boot files where the firmware
+    # reads them (image/rauc-hook.sh); elsewhere it does nothing.
+    install -m 0755 "$image_root/image/rauc-hook.sh" "$work/content/hook.sh"
     cat > "$work/content/manifest.raucm" <<EOF2
 [update]
 compatible=tether-$board
@@ -156,8 +159,12 @@ build=$(date -u +%Y%m%dT%H%M%SZ)
 [bundle]
 format=verity
 
+[hooks]
+filename=hook.sh
+
 [image.rootfs]
 filename=rootfs.ext4
+hooks=post-install
 EOF2
     local bundle="$out/tether-$board-$version.raucb"
     rm -f "$bundle"

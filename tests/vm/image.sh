@@ -98,9 +98,27 @@ check "flash.sh build --board rpi4 (${build_s} s): $(du -h --apparent-size "$img
 # The CSI bridge: our overlay on the FAT partition, named in config.txt.
 boot_start=$(sfdisk -J "$img" | python3 -c 'import json,sys; print(json.load(sys.stdin)["partitiontable"]["partitions"][0]["start"])')
 fat="$img@@$(( boot_start * 512 ))"
-mdir -i "$fat" ::overlays/tether-tc358743.dtbo >/dev/null 2>&1 || fail "no overlays/tether-tc358743.dtbo on the boot partition"
-mtype -i "$fat" ::config.txt | grep -qx 'dtoverlay=tether-tc358743' || fail "config.txt does not load the tc358743 overlay"
-check "boot partition: overlays/tether-tc358743.dtbo, loaded by config.txt"
+mdir -i "$fat" ::slot-a/overlays/tether-tc358743.dtbo >/dev/null 2>&1 || fail "no slot-a/overlays/tether-tc358743.dtbo on the boot partition"
+mtype -i "$fat" ::config.txt > "$work/config.txt" || fail "no config.txt on the boot partition"
+grep -qx 'dtoverlay=tether-tc358743' "$work/config.txt" || fail "config.txt does not load the tc358743 overlay"
+check "boot partition: slot-a/overlays/tether-tc358743.dtbo, loaded by config.txt"
+# The Pi's A/B layout (tryboot): slot A's files under slot-a/, config.txt's block pointing a
+# normal boot at them and a tryboot at slot-b/ (empty until an update).
+for f in vmlinuz initrd.img bcm2711-rpi-4-b.dtb cmdline.txt; do
+    mdir -i "$fat" "::slot-a/$f" >/dev/null 2>&1 || fail "no slot-a/$f on the boot partition"
+done
+mdir -i "$fat" ::slot-b >/dev/null 2>&1 && fail "slot-b/ exists before any update"
+mtype -i "$fat" ::slot-a/cmdline.txt | grep -q "root=PARTUUID=74657468-02 tether.slot=a tether.boot=tryboot" ||
+    fail "slot-a/cmdline.txt: $(mtype -i "$fat" ::slot-a/cmdline.txt)"
+python3 - "$work/config.txt" <<'PY' || fail "config.txt's A/B block: $(tail -n 9 "$work/config.txt")"
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+assert "kernel=vmlinuz" in lines and "initramfs initrd.img" in lines, lines
+i = lines.index("# tether: A/B slots (tether bootslot rewrites this block; docs/updates.md)")
+assert lines[i + 1:i + 7] == ["[all]", "os_prefix=slot-a/", "[tryboot]", "os_prefix=slot-b/", "[all]",
+                              "# tether: end of A/B slots"], lines[i:]
+PY
+check "boot partition: slot A's kernel, initrd, device trees and cmdline.txt (tether.boot=tryboot) in slot-a/; config.txt boots slot-a/ normally, slot-b/ on a tryboot"
 
 # The update bundles (tests/vm/update.sh), from the same build, before HOME is the test's.
 # shellcheck source=tests/vm/update.sh

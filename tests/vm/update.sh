@@ -51,6 +51,11 @@ wait_https() {
     done
     reboot_s=$(( $(date +%s) - t0 ))
 }
+# pi_normal: the slot config.txt's A/B block boots normally (the Pi firmware's view; the lab
+# boots through U-Boot, but the block follows tether.env on every rpi image).
+pi_normal() {
+    ssh_do "sed -n '/^# tether: A\/B slots/,/^# tether: end of A\/B slots/p' /boot/firmware/config.txt | sed -n '2,3s#^os_prefix=slot-\(.\)/\$#\1#p'"
+}
 slot_b_head() { ssh_do "head -c 16777216 /dev/disk/by-partuuid/74657468-03 | sha256sum | cut -c1-16"; }
 
 # --- bundles ---------------------------------------------------------------------------------
@@ -165,7 +170,11 @@ rolled=$(status_field 's["rolled_back"]["slot"] + " " + str(s["rolled_back"]["ve
 [[ "$rolled" == "b lab-bad | "*tether.service* ]] || fail "status does not say why the update was rolled back: $rolled"
 states=$(status_field '" ".join(x["slot"] + "=" + x["state"] for x in s["slots"]) + " next=" + s["next_boot"]')
 [ "$states" = "a=good b=bad next=a" ] || fail "after the rollback: $states"
-check "a bundle whose daemon fails: b tried, judged failed, back on a with lab-1; status: rolled back ($rolled)"
+pi=$(pi_normal)
+[ "$pi" = a ] || fail "after the rollback config.txt boots slot '$pi' normally, expected a"
+ssh_do "grep -q 'root=PARTUUID=74657468-03 .*tether.slot=b tether.boot=tryboot' /boot/firmware/slot-b/cmdline.txt" ||
+    fail "the bundle's hook wrote no slot-b/cmdline.txt for slot b: $(ssh_do 'ls -la /boot/firmware/slot-b; cat /boot/firmware/slot-b/cmdline.txt' 2>&1)"
+check "a bundle whose daemon fails: b tried, judged failed, back on a with lab-1; status: rolled back ($rolled); the Pi's config.txt still boots slot-a/"
 
 # --- 4: a good bundle -----------------------------------------------------------------------------
 t0=$(date +%s)
@@ -177,6 +186,14 @@ expect_running b lab-2 "after the update"
 states=$(status_field '" ".join(x["slot"] + "=" + x["state"] for x in s["slots"]) + " next=" + s["next_boot"] + " " + s["trial"]["outcome"]')
 [ "$states" = "a=good b=good next=b good" ] || fail "after the update: $states"
 installed_line=$(grep -E "installed into slot b|rebooting into slot b" "$work/update4.out" | head -1)
+# The Pi's side of the same update: the bundle's hook put b's own kernel, initrd, device
+# trees and overlay in slot-b/, and the verdict made slot-b/ the normal boot.
+pi=$(pi_normal)
+[ "$pi" = b ] || fail "after the update config.txt boots slot '$pi' normally, expected b"
+ssh_do 'cd /boot/firmware/slot-b && cmp vmlinuz /boot/vmlinuz-* && cmp initrd.img /boot/initrd.img-* &&
+    test -s bcm2711-rpi-4-b.dtb && test -s overlays/tether-tc358743.dtbo && test -s ../slot-a/vmlinuz' ||
+    fail "slot-b/ does not hold slot b's boot files: $(ssh_do 'ls -laR /boot/firmware/slot-b | head -20' 2>&1)"
+check "the Pi's tryboot layout followed: slot-b/ holds b's kernel, initrd, device trees and overlay; config.txt now boots slot-b/ normally, slot-a/ on a tryboot"
 check "a good bundle: b runs lab-2, judged healthy and marked good, a kept as the way back (${update_s} s from upload to verdict)"
 grep -E "uploaded 100%|RAUC is installing|rebooting|went away|updated" "$work/update4.out" | sed 's/^/    /'
 echo "image: update bench: bundle $(stat -c %s "$good") bytes, built in ${bundle_s} s; good update end to end ${update_s} s; reboot after the power cut to HTTPS ${reboot_s} s"
