@@ -138,11 +138,15 @@ pub fn run_bootslot(cmd: BootslotCommand) -> anyhow::Result<ExitCode> {
                 println!("{e}: a plain reboot");
                 None
             });
-            let arg = normal.and_then(|normal| tryboot::reboot_arg(&env, normal));
+            let arg = tryboot::reboot_arg(booted().as_ref(), &env, normal);
             let mut cmd = Command::new("systemctl");
-            cmd.arg("reboot").args(arg);
+            cmd.arg("reboot");
+            if let Some(a) = arg {
+                // systemd 257 takes the argument for reboot(2) as an option only.
+                cmd.arg(format!("--reboot-argument={a}"));
+            }
             if dry_run {
-                println!("systemctl reboot{}", arg.map_or_else(String::new, |a| format!(" {a:?}")));
+                println!("systemctl reboot{}", arg.map_or_else(String::new, |a| format!(" --reboot-argument={a:?}")));
             } else {
                 println!(
                     "rebooting into slot {}{}",

@@ -22,7 +22,7 @@
 //! only through `tryboot`, and marking it good makes it the normal slot (the commit).
 //! Everything outside the block is left byte for byte.
 
-use super::{BootEnv, Slot, SlotState};
+use super::{BootEnv, BootedFrom, Slot, SlotState, LOADER_TRYBOOT};
 
 /// The firmware's configuration file on the boot partition.
 pub const CONFIG_FILE: &str = "config.txt";
@@ -114,10 +114,12 @@ pub fn normal_for(env: &BootEnv, current: Slot) -> Slot {
     env.order().into_iter().find(|&s| env.state(s) == SlotState::Good).unwrap_or(current)
 }
 
-/// The reboot argument that boots what `env` wants next, given the block's normal slot:
-/// [`TRYBOOT_REBOOT_ARG`] when the next boot is a slot on trial that a normal boot would not
-/// reach, None for a plain reboot.
-pub fn reboot_arg(env: &BootEnv, normal: Slot) -> Option<&'static str> {
+/// The reboot argument that boots what `env` wants next: [`TRYBOOT_REBOOT_ARG`] on a Pi
+/// booted through its firmware (`booted` says `tryboot`) whose next boot is a slot on trial
+/// that the block's `normal` boot would not reach; None for a plain reboot. An image with the
+/// block booted another way (the lab's U-Boot reads `tether.env` itself) reboots plainly.
+pub fn reboot_arg(booted: Option<&BootedFrom>, env: &BootEnv, normal: Option<Slot>) -> Option<&'static str> {
+    let normal = normal.filter(|_| booted.is_some_and(|b| b.loader == LOADER_TRYBOOT))?;
     let next = env.next_boot();
     (next != normal && env.on_trial(next)).then_some(TRYBOOT_REBOOT_ARG)
 }
@@ -165,22 +167,29 @@ mod tests {
 
     #[test]
     fn the_normal_slot_follows_the_boot_state() {
+        let pi = BootedFrom::from_cmdline("root=PARTUUID=74657468-02 tether.slot=a tether.boot=tryboot");
+        let pi = pi.as_ref();
         let mut env = BootEnv::default();
         assert_eq!(normal_for(&env, Slot::A), Slot::A);
         // An update written into b: on trial, reached by tryboot only.
         env.set_primary(Slot::B, 3).unwrap();
         assert_eq!(normal_for(&env, Slot::A), Slot::A);
-        assert_eq!(reboot_arg(&env, Slot::A), Some(TRYBOOT_REBOOT_ARG));
+        assert_eq!(reboot_arg(pi, &env, Some(Slot::A)), Some(TRYBOOT_REBOOT_ARG));
+        // The same image booted through U-Boot (the lab), or a board without the block: plain.
+        let uboot = BootedFrom::from_cmdline("root=PARTUUID=74657468-02 tether.slot=a tether.boot=u-boot");
+        assert_eq!(reboot_arg(uboot.as_ref(), &env, Some(Slot::A)), None);
+        assert_eq!(reboot_arg(None, &env, Some(Slot::A)), None);
+        assert_eq!(reboot_arg(pi, &env, None), None);
         // Judged good: b is the normal boot (the commit), a the way back.
         env.set_state(Slot::B, "good").unwrap();
         assert_eq!(normal_for(&env, Slot::A), Slot::B);
-        assert_eq!(reboot_arg(&env, Slot::B), None);
+        assert_eq!(reboot_arg(pi, &env, Some(Slot::B)), None);
         // Judged failed instead: a stays normal, a plain reboot returns to it.
         let mut failed = BootEnv::default();
         failed.set_primary(Slot::B, 3).unwrap();
         failed.set_state(Slot::B, "bad").unwrap();
         assert_eq!(normal_for(&failed, Slot::A), Slot::A);
-        assert_eq!(reboot_arg(&failed, Slot::A), None);
+        assert_eq!(reboot_arg(pi, &failed, Some(Slot::A)), None);
         // Nothing good at all: leave the block as it is.
         let mut none = BootEnv::default();
         none.set_state(Slot::A, "bad").unwrap();
