@@ -118,9 +118,11 @@ if [[ " ${suites[*]} " == *" stateless "* ]]; then
 fi
 
 # --- binaries ---------------------------------------------------------------------------
-say "building tether and vmcheck (the dev build cargo test made; nothing to do after it)"
-(cd "$root" && cargo build --locked -q -p tether -p tether-tests --bin tether --bin vmcheck) ||
-    { echo "tests/vm: build failed" >&2; exit 1; }
+# Exactly tests/run's build step (the same targets, so the same features: dev-dependencies
+# unify them, and building only the two binaries would compile our crates a second time with
+# another feature set): nothing to do after cargo test, one build when run alone.
+say "building tether and vmcheck (tests/run's dev build; nothing to do after cargo test)"
+(cd "$root" && cargo build --workspace --all-targets --locked -q) || { echo "tests/vm: build failed" >&2; exit 1; }
 bin="${CARGO_TARGET_DIR:-$root/target}/debug"
 [ -x "$bin/tether" ] && [ -x "$bin/vmcheck" ] || { echo "tests/vm: no $bin/tether or $bin/vmcheck" >&2; exit 1; }
 
