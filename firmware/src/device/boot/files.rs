@@ -78,32 +78,33 @@ impl BootDir {
     /// says "on trial", which its judge settles on the next boot, never a normal boot into
     /// a slot that is not good.
     pub fn write_env(&self, env: &BootEnv) -> Result<(), BootFilesError> {
-        let mut files = Vec::with_capacity(2);
-        let path = self.dir.join(CONFIG_FILE);
-        match fs::read_to_string(&path) {
-            Ok(config) => {
-                if let Some(current) = tryboot::normal_slot(&config)? {
-                    let normal = tryboot::normal_for(env, current);
-                    if normal != current {
-                        if let Some(rewritten) = tryboot::with_normal(&config, normal)? {
-                            files.push((CONFIG_FILE, rewritten.into_bytes()));
-                        }
-                    }
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io(&path)(e)),
+        let config = match self.read_config()? {
+            Some(text) => tryboot::follow(&text, env)?,
+            None => None,
+        };
+        let env_text = env.render();
+        let mut files: Vec<(&str, &[u8])> = Vec::with_capacity(2);
+        if let Some(config) = &config {
+            files.push((CONFIG_FILE, config.as_bytes()));
         }
-        files.push((BOOT_ENV_FILE, env.render().into_bytes()));
+        files.push((BOOT_ENV_FILE, env_text.as_bytes()));
         self.write_files(&files)
     }
 
     /// The slot a normal boot uses on a Raspberry Pi (`config.txt`'s A/B block); None on a
     /// board without the block.
     pub fn tryboot_normal(&self) -> Result<Option<Slot>, BootFilesError> {
+        match self.read_config()? {
+            Some(text) => Ok(tryboot::normal_slot(&text)?),
+            None => Ok(None),
+        }
+    }
+
+    /// `config.txt`, None when the partition has none.
+    fn read_config(&self) -> Result<Option<String>, BootFilesError> {
         let path = self.dir.join(CONFIG_FILE);
         match fs::read_to_string(&path) {
-            Ok(config) => Ok(tryboot::normal_slot(&config)?),
+            Ok(text) => Ok(Some(text)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io(&path)(e)),
         }
@@ -123,11 +124,11 @@ impl BootDir {
     }
 
     fn write(&self, name: &str, bytes: &[u8]) -> Result<(), BootFilesError> {
-        self.write_files(&[(name, bytes.to_vec())])
+        self.write_files(&[(name, bytes)])
     }
 
     /// Writes each file in turn (each whole or not at all) under one read-write remount.
-    fn write_files(&self, files: &[(&str, Vec<u8>)]) -> Result<(), BootFilesError> {
+    fn write_files(&self, files: &[(&str, &[u8])]) -> Result<(), BootFilesError> {
         let remounted = self.remount_rw()?;
         let written = files.iter().try_for_each(|(name, bytes)| write_synced(&self.dir, name, bytes));
         // Back to read-only whatever the write did; a write error wins over a remount one.

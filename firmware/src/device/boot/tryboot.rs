@@ -54,14 +54,29 @@ pub fn slot_dir(slot: Slot) -> String {
     format!("slot-{slot}")
 }
 
-/// Where the block is: its line range (begin..=end) in `config`, None without one.
-fn find(config: &str) -> Result<Option<(usize, usize)>, TrybootError> {
-    let lines: Vec<&str> = config.lines().collect();
-    let Some(begin) = lines.iter().position(|l| l.trim_end() == BEGIN) else {
+/// The block as found in a `config.txt`: its line range (begin..=end) and its normal slot.
+struct Found {
+    begin: usize,
+    end: usize,
+    normal: Slot,
+}
+
+/// Finds and checks the block; None without one.
+fn find(config: &str) -> Result<Option<Found>, TrybootError> {
+    let lines: Vec<&str> = config.lines().map(str::trim_end).collect();
+    let Some(begin) = lines.iter().position(|&l| l == BEGIN) else {
         return Ok(None);
     };
-    let end = lines[begin..].iter().position(|l| l.trim_end() == END).ok_or(TrybootError::Unterminated)?;
-    Ok(Some((begin, begin + end)))
+    let end = begin + lines[begin..].iter().position(|&l| l == END).ok_or(TrybootError::Unterminated)?;
+    let prefix =
+        |line: &str| line.strip_prefix("os_prefix=slot-").and_then(|s| s.strip_suffix('/'))?.parse::<Slot>().ok();
+    match &lines[begin + 1..end] {
+        ["[all]", normal, "[tryboot]", tryboot, "[all]"] => match (prefix(normal), prefix(tryboot)) {
+            (Some(n), Some(t)) if n != t => Ok(Some(Found { begin, end, normal: n })),
+            _ => Err(TrybootError::Edited(format!("os_prefix lines {normal:?}, {tryboot:?}"))),
+        },
+        other => Err(TrybootError::Edited(format!("{} lines between its first and last", other.len()))),
+    }
 }
 
 /// The slot a normal boot uses, or None when `config` has no tether block (a board that does
@@ -71,41 +86,39 @@ fn find(config: &str) -> Result<Option<(usize, usize)>, TrybootError> {
 ///
 /// The block is unterminated or its lines are not tether's.
 pub fn normal_slot(config: &str) -> Result<Option<Slot>, TrybootError> {
-    let Some((begin, end)) = find(config)? else {
-        return Ok(None);
-    };
-    let inner: Vec<&str> = config.lines().skip(begin + 1).take(end - begin - 1).map(str::trim_end).collect();
-    let prefix =
-        |line: &str| line.strip_prefix("os_prefix=slot-").and_then(|s| s.strip_suffix('/'))?.parse::<Slot>().ok();
-    match inner.as_slice() {
-        ["[all]", normal, "[tryboot]", tryboot, "[all]"] => match (prefix(normal), prefix(tryboot)) {
-            (Some(n), Some(t)) if n != t => Ok(Some(n)),
-            _ => Err(TrybootError::Edited(format!("os_prefix lines {normal:?}, {tryboot:?}"))),
-        },
-        other => Err(TrybootError::Edited(format!("{} lines between its first and last", other.len()))),
+    Ok(find(config)?.map(|f| f.normal))
+}
+
+fn rewrite(config: &str, found: &Found, normal: Slot) -> String {
+    let mut out = String::with_capacity(config.len());
+    for (i, line) in config.split_inclusive('\n').enumerate() {
+        if i == found.begin {
+            out.push_str(&block(normal));
+        } else if !(found.begin..=found.end).contains(&i) {
+            out.push_str(line);
+        }
     }
+    out
 }
 
 /// `config` with the block booting `normal` normally; everything else unchanged. None when
-/// there is no block.
+/// there is no block. (The appliance rewrites through [`follow`]; the tests swap directly.)
+#[cfg(test)]
+fn with_normal(config: &str, normal: Slot) -> Result<Option<String>, TrybootError> {
+    Ok(find(config)?.map(|found| rewrite(config, &found, normal)))
+}
+
+/// `config` rewritten so its block follows `env` ([`normal_for`]); None when there is no
+/// block or it already does (nothing to write).
 ///
 /// # Errors
 ///
 /// As [`normal_slot`].
-pub fn with_normal(config: &str, normal: Slot) -> Result<Option<String>, TrybootError> {
-    normal_slot(config)?;
-    let Some((begin, end)) = find(config)? else {
-        return Ok(None);
-    };
-    let mut out = String::with_capacity(config.len());
-    for (i, line) in config.split_inclusive('\n').enumerate() {
-        if i == begin {
-            out.push_str(&block(normal));
-        } else if !(begin..=end).contains(&i) {
-            out.push_str(line);
-        }
-    }
-    Ok(Some(out))
+pub fn follow(config: &str, env: &BootEnv) -> Result<Option<String>, TrybootError> {
+    Ok(find(config)?.and_then(|found| {
+        let normal = normal_for(env, found.normal);
+        (normal != found.normal).then(|| rewrite(config, &found, normal))
+    }))
 }
 
 /// The slot a normal boot should use for `env`: the first good slot in its order (a slot on
