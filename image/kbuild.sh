@@ -4,9 +4,11 @@
 # (mmdebstrap, cached) holds gcc, the aarch64 cross compiler, the kernel headers and the
 # source.
 #
-#   image/kbuild.sh amd64 visl        the lab: prints the dir holding vmlinux (trixie's amd64
-#                                     kernel), root/ (its modules, depmod'ed) and extra/visl.ko
-#                                     (+ extra/v4l2-mem2mem.ko when the kernel lacks it)
+#   image/kbuild.sh amd64 lab         the lab: prints the dir holding vmlinux (trixie's amd64
+#                                     kernel), root/ (its modules, depmod'ed) and extra/: visl.ko
+#                                     (+ v4l2-mem2mem.ko when the kernel lacks it) and vimc.ko,
+#                                     virtual media pipelines trixie does not build
+#                                     (`amd64 visl` is the old name of the same)
 #   image/kbuild.sh arm64 csi KVER    the image: prints the dir holding tc358743.ko and
 #                                     bcm2835-unicam.ko for trixie's arm64 kernel KVER
 #                                     (e.g. 6.12.117+deb13-arm64)
@@ -15,7 +17,7 @@
 # Environment: TETHER_KBUILD_CACHE (default ~/.cache/tether-kbuild), TETHER_DEBIAN_MIRROR.
 set -euo pipefail
 
-usage() { echo "usage: image/kbuild.sh amd64 visl | arm64 csi KVER" >&2; exit 2; }
+usage() { echo "usage: image/kbuild.sh amd64 lab | arm64 csi KVER" >&2; exit 2; }
 arch=${1:-}
 what=${2:-}
 cache=${TETHER_KBUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tether-kbuild}
@@ -23,7 +25,7 @@ mirror=${TETHER_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 security_mirror=${TETHER_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 say() { echo "kbuild: $*" >&2; }
 case "$arch $what" in
-    "amd64 visl") ;;
+    "amd64 lab"|"amd64 visl") ;;
     "arm64 csi") [ -n "${3:-}" ] || usage ;;
     *) usage ;;
 esac
@@ -84,7 +86,7 @@ source_files() {
     tar -xJf "$root/usr/src/linux-source-6.12.tar.xz" -C "$dir" "${paths[@]}"
 }
 
-# --- amd64 visl (the lab) -----------------------------------------------------------------
+# --- amd64 visl and vimc (the lab) -----------------------------------------------------------------
 if [ "$arch" = amd64 ]; then
     kver=$(find "$root/usr/src" -maxdepth 1 -name 'linux-headers-*-amd64' -printf '%f\n' | sed 's/^linux-headers-//' | sort -V | tail -n1)
     [ -n "$kver" ] || { say "no amd64 headers in the build root"; exit 1; }
@@ -124,6 +126,19 @@ if [ "$arch" = amd64 ]; then
         mkdir -p "$out/extra"
         [ -z "$symvers" ] || cp "$b/m2m/v4l2-mem2mem.ko" "$out/extra/"
         cp "$b/visl/visl.ko" "$out/extra/"
+        rm -rf "$b"
+    fi
+    if [ ! -f "$out/extra/vimc.ko" ]; then
+        # vimc: sensors, a debayer and a scaler as subdevices behind video nodes, the media
+        # graph the lab's csi suite configures (Debian builds no test driver but vivid).
+        say "building vimc out of tree from linux-source-6.12 for $kver"
+        b="$root/build"
+        rm -rf "$b" && mkdir -p "$b"
+        source_files "$b" drivers/media/test-drivers/vimc
+        mv "$b/linux-source-6.12/drivers/media/test-drivers/vimc" "$b/vimc"
+        chroot "$root" make -s -C "/usr/src/linux-headers-$kver" M=/build/vimc CONFIG_VIDEO_VIMC=m modules >&2
+        mkdir -p "$out/extra"
+        cp "$b/vimc/vimc.ko" "$out/extra/"
         rm -rf "$b"
     fi
     echo "$out"

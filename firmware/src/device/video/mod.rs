@@ -15,6 +15,8 @@ pub mod image;
 pub mod luma;
 #[cfg(target_os = "linux")]
 pub mod m2m;
+#[cfg(target_os = "linux")]
+pub mod pipeline;
 pub mod record;
 pub mod replay;
 #[cfg(target_os = "linux")]

@@ -510,7 +510,7 @@ impl V4l2Device {
         &self.path
     }
 
-    fn raw(&self) -> libc::c_int {
+    pub(super) fn raw(&self) -> libc::c_int {
         self.fd.as_raw_fd()
     }
 
@@ -881,6 +881,81 @@ impl V4l2Device {
             }
         }
         Ok(out)
+    }
+
+    /// `VIDIOC_ENUM_FRAMESIZES` for `fourcc`: the discrete sizes, or for a stepwise or
+    /// continuous range its minimum and maximum.
+    pub fn frame_sizes(&self, fourcc: FourCc) -> Result<Vec<(u32, u32)>, V4l2Error> {
+        let mut out = Vec::new();
+        for index in 0..256 {
+            let mut e = v4l2_frmsizeenum { index, pixel_format: fourcc.0, ..Default::default() };
+            // SAFETY: `e` is a valid, owned v4l2_frmsizeenum; the kernel writes within it.
+            match unsafe { ioctl::enum_framesizes(self.raw(), &mut e) } {
+                Ok(_) => {}
+                Err(Errno::EINVAL) => break, // past the last one
+                Err(err) => return Err(ioctl_err("ENUM_FRAMESIZES")(err)),
+            }
+            let w = e.stepwise;
+            if e.type_ == FRMSIZE_TYPE_DISCRETE {
+                // Discrete entries hold (width, height) in the first two words.
+                out.push((w.min_width, w.max_width));
+            } else {
+                out.push((w.min_width, w.min_height));
+                out.push((w.max_width, w.max_height));
+                break; // one range describes them all
+            }
+        }
+        Ok(out)
+    }
+
+    /// `VIDIOC_ENUM_FRAMEINTERVALS` for `fourcc` at `width`×`height`: the discrete intervals
+    /// as (numerator, denominator) seconds, or for a range its shortest and longest.
+    pub fn frame_intervals(&self, fourcc: FourCc, width: u32, height: u32) -> Result<Vec<(u32, u32)>, V4l2Error> {
+        let mut out = Vec::new();
+        for index in 0..256 {
+            let mut e = v4l2_frmivalenum { index, pixel_format: fourcc.0, width, height, ..Default::default() };
+            // SAFETY: `e` is a valid, owned v4l2_frmivalenum; the kernel writes within it.
+            match unsafe { ioctl::enum_frameintervals(self.raw(), &mut e) } {
+                Ok(_) => {}
+                Err(Errno::EINVAL) => break,
+                Err(err) => return Err(ioctl_err("ENUM_FRAMEINTERVALS")(err)),
+            }
+            let s = e.stepwise;
+            out.push((s.min.numerator, s.min.denominator));
+            if e.type_ != FRMIVAL_TYPE_DISCRETE {
+                out.push((s.max.numerator, s.max.denominator));
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// `VIDIOC_G_PARM`: the capture queue's frame interval as (numerator, denominator)
+    /// seconds, or `None` when the driver does not take one (`V4L2_CAP_TIMEPERFRAME` unset).
+    pub fn frame_interval(&self, buf: BufType) -> Result<Option<(u32, u32)>, V4l2Error> {
+        let mut p = v4l2_streamparm { type_: buf as u32, ..Default::default() };
+        // SAFETY: `p` is a valid, owned v4l2_streamparm; the kernel writes within its size.
+        unsafe { ioctl::g_parm(self.raw(), &mut p) }.map_err(ioctl_err("G_PARM"))?;
+        // SAFETY: for capture queues the union holds `capture`; every bit pattern is valid
+        // for its plain integer fields.
+        let c = unsafe { p.parm.capture };
+        Ok((c.capability & CAP_TIMEPERFRAME != 0 && c.timeperframe.denominator != 0)
+            .then_some((c.timeperframe.numerator, c.timeperframe.denominator)))
+    }
+
+    /// `VIDIOC_S_PARM`: asks for a frame interval (numerator/denominator seconds); returns
+    /// the one the driver chose (the nearest it has).
+    pub fn set_frame_interval(&self, buf: BufType, interval: (u32, u32)) -> Result<(u32, u32), V4l2Error> {
+        let capture = v4l2_captureparm {
+            timeperframe: v4l2_fract { numerator: interval.0, denominator: interval.1 },
+            ..Default::default()
+        };
+        let mut p = v4l2_streamparm { type_: buf as u32, parm: v4l2_streamparm_union { capture } };
+        // SAFETY: as for G_PARM.
+        unsafe { ioctl::s_parm(self.raw(), &mut p) }.map_err(ioctl_err("S_PARM"))?;
+        // SAFETY: as for G_PARM.
+        let c = unsafe { p.parm.capture };
+        Ok((c.timeperframe.numerator, c.timeperframe.denominator))
     }
 
     /// `VIDIOC_QUERY_DV_TIMINGS`: what the HDMI receiver sees now.

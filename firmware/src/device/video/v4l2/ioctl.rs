@@ -14,6 +14,8 @@ nix::ioctl_readwrite!(qbuf, b'V', 15, v4l2_buffer);
 nix::ioctl_readwrite!(dqbuf, b'V', 17, v4l2_buffer);
 nix::ioctl_write_ptr!(streamon, b'V', 18, libc::c_int);
 nix::ioctl_write_ptr!(streamoff, b'V', 19, libc::c_int);
+nix::ioctl_readwrite!(g_parm, b'V', 21, v4l2_streamparm);
+nix::ioctl_readwrite!(s_parm, b'V', 22, v4l2_streamparm);
 nix::ioctl_readwrite!(enuminput, b'V', 26, v4l2_input);
 nix::ioctl_readwrite!(g_ctrl, b'V', 27, v4l2_control);
 nix::ioctl_readwrite!(s_ctrl, b'V', 28, v4l2_control);
@@ -36,9 +38,16 @@ nix::ioctl_read!(query_dv_timings, b'V', 99, v4l2_dv_timings);
 nix::ioctl_readwrite!(dv_timings_cap, b'V', 100, v4l2_dv_timings_cap);
 nix::ioctl_readwrite!(query_ext_ctrl, b'V', 103, v4l2_query_ext_ctrl);
 
+// Subdevices (linux/v4l2-subdev.h): on /dev/v4l-subdevN. DV timings, EDID and events share
+// the video node's numbers (same structs), so those wrappers are reused.
+nix::ioctl_readwrite!(subdev_enum_mbus_code, b'V', 2, v4l2_subdev_mbus_code_enum);
+nix::ioctl_readwrite!(subdev_g_fmt, b'V', 4, v4l2_subdev_format);
+nix::ioctl_readwrite!(subdev_s_fmt, b'V', 5, v4l2_subdev_format);
+
 // Media controller (linux/media.h): on /dev/mediaN, then on a request's fd.
 nix::ioctl_readwrite!(media_device_info, b'|', 0x00, media_device_info);
 nix::ioctl_readwrite!(media_g_topology, b'|', 0x04, media_v2_topology);
+nix::ioctl_readwrite!(media_setup_link, b'|', 0x03, media_link_desc);
 nix::ioctl_read!(media_request_alloc, b'|', 0x05, libc::c_int);
 nix::ioctl_none!(media_request_queue, b'|', 0x80);
 nix::ioctl_none!(media_request_reinit, b'|', 0x81);
@@ -73,5 +82,10 @@ mod tests {
         assert_eq!(rw!(b'|', 0x04, size_of::<media_v2_topology>()), 0xC048_7C04); // MEDIA_IOC_G_TOPOLOGY
         assert_eq!(r!(b'|', 0x05, size_of::<libc::c_int>()), 0x8004_7C05); // MEDIA_IOC_REQUEST_ALLOC
         assert_eq!(nix::request_code_none!(b'|', 0x80), 0x7C80); // MEDIA_REQUEST_IOC_QUEUE
+        assert_eq!(rw!(b'|', 0x03, size_of::<media_link_desc>()), 0xC034_7C03); // MEDIA_IOC_SETUP_LINK
+        assert_eq!(rw!(b'V', 2, size_of::<v4l2_subdev_mbus_code_enum>()), 0xC030_5602); // SUBDEV_ENUM_MBUS_CODE
+        assert_eq!(rw!(b'V', 4, size_of::<v4l2_subdev_format>()), 0xC058_5604); // SUBDEV_G_FMT
+        assert_eq!(rw!(b'V', 5, size_of::<v4l2_subdev_format>()), 0xC058_5605); // SUBDEV_S_FMT
+        assert_eq!(rw!(b'V', 22, size_of::<v4l2_streamparm>()), 0xC0CC_5616); // S_PARM
     }
 }

@@ -13,6 +13,7 @@ use nix::errno::Errno;
 
 use super::ioctl;
 use super::raw::*;
+use super::topology::{Entity, Interface, Link, Pad, Topology};
 use super::V4l2Error;
 
 fn media_err(name: &'static str) -> impl FnOnce(Errno) -> V4l2Error {
@@ -66,37 +67,76 @@ impl MediaDevice {
     /// The (major, minor) device numbers of the V4L2 video nodes this media device exposes
     /// (`MEDIA_IOC_G_TOPOLOGY`, interfaces of type `MEDIA_INTF_T_V4L_VIDEO`).
     pub fn video_interfaces(&self) -> Result<Vec<(u32, u32)>, V4l2Error> {
-        // Twice: once for the count, once with room for it. A topology that grew in
-        // between is read again (bounded: drivers do not hot-plug interfaces in a loop).
+        Ok(self.topology()?.interfaces.iter().filter(|i| i.kind == MEDIA_INTF_T_V4L_VIDEO).map(|i| i.devnode).collect())
+    }
+
+    /// The whole graph (`MEDIA_IOC_G_TOPOLOGY`): entities, pads, data links and device-node
+    /// interfaces with the entity each exposes.
+    pub fn topology(&self) -> Result<Topology, V4l2Error> {
+        // Twice: once for the counts, once with room for them. A topology that changed in
+        // between is read again (bounded: drivers do not hot-plug entities in a loop).
         for _ in 0..4 {
             let mut t = media_v2_topology::default();
             // SAFETY: all pointers are null, so the kernel only fills in the counts.
             unsafe { ioctl::media_g_topology(self.fd.as_raw_fd(), &mut t) }
                 .map_err(media_err("MEDIA_IOC_G_TOPOLOGY"))?;
-            let n = t.num_interfaces.min(1024);
             let version = t.topology_version;
-            let mut intfs = vec![media_v2_interface::default(); n as usize];
+            // Bounded: a graph is tens of entries; a bogus count must not allocate gigabytes.
+            let (ne, ni, np, nl) =
+                (t.num_entities.min(4096), t.num_interfaces.min(4096), t.num_pads.min(16384), t.num_links.min(16384));
+            let mut entities = vec![media_v2_entity::default(); ne as usize];
+            let mut intfs = vec![media_v2_interface::default(); ni as usize];
+            let mut pads = vec![media_v2_pad::default(); np as usize];
+            let mut links = vec![media_v2_link::default(); nl as usize];
             let mut t = media_v2_topology {
-                num_interfaces: n,
+                num_entities: ne,
+                ptr_entities: entities.as_mut_ptr() as u64,
+                num_interfaces: ni,
                 ptr_interfaces: intfs.as_mut_ptr() as u64,
+                num_pads: np,
+                ptr_pads: pads.as_mut_ptr() as u64,
+                num_links: nl,
+                ptr_links: links.as_mut_ptr() as u64,
                 ..Default::default()
             };
-            // SAFETY: `ptr_interfaces` points to `n` owned entries, as `num_interfaces` says;
-            // the kernel writes at most that many (it fails with ENOSPC for more) and the
-            // vector outlives the call. The other arrays' pointers are null (not wanted).
-            unsafe { ioctl::media_g_topology(self.fd.as_raw_fd(), &mut t) }
-                .map_err(media_err("MEDIA_IOC_G_TOPOLOGY"))?;
+            // SAFETY: each pointer points to as many owned entries as its count says; the
+            // kernel writes at most that many (ENOSPC if the graph grew) and the vectors
+            // outlive the call.
+            match unsafe { ioctl::media_g_topology(self.fd.as_raw_fd(), &mut t) } {
+                Err(Errno::ENOSPC) => continue,
+                r => r.map_err(media_err("MEDIA_IOC_G_TOPOLOGY"))?,
+            };
             if t.topology_version != version {
                 continue;
             }
-            let got = (t.num_interfaces as usize).min(intfs.len());
-            return Ok(intfs[..got]
-                .iter()
-                .filter(|i| i.intf_type == MEDIA_INTF_T_V4L_VIDEO)
-                .map(|i| (i.devnode.major, i.devnode.minor))
-                .collect());
+            entities.truncate(t.num_entities as usize);
+            intfs.truncate(t.num_interfaces as usize);
+            pads.truncate(t.num_pads as usize);
+            links.truncate(t.num_links as usize);
+            return Ok(topology_from(&entities, &intfs, &pads, &links));
         }
         Err(V4l2Error::Invalid("the media topology kept changing".into()))
+    }
+
+    /// `MEDIA_IOC_SETUP_LINK`: enables or disables the data link from `source` to `sink`
+    /// (each an (entity id, pad index)).
+    pub fn setup_link(&self, source: (u32, u32), sink: (u32, u32), enabled: bool) -> Result<(), V4l2Error> {
+        let pad = |(entity, index): (u32, u32)| media_pad_desc {
+            entity,
+            index: u16::try_from(index).unwrap_or(u16::MAX),
+            ..Default::default()
+        };
+        let mut desc = media_link_desc {
+            source: pad(source),
+            sink: pad(sink),
+            flags: if enabled { MEDIA_LNK_FL_ENABLED } else { 0 },
+            ..Default::default()
+        };
+        // SAFETY: `desc` is an owned media_link_desc, the size the request number encodes;
+        // the kernel reads it (and may write it back) within that size.
+        unsafe { ioctl::media_setup_link(self.fd.as_raw_fd(), &mut desc) }
+            .map_err(media_err("MEDIA_IOC_SETUP_LINK"))?;
+        Ok(())
     }
 
     /// `MEDIA_IOC_REQUEST_ALLOC`: a new, empty request.
@@ -173,6 +213,40 @@ impl Request {
     }
 }
 
+/// Builds the typed graph from the kernel's arrays: data links between pads kept,
+/// interface links folded into their interface, ancillary links dropped.
+fn topology_from(
+    entities: &[media_v2_entity],
+    intfs: &[media_v2_interface],
+    pads: &[media_v2_pad],
+    links: &[media_v2_link],
+) -> Topology {
+    let entity_of_interface = |id: u32| {
+        links
+            .iter()
+            .find(|l| l.flags & MEDIA_LNK_FL_LINK_TYPE == MEDIA_LNK_FL_INTERFACE_LINK && l.source_id == id)
+            .map(|l| l.sink_id)
+    };
+    Topology {
+        entities: entities.iter().map(|e| Entity { id: e.id, name: c_str(&e.name), function: e.function }).collect(),
+        pads: pads.iter().map(|p| Pad { id: p.id, entity: p.entity_id, index: p.index, flags: p.flags }).collect(),
+        links: links
+            .iter()
+            .filter(|l| l.flags & MEDIA_LNK_FL_LINK_TYPE == MEDIA_LNK_FL_DATA_LINK)
+            .map(|l| Link { id: l.id, source: l.source_id, sink: l.sink_id, flags: l.flags })
+            .collect(),
+        interfaces: intfs
+            .iter()
+            .map(|i| Interface {
+                id: i.id,
+                kind: i.intf_type,
+                devnode: (i.devnode.major, i.devnode.minor),
+                entity: entity_of_interface(i.id),
+            })
+            .collect(),
+    }
+}
+
 fn c_str(bytes: &[u8]) -> String {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     String::from_utf8_lossy(&bytes[..end]).into_owned()
@@ -204,7 +278,35 @@ mod tests {
         let m = MediaDevice::open(Path::new("/dev/null")).unwrap();
         assert!(matches!(m.info(), Err(V4l2Error::Ioctl { name: "MEDIA_IOC_DEVICE_INFO", .. })));
         assert!(m.video_interfaces().is_err());
+        assert!(m.topology().is_err());
+        assert!(m.setup_link((1, 0), (2, 0), true).is_err());
         assert!(m.alloc_request().is_err());
+    }
+
+    #[test]
+    fn the_kernels_arrays_become_a_typed_graph() {
+        let mut name = [0u8; 64];
+        name[..8].copy_from_slice(b"Sensor A");
+        let entities = [media_v2_entity { id: 1, name, function: 0x0002_0001, ..Default::default() }];
+        let intfs = [media_v2_interface {
+            id: 9,
+            intf_type: MEDIA_INTF_T_V4L_SUBDEV,
+            devnode: media_v2_intf_devnode { major: 81, minor: 2 },
+            ..Default::default()
+        }];
+        let pads = [media_v2_pad { id: 2, entity_id: 1, flags: MEDIA_PAD_FL_SOURCE, index: 0, reserved: [0; 4] }];
+        let links = [
+            media_v2_link { id: 20, source_id: 9, sink_id: 1, flags: MEDIA_LNK_FL_INTERFACE_LINK, reserved: [0; 6] },
+            media_v2_link { id: 21, source_id: 2, sink_id: 4, flags: MEDIA_LNK_FL_ENABLED, reserved: [0; 6] },
+            // Ancillary (lens → sensor): not a data link.
+            media_v2_link { id: 22, source_id: 5, sink_id: 1, flags: 2 << 28, reserved: [0; 6] },
+        ];
+        let t = topology_from(&entities, &intfs, &pads, &links);
+        assert_eq!(t.entities[0].name, "Sensor A");
+        assert_eq!(t.interfaces[0].entity, Some(1), "the interface link names the entity");
+        assert_eq!(t.subdev_node(1), Some((81, 2)));
+        assert_eq!(t.links.len(), 1, "only the data link is kept: {:?}", t.links);
+        assert_eq!((t.links[0].source, t.links[0].sink), (2, 4));
     }
 
     #[test]

@@ -9,6 +9,8 @@ mod device;
 mod ioctl;
 mod media;
 pub mod raw;
+mod subdev;
+pub mod topology;
 
 pub use device::{
     BufType, BufferPlanes, Capability, CompoundControl, Dequeued, DvTimings, DvTimingsStatus, Event, ExtControl,
@@ -18,3 +20,4 @@ pub use device::{
     SEL_TGT_COMPOSE, SEL_TGT_CROP,
 };
 pub use media::{media_device_for, MediaDevice, MediaInfo, Request};
+pub use subdev::{mbus, mbus_code_name, MbusFormat, Subdev};

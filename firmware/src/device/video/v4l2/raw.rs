@@ -230,6 +230,11 @@ pub struct v4l2_frmsizeenum {
     pub reserved: [u32; 2],
 }
 
+/// `V4L2_FRMSIZE_TYPE_DISCRETE` / `V4L2_FRMIVAL_TYPE_DISCRETE`: one entry per size/interval.
+pub const FRMSIZE_TYPE_DISCRETE: u32 = 1;
+/// See [`FRMSIZE_TYPE_DISCRETE`].
+pub const FRMIVAL_TYPE_DISCRETE: u32 = 1;
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct v4l2_fract {
@@ -725,6 +730,154 @@ pub struct media_v2_topology {
 
 /// `MEDIA_INTF_T_V4L_VIDEO`: a /dev/videoN interface.
 pub const MEDIA_INTF_T_V4L_VIDEO: u32 = 0x0000_0200;
+/// `MEDIA_INTF_T_V4L_SUBDEV`: a /dev/v4l-subdevN interface.
+pub const MEDIA_INTF_T_V4L_SUBDEV: u32 = 0x0000_0203;
+
+#[repr(C, packed)]
+#[derive(Debug, Clone, Copy)]
+pub struct media_v2_entity {
+    pub id: u32,
+    pub name: [u8; 64],
+    pub function: u32,
+    pub flags: u32,
+    pub reserved: [u32; 5],
+}
+
+impl Default for media_v2_entity {
+    fn default() -> Self {
+        media_v2_entity { id: 0, name: [0; 64], function: 0, flags: 0, reserved: [0; 5] }
+    }
+}
+
+#[repr(C, packed)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct media_v2_pad {
+    pub id: u32,
+    pub entity_id: u32,
+    pub flags: u32,
+    /// The pad's index in its entity (valid since media API 4.19, which every kernel we
+    /// support has).
+    pub index: u32,
+    pub reserved: [u32; 4],
+}
+
+#[repr(C, packed)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct media_v2_link {
+    pub id: u32,
+    /// A pad id (data links) or an interface id (interface links).
+    pub source_id: u32,
+    /// A pad id (data links) or an entity id (interface links).
+    pub sink_id: u32,
+    pub flags: u32,
+    pub reserved: [u32; 6],
+}
+
+pub const MEDIA_PAD_FL_SINK: u32 = 1 << 0;
+pub const MEDIA_PAD_FL_SOURCE: u32 = 1 << 1;
+pub const MEDIA_LNK_FL_ENABLED: u32 = 1 << 0;
+pub const MEDIA_LNK_FL_IMMUTABLE: u32 = 1 << 1;
+pub const MEDIA_LNK_FL_LINK_TYPE: u32 = 0xf << 28;
+pub const MEDIA_LNK_FL_DATA_LINK: u32 = 0;
+pub const MEDIA_LNK_FL_INTERFACE_LINK: u32 = 1 << 28;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct media_pad_desc {
+    pub entity: u32,
+    pub index: u16,
+    pub flags: u32,
+    pub reserved: [u32; 2],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct media_link_desc {
+    pub source: media_pad_desc,
+    pub sink: media_pad_desc,
+    pub flags: u32,
+    pub reserved: [u32; 2],
+}
+
+// --- subdevices (linux/v4l2-subdev.h, linux/v4l2-mediabus.h) ---------------------------
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct v4l2_mbus_framefmt {
+    pub width: u32,
+    pub height: u32,
+    pub code: u32,
+    pub field: u32,
+    pub colorspace: u32,
+    pub ycbcr_enc: u16,
+    pub quantization: u16,
+    pub xfer_func: u16,
+    pub flags: u16,
+    pub reserved: [u16; 10],
+}
+
+/// `v4l2_subdev_format`. Newer headers name `reserved[0]` `stream` (stream 0, the only one
+/// we use, is zero either way).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_subdev_format {
+    pub which: u32,
+    pub pad: u32,
+    pub format: v4l2_mbus_framefmt,
+    pub reserved: [u32; 8],
+}
+
+/// `v4l2_subdev_mbus_code_enum` (`reserved[0]` is `stream` in newer headers).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_subdev_mbus_code_enum {
+    pub pad: u32,
+    pub index: u32,
+    pub code: u32,
+    pub which: u32,
+    pub flags: u32,
+    pub reserved: [u32; 7],
+}
+
+/// `V4L2_SUBDEV_FORMAT_ACTIVE`: the format the hardware uses (not a TRY scratch one).
+pub const SUBDEV_FORMAT_ACTIVE: u32 = 1;
+
+// --- streaming parameters ---------------------------------------------------------------
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct v4l2_captureparm {
+    pub capability: u32,
+    pub capturemode: u32,
+    pub timeperframe: v4l2_fract,
+    pub extendedmode: u32,
+    pub readbuffers: u32,
+    pub reserved: [u32; 4],
+}
+
+/// `v4l2_streamparm`; the union holds `capture` for capture queues.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct v4l2_streamparm {
+    pub type_: u32,
+    pub parm: v4l2_streamparm_union,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union v4l2_streamparm_union {
+    pub capture: v4l2_captureparm,
+    pub raw_data: [u8; 200],
+}
+
+impl Default for v4l2_streamparm {
+    fn default() -> Self {
+        v4l2_streamparm { type_: 0, parm: v4l2_streamparm_union { raw_data: [0; 200] } }
+    }
+}
+
+/// `V4L2_CAP_TIMEPERFRAME`: the driver takes a frame interval in `timeperframe`.
+pub const CAP_TIMEPERFRAME: u32 = 0x1000;
 
 /// (name, size, [(field, offset)]) for every struct, as the C probe prints them.
 pub fn layout_table() -> Vec<(&'static str, usize, Vec<(&'static str, usize)>)> {
@@ -944,6 +1097,50 @@ pub fn layout_table() -> Vec<(&'static str, usize, Vec<(&'static str, usize)>)> 
                 ("ptr_links", offset_of!(media_v2_topology, ptr_links)),
             ],
         ),
+        (
+            "media_v2_entity",
+            size_of::<media_v2_entity>(),
+            vec![("function", offset_of!(media_v2_entity, function)), ("flags", offset_of!(media_v2_entity, flags))],
+        ),
+        ("media_v2_pad", size_of::<media_v2_pad>(), vec![("index", offset_of!(media_v2_pad, index))]),
+        ("media_v2_link", size_of::<media_v2_link>(), vec![("flags", offset_of!(media_v2_link, flags))]),
+        (
+            "media_pad_desc",
+            size_of::<media_pad_desc>(),
+            vec![("index", offset_of!(media_pad_desc, index)), ("flags", offset_of!(media_pad_desc, flags))],
+        ),
+        (
+            "media_link_desc",
+            size_of::<media_link_desc>(),
+            vec![("sink", offset_of!(media_link_desc, sink)), ("flags", offset_of!(media_link_desc, flags))],
+        ),
+        (
+            "v4l2_mbus_framefmt",
+            size_of::<v4l2_mbus_framefmt>(),
+            vec![
+                ("ycbcr_enc", offset_of!(v4l2_mbus_framefmt, ycbcr_enc)),
+                ("flags", offset_of!(v4l2_mbus_framefmt, flags)),
+            ],
+        ),
+        (
+            "v4l2_subdev_format",
+            size_of::<v4l2_subdev_format>(),
+            vec![
+                ("format", offset_of!(v4l2_subdev_format, format)),
+                ("reserved", offset_of!(v4l2_subdev_format, reserved)),
+            ],
+        ),
+        (
+            "v4l2_subdev_mbus_code_enum",
+            size_of::<v4l2_subdev_mbus_code_enum>(),
+            vec![("which", offset_of!(v4l2_subdev_mbus_code_enum, which))],
+        ),
+        (
+            "v4l2_captureparm",
+            size_of::<v4l2_captureparm>(),
+            vec![("timeperframe", offset_of!(v4l2_captureparm, timeperframe))],
+        ),
+        ("v4l2_streamparm", size_of::<v4l2_streamparm>(), vec![("parm", offset_of!(v4l2_streamparm, parm))]),
     ]
 }
 
@@ -990,6 +1187,15 @@ const _: () = {
     assert!(size_of::<media_device_info>() == 256);
     assert!(size_of::<media_v2_interface>() == 112);
     assert!(size_of::<media_v2_topology>() == 72);
+    assert!(size_of::<media_v2_entity>() == 96);
+    assert!(size_of::<media_v2_pad>() == 32);
+    assert!(size_of::<media_v2_link>() == 40);
+    assert!(size_of::<media_pad_desc>() == 20);
+    assert!(size_of::<media_link_desc>() == 52);
+    assert!(size_of::<v4l2_mbus_framefmt>() == 48);
+    assert!(size_of::<v4l2_subdev_format>() == 88);
+    assert!(size_of::<v4l2_subdev_mbus_code_enum>() == 48);
+    assert!(size_of::<v4l2_streamparm>() == 204);
 };
 
 #[cfg(test)]
@@ -1004,7 +1210,7 @@ mod tests {
     fn probe_source() -> String {
         let mut c =
             String::from(
-            "#include <stdio.h>\n#include <stddef.h>\n#include <linux/videodev2.h>\n#include <linux/media.h>\nint main(void) {\n",
+            "#include <stdio.h>\n#include <stddef.h>\n#include <linux/videodev2.h>\n#include <linux/media.h>\n#include <linux/v4l2-subdev.h>\nint main(void) {\n",
         );
         for (name, _, fields) in layout_table() {
             c += &format!("  printf(\"{name} %zu\\n\", sizeof(struct {name}));\n");
