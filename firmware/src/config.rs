@@ -76,11 +76,39 @@ pub struct CaptureConfig {
     /// Pixel format (`YUYV`, `UYVY`, `NV12`, `RGB3`, `MJPG`, `H264`); default: the node's current
     /// format when tether converts it, else the first of those the node offers.
     pub format: Option<String>,
+    /// Capture size as `WIDTHxHEIGHT` for devices without DV timings (UVC dongles); default:
+    /// the largest the device offers. HDMI bridges take the signal's size.
+    pub size: Option<String>,
+    /// Frame rate for devices that take one (UVC); default: the fastest at the chosen size.
+    pub fps: Option<u32>,
+    /// Media-controller capture (a CSI bridge behind `unicam`): the source entity's name,
+    /// e.g. `tc358743 10-000f`; default: the one the enabled links lead to.
+    pub source: Option<String>,
 }
 
 impl Default for CaptureConfig {
     fn default() -> Self {
-        CaptureConfig { device: PathBuf::from("/dev/video0"), input: None, format: None }
+        CaptureConfig {
+            device: PathBuf::from("/dev/video0"),
+            input: None,
+            format: None,
+            size: None,
+            fps: None,
+            source: None,
+        }
+    }
+}
+
+impl CaptureConfig {
+    /// `size` as (width, height); an error a person can act on when it is not `WxH`.
+    pub fn size(&self) -> Result<Option<(u32, u32)>, String> {
+        let Some(text) = self.size.as_deref() else { return Ok(None) };
+        let parsed =
+            text.split_once(['x', 'X']).and_then(|(w, h)| Some((w.trim().parse().ok()?, h.trim().parse().ok()?)));
+        match parsed {
+            Some((w, h)) if (16..=7680).contains(&w) && (16..=4320).contains(&h) => Ok(Some((w, h))),
+            _ => Err(format!("capture.size {text:?} must be WIDTHxHEIGHT, e.g. \"1920x1080\" (16x16..=7680x4320)")),
+        }
     }
 }
 
@@ -670,6 +698,10 @@ impl Config {
         }
         if !(self.replay.fps.is_finite() && self.replay.fps > 0.0 && self.replay.fps <= 240.0) {
             return Err(format!("replay fps {} is outside (0, 240]", self.replay.fps));
+        }
+        self.capture.size()?;
+        if self.capture.fps.is_some_and(|f| !(1..=240).contains(&f)) {
+            return Err(format!("capture.fps {} is outside 1..=240", self.capture.fps.unwrap_or(0)));
         }
         self.input.validate()?;
         self.limits.validate()?;

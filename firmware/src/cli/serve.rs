@@ -421,6 +421,9 @@ fn v4l2_source(c: &tether::config::CaptureConfig, decoder: CodecChoice) -> anyho
         path: c.device.clone(),
         input: c.input,
         format,
+        size: c.size().map_err(|e| anyhow::anyhow!(e))?,
+        fps: c.fps,
+        source: c.source.clone(),
         decoder,
     }))
 }

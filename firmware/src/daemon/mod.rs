@@ -696,6 +696,7 @@ impl Daemon {
                 backend: self.inner.video_backend,
                 signal: video.signal,
                 source_size: video.source_size.map(|(width, height)| status::Size { width, height }),
+                device: self.inner.frames.device(),
                 generation: video.generation,
                 frame_id: newest.map(|f| f.sequence),
                 frame_age_ms: newest.map(|f| millis(f.captured_at.elapsed())),

@@ -86,6 +86,8 @@ pub struct VideoStatus {
     pub signal: Signal,
     /// Capture size, when known.
     pub source_size: Option<Size>,
+    /// The capture device and what was negotiated with it (V4L2 capture only).
+    pub device: Option<crate::device::video::CaptureDevice>,
     /// Signal/format epoch.
     pub generation: u32,
     /// Sequence number of the newest captured frame (decoded or not).

@@ -1,23 +1,29 @@
-//! V4L2 capture as a [`FrameSource`]: a dedicated thread that opens the node, follows the
-//! HDMI signal (DV timings, source-change events), streams mmap buffers, converts raw
-//! frames to RGB and publishes them. MJPEG and H.264 are published as they arrive (viewers
-//! get them untouched) and decoded by the [`PixelDecoder`] only when pixels are wanted.
-//! Signal loss, resolution change and replug bump the generation and recover without a
-//! restart.
+//! V4L2 capture as a [`FrameSource`]: a dedicated thread that opens the node, negotiates
+//! with it (the HDMI signal's DV timings; a UVC dongle's size and frame rate; for
+//! media-controller nodes such as the Pi's `unicam-image`, the whole pipeline from the
+//! bridge, see [`super::pipeline`]), streams mmap buffers, converts raw frames to RGB and
+//! publishes them. MJPEG and H.264 are published as they arrive (viewers get them
+//! untouched) and decoded by the [`PixelDecoder`] only when pixels are wanted; JPEGs that
+//! are not whole are dropped and counted. Signal loss, resolution change, a stream that
+//! stalls and replug (the node found again by identity when it comes back under another
+//! number) bump the generation and recover without a restart.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::codec::{CodecChoice, ParameterSets, Prepared};
+use super::codec::{check_capture_frame, CodecChoice, ParameterSets, Prepared};
 use super::convert::{nv12_to_rgb, packed422_to_rgb, rgb24_rows};
 use super::decode::PixelDecoder;
+use super::pipeline::{self, capture_entity, is_mc_centric, MediaPads, Pipeline, PipelineError};
 use super::v4l2::{
-    BufType, Dequeued, DvTimingsStatus, Event, FourCc, PixFormat, V4l2Device, V4l2Error, EVENT_SOURCE_CHANGE,
+    media_device_for, BufType, Capability, Dequeued, DvTimingsStatus, Event, FourCc, PixFormat, Subdev, V4l2Device,
+    V4l2Error, EVENT_SOURCE_CHANGE,
 };
 use super::{
-    Compression, EncodedFrame, Frame, FrameHub, FrameSource, PixelFormat, Signal, SourceGuard, VideoError, VideoState,
+    CaptureDevice, Compression, EncodedFrame, Frame, FrameHub, FrameSource, PixelFormat, Signal, SourceGuard,
+    VideoError, VideoState,
 };
 
 /// `V4L2_CID_MPEG_VIDEO_FORCE_KEY_FRAME`: how viewers' keyframe requests reach an H.264
@@ -31,6 +37,14 @@ pub const RAW_FORMATS: [FourCc; 6] =
 /// Buffers requested from the driver.
 const BUFFERS: u32 = 4;
 
+/// How often a missing device is looked for again (a replugged dongle is streaming again
+/// well within 2 s of coming back).
+const REOPEN_EVERY: Duration = Duration::from_millis(250);
+
+/// A stream with no frame for this long (or five frame intervals, if longer) has stalled:
+/// it is restarted under a new generation.
+const STALL_AFTER: Duration = Duration::from_secs(2);
+
 /// Capture from a V4L2 node.
 #[derive(Debug, Clone)]
 pub struct V4l2Capture {
@@ -40,6 +54,13 @@ pub struct V4l2Capture {
     pub input: Option<u32>,
     /// Preferred pixel format; the first supported of [`RAW_FORMATS`] otherwise.
     pub format: Option<FourCc>,
+    /// Preferred size for devices without DV timings (UVC); the largest offered otherwise.
+    pub size: Option<(u32, u32)>,
+    /// Preferred frame rate for devices that take one (UVC); the fastest otherwise.
+    pub fps: Option<u32>,
+    /// Media-controller capture: the source entity to capture from (e.g. `tc358743
+    /// 10-000f`); the one the enabled links lead to otherwise.
+    pub source: Option<String>,
     /// Hardware or software decoding of MJPEG/H.264 capture.
     pub decoder: CodecChoice,
 }
@@ -59,6 +80,85 @@ fn choose_format(want: Option<FourCc>, current: FourCc, offered: &[FourCc]) -> O
     want.filter(|f| offered.contains(f))
         .or_else(|| Some(current).filter(|f| RAW_FORMATS.contains(f) && offered.contains(f)))
         .or_else(|| RAW_FORMATS.iter().copied().find(|f| offered.contains(f)))
+}
+
+/// The size to capture at when no DV timings dictate it: the configured one when offered,
+/// else the largest offered (a dongle's current size is often a small default), else the
+/// node's current one.
+fn choose_size(want: Option<(u32, u32)>, offered: &[(u32, u32)], current: (u32, u32)) -> (u32, u32) {
+    want.filter(|w| offered.contains(w))
+        .or_else(|| offered.iter().copied().max_by_key(|&(w, h)| u64::from(w) * u64::from(h)))
+        .unwrap_or(current)
+}
+
+/// The frame interval to ask for: the one nearest the configured rate, else the shortest
+/// (fastest). Intervals are (numerator, denominator) seconds.
+fn choose_interval(want_fps: Option<u32>, offered: &[(u32, u32)]) -> Option<(u32, u32)> {
+    let seconds = |&(n, d): &(u32, u32)| if d == 0 { f64::MAX } else { f64::from(n) / f64::from(d) };
+    let valid = offered.iter().filter(|i| i.0 > 0 && i.1 > 0);
+    match want_fps.filter(|&f| f > 0) {
+        Some(fps) => {
+            let target = 1.0 / f64::from(fps);
+            valid.min_by(|a, b| (seconds(a) - target).abs().total_cmp(&(seconds(b) - target).abs())).copied()
+        }
+        None => valid.min_by(|a, b| seconds(a).total_cmp(&seconds(b))).copied(),
+    }
+}
+
+/// How long a stream may go without a frame: [`STALL_AFTER`] or five intervals.
+fn stall_limit(interval: Option<(u32, u32)>) -> Duration {
+    let five = interval
+        .filter(|&(_, d)| d > 0)
+        .map(|(n, d)| Duration::from_secs_f64(5.0 * f64::from(n) / f64::from(d)))
+        .unwrap_or_default();
+    STALL_AFTER.max(five)
+}
+
+/// What identifies a capture device across replugs (its node number may change).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Identity {
+    driver: String,
+    card: String,
+    bus_info: String,
+}
+
+impl From<&Capability> for Identity {
+    fn from(c: &Capability) -> Self {
+        Identity { driver: c.driver.clone(), card: c.card.clone(), bus_info: c.bus_info.clone() }
+    }
+}
+
+/// Opens the configured node, or — once a device has been seen there — the capture node
+/// of that same device wherever it is now (a dongle plugged back can come up as another
+/// /dev/videoN, and the old number may then belong to something else).
+fn open_device(path: &Path, seen: Option<&Identity>) -> Result<V4l2Device, V4l2Error> {
+    let is_it = |d: &V4l2Device| {
+        d.querycap().is_ok_and(|c| {
+            seen.is_none_or(|id| Identity::from(&c) == *id) && BufType::capture_for(c.device_caps).is_some()
+        })
+    };
+    let first = V4l2Device::open(path);
+    match (&first, seen) {
+        (Ok(d), _) if is_it(d) => return first,
+        (_, None) => return first,
+        _ => {}
+    }
+    let mut nodes: Vec<PathBuf> =
+        std::fs::read_dir("/dev").map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    nodes.retain(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("video")));
+    nodes.sort();
+    for node in nodes.iter().filter(|n| n.as_path() != path) {
+        if let Ok(d) = V4l2Device::open(node) {
+            if is_it(&d) {
+                tracing::info!(configured = %path.display(), found = %node.display(), "the capture device came back under another node");
+                return Ok(d);
+            }
+        }
+    }
+    match first {
+        Ok(_) => Err(V4l2Error::Invalid(format!("{} is now another device", path.display()))),
+        Err(e) => Err(e),
+    }
 }
 
 struct Session<'a> {
@@ -129,38 +229,141 @@ impl Session<'_> {
         }
     }
 
-    fn stream(&self, generation: u32, want: Option<FourCc>, sequence: &mut u64) -> Result<SessionEnd, V4l2Error> {
-        let size = match self.lock_signal(generation)? {
-            Ok(size) => size,
-            Err(end) => return Ok(end),
+    /// Configures a media-controller pipeline up to this node (see [`super::pipeline`]),
+    /// waiting while its bridge has no signal. Returns it with the bridge's subdevice node
+    /// (for DV timings and source-change events) when the source has timings.
+    fn configure_pipeline(
+        &self,
+        generation: u32,
+        source: Option<&str>,
+        offered: &[FourCc],
+    ) -> Result<Result<(Pipeline, Option<Subdev>), SessionEnd>, V4l2Error> {
+        let path = self.dev.path();
+        let media = media_device_for(path).ok_or_else(|| {
+            V4l2Error::Invalid(format!("{} is media-controller capture, but no /dev/media* lists it", path.display()))
+        })?;
+        let mut announced = None;
+        loop {
+            let topology = media.topology()?;
+            let entity = capture_entity(&topology, path)
+                .ok_or_else(|| V4l2Error::Invalid(format!("{} is not in its media graph", path.display())))?;
+            let mut pads = MediaPads::new(&media, &topology);
+            match pipeline::configure(&topology, entity, source, offered, &mut pads) {
+                // Each locked period gets its own generation (as in `lock_signal`).
+                Ok(_) if announced.is_some() => return Ok(Err(SessionEnd::Restart)),
+                Ok(p) => {
+                    let bridge = if p.has_timings { pads.take(p.source) } else { None };
+                    return Ok(Ok((p, bridge)));
+                }
+                Err(PipelineError::NoSignal { source_name, status }) => {
+                    if announced.as_ref() != Some(&status) {
+                        tracing::info!(source = %source_name, ?status, "no usable HDMI signal at the bridge; waiting for one");
+                        announced = Some(status);
+                    }
+                    self.hub.set_state(VideoState { signal: Signal::NoSignal, source_size: None, generation });
+                    // The bridge's source-change event or a re-check every second.
+                    let bridge = topology.entity_named(&source_name).map(|e| e.id).and_then(|id| pads.take(id));
+                    if let Some(b) = &bridge {
+                        let _ = b.device().subscribe(EVENT_SOURCE_CHANGE, 0);
+                    }
+                    for _ in 0..20 {
+                        if self.stop.load(Ordering::Relaxed) {
+                            return Ok(Err(SessionEnd::Stop));
+                        }
+                        if bridge.as_ref().is_some_and(|b| matches!(b.device().next_event(), Ok(Some(_)))) {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+                Err(PipelineError::V4l2(e)) => return Err(e),
+                Err(e) => return Err(V4l2Error::Invalid(format!("media pipeline: {e}"))),
+            }
+        }
+    }
+
+    fn stream(&self, generation: u32, want: &V4l2Capture, sequence: &mut u64) -> Result<SessionEnd, V4l2Error> {
+        let cap = self.dev.querycap()?;
+        let kind = BufType::capture_for(cap.device_caps)
+            .ok_or_else(|| V4l2Error::Invalid(format!("{} is not a capture node", self.dev.path().display())))?;
+        let offered: Vec<FourCc> = self.dev.formats(kind)?.into_iter().map(|f| f.fourcc).collect();
+        // Where the signal's DV timings are watched (the node or the bridge's subdevice), and
+        // the size they locked.
+        let mut bridge = None;
+        let mut pipeline = None;
+        let (fourcc, size, timings_size) = if is_mc_centric(cap.device_caps) {
+            let (p, b) = match self.configure_pipeline(generation, want.source.as_deref(), &offered)? {
+                Ok(found) => found,
+                Err(end) => return Ok(end),
+            };
+            if let Some(b) = &b {
+                if let Err(e) = b.device().subscribe(EVENT_SOURCE_CHANGE, 0) {
+                    tracing::debug!(error = %e, "no source-change events from the bridge");
+                }
+            }
+            let timings = b.as_ref().map(|_| (p.width, p.height));
+            tracing::info!(pipeline = %p, links_changed = ?p.links_changed, "media pipeline configured");
+            let found = (p.fourcc, (p.width, p.height), timings);
+            bridge = b;
+            pipeline = Some(p);
+            found
+        } else {
+            let timings = match self.lock_signal(generation)? {
+                Ok(size) => size,
+                Err(end) => return Ok(end),
+            };
+            let current = self.dev.format(kind)?;
+            let fourcc = choose_format(want.format, current.fourcc, &offered)
+                .ok_or_else(|| V4l2Error::Invalid(format!("no supported raw format among {offered:?}")))?;
+            let size = timings.unwrap_or_else(|| {
+                let sizes = self.dev.frame_sizes(fourcc).unwrap_or_default();
+                choose_size(want.size, &sizes, (current.width, current.height))
+            });
+            (fourcc, size, timings)
         };
         if self.stop.load(Ordering::Relaxed) {
             return Ok(SessionEnd::Stop);
         }
-        let caps = self.dev.querycap()?.device_caps;
-        let kind = BufType::capture_for(caps)
-            .ok_or_else(|| V4l2Error::Invalid(format!("{} is not a capture node", self.dev.path().display())))?;
-        let offered: Vec<FourCc> = self.dev.formats(kind)?.into_iter().map(|f| f.fourcc).collect();
-        let current = self.dev.format(kind)?;
-        let fourcc = choose_format(want, current.fourcc, &offered)
-            .ok_or_else(|| V4l2Error::Invalid(format!("no supported raw format among {offered:?}")))?;
-        let (width, height) = size.unwrap_or((current.width, current.height));
-        let fmt = self.dev.set_format(kind, &PixFormat::new(width, height, fourcc))?;
+        let fmt = self.dev.set_format(kind, &PixFormat::new(size.0, size.1, fourcc))?;
         if fmt.fourcc != fourcc {
             return Err(V4l2Error::Invalid(format!("driver chose {} instead of {fourcc}", fmt.fourcc)));
         }
+        // The frame rate, for devices that take one (UVC); HDMI's comes with its timings.
+        let mut interval = None;
+        if timings_size.is_none() {
+            let intervals = self.dev.frame_intervals(fourcc, fmt.width, fmt.height).unwrap_or_default();
+            if let Some(ask) = choose_interval(want.fps, &intervals) {
+                match self.dev.set_frame_interval(kind, ask) {
+                    Ok(got) => interval = Some(got),
+                    Err(e) => tracing::debug!(error = %e, "the device takes no frame interval"),
+                }
+            }
+            interval = self.dev.frame_interval(kind).ok().flatten().or(interval);
+        }
+        let fps = interval.filter(|&(n, d)| n > 0 && d > 0).map(|(n, d)| d as f32 / n as f32);
         let count = self.dev.request_buffers(kind, BUFFERS)?;
         let buffers = (0..count).map(|i| self.dev.map_buffer(kind, i)).collect::<Result<Vec<_>, _>>()?;
         for i in 0..count {
             self.dev.queue(kind, i, &[])?;
         }
         self.dev.stream(kind, true)?;
-        self.hub.set_state(VideoState {
-            signal: Signal::Locked,
-            source_size: Some((fmt.width, fmt.height)),
-            generation,
-        });
-        tracing::info!(path = %self.dev.path().display(), format = %fmt.fourcc, width = fmt.width, height = fmt.height, planes = fmt.planes, multiplanar = kind.is_multiplanar(), generation, "capturing");
+        self.hub.set_device(Some(CaptureDevice {
+            node: self.dev.path().display().to_string(),
+            driver: cap.driver.clone(),
+            card: cap.card.clone(),
+            format: fmt.fourcc.to_string(),
+            width: fmt.width,
+            height: fmt.height,
+            fps,
+            pipeline: pipeline.as_ref().map(|p| p.to_string()),
+            corrupt_frames: 0,
+        }));
+        tracing::info!(path = %self.dev.path().display(), driver = %cap.driver, card = %cap.card, format = %fmt.fourcc, width = fmt.width, height = fmt.height, fps, planes = fmt.planes, multiplanar = kind.is_multiplanar(), generation, "capturing");
+        let timings_dev = match (&bridge, timings_size) {
+            (Some(b), Some(size)) => Some((b.device(), size)),
+            (None, Some(size)) => Some((self.dev, size)),
+            _ => None,
+        };
         let mut checked = Instant::now();
         let compression = match fmt.fourcc {
             FourCc::H264 => Some(Compression::H264),
@@ -172,34 +375,60 @@ impl Session<'_> {
         // starts again at its first IDR (it follows the generation).
         let mut params = ParameterSets::default();
         let mut force_keyframe = compression == Some(Compression::H264);
+        let stall_after = stall_limit(interval);
+        let mut last_frame = Instant::now();
+        // "Locked" means frames arrive: said with the session's first one.
+        let mut locked = false;
+        let mut corrupt_logged = 0u32;
         let end = loop {
             if self.stop.load(Ordering::Relaxed) {
                 break SessionEnd::Stop;
             }
             // Events can be missed (or not implemented by a bridge): re-check the signal
             // every second while streaming HDMI.
-            if size.is_some() && checked.elapsed() >= Duration::from_secs(1) {
-                checked = Instant::now();
-                match self.dev.query_dv_timings()? {
-                    DvTimingsStatus::Locked(t) if Some((t.width, t.height)) == size => {}
-                    other => {
-                        tracing::info!(status = ?other, "signal changed while streaming");
-                        break SessionEnd::Restart;
+            if let Some((dev, size)) = timings_dev {
+                if checked.elapsed() >= Duration::from_secs(1) {
+                    checked = Instant::now();
+                    match dev.query_dv_timings()? {
+                        DvTimingsStatus::Locked(t) if (t.width, t.height) == size => {}
+                        other => {
+                            tracing::info!(status = ?other, "signal changed while streaming");
+                            break SessionEnd::Restart;
+                        }
                     }
                 }
             }
+            // A first frame may take longer than a running stream's gap (sensor start-up).
+            let limit = if locked { stall_after } else { stall_after * 2 };
+            if last_frame.elapsed() > limit {
+                tracing::warn!(
+                    seconds = last_frame.elapsed().as_secs_f32(),
+                    "no frames from the capture device; restarting the stream"
+                );
+                self.hub.set_state(VideoState { signal: Signal::NoSignal, source_size: None, generation });
+                break SessionEnd::Restart;
+            }
             let (frame_ready, event_ready) = self.dev.wait(200)?;
+            let mut restart = false;
             if event_ready {
-                let mut restart = false;
                 while let Some(ev) = self.dev.next_event()? {
                     if let Event::SourceChange { changes } = ev {
                         tracing::info!(changes, "source change");
                         restart = true;
                     }
                 }
-                if restart {
-                    break SessionEnd::Restart;
+            }
+            // The bridge's events arrive on its own node (its DQEVENT does not block).
+            if let Some(b) = &bridge {
+                while let Some(ev) = b.device().next_event()? {
+                    if let Event::SourceChange { changes } = ev {
+                        tracing::info!(changes, "source change at the bridge");
+                        restart = true;
+                    }
                 }
+            }
+            if restart {
+                break SessionEnd::Restart;
             }
             if !frame_ready {
                 continue;
@@ -211,17 +440,40 @@ impl Session<'_> {
                     force_keyframe = false;
                 }
             }
-            let Dequeued::Buffer { index, payload, .. } = self.dev.dequeue(kind)? else { continue };
+            let Dequeued::Buffer { index, payload, error, .. } = self.dev.dequeue(kind)? else { continue };
             let captured_at = Instant::now();
+            last_frame = captured_at;
             let Some(buffer) = buffers.get(index as usize) else {
                 self.dev.queue(kind, index, &[])?;
                 continue;
             };
             let data = buffer.data(&payload);
-            let picture = match compression {
-                None => raw_picture(&fmt, &data).map(Picture::Raw),
-                Some(c @ Compression::Mjpeg) => Some(Picture::Encoded(c, Arc::from(&data[..]), true)),
-                Some(c @ Compression::H264) => match params.prepare(&data) {
+            let whole = if error {
+                Err("the driver flagged the buffer".to_string())
+            } else if compression == Some(Compression::Mjpeg) {
+                check_capture_frame(&data, (fmt.width, fmt.height)).map_err(|e| e.to_string())
+            } else {
+                Ok(())
+            };
+            let picture = match (whole, compression) {
+                (Err(why), _) => {
+                    self.hub.count_corrupt();
+                    // A few at info, then quietly (a dongle with a bad cable can send many).
+                    if corrupt_logged < 5 {
+                        corrupt_logged += 1;
+                        tracing::info!(why = %why, bytes = data.len(), "dropping a corrupt capture frame");
+                    }
+                    None
+                }
+                (Ok(()), None) => {
+                    let rgb = raw_picture(&fmt, &data);
+                    if rgb.is_none() {
+                        self.hub.count_corrupt();
+                    }
+                    rgb.map(Picture::Raw)
+                }
+                (Ok(()), Some(c @ Compression::Mjpeg)) => Some(Picture::Encoded(c, Arc::from(&data[..]), true)),
+                (Ok(()), Some(c @ Compression::H264)) => match params.prepare(&data) {
                     Prepared::Picture { data, keyframe } => Some(Picture::Encoded(c, Arc::from(&data[..]), keyframe)),
                     Prepared::NoPicture => None,
                     Prepared::MissingParameterSets => {
@@ -233,6 +485,14 @@ impl Session<'_> {
             drop(data);
             self.dev.queue(kind, index, &[])?;
             let Some(picture) = picture else { continue };
+            if !locked {
+                locked = true;
+                self.hub.set_state(VideoState {
+                    signal: Signal::Locked,
+                    source_size: Some((fmt.width, fmt.height)),
+                    generation,
+                });
+            }
             *sequence += 1;
             let (sequence, width, height) = (*sequence, fmt.width, fmt.height);
             match picture {
@@ -286,9 +546,12 @@ impl FrameSource for V4l2Capture {
                 let mut sequence = 0u64;
                 let mut generation = 0u32;
                 let mut missing_logged = false;
+                let mut last_failure = String::new();
+                // The device last streamed, so a replug under another node finds it again.
+                let mut seen: Option<Identity> = None;
                 while !stop_thread.load(Ordering::Relaxed) {
                     generation += 1;
-                    let dev = match V4l2Device::open(&self.path) {
+                    let dev = match open_device(&self.path, seen.as_ref()) {
                         Ok(d) => {
                             missing_logged = false;
                             d
@@ -299,14 +562,18 @@ impl FrameSource for V4l2Capture {
                             if missing_logged {
                                 tracing::debug!(error = %e, "capture device unavailable; retrying");
                             } else {
-                                tracing::warn!(error = %e, "capture device unavailable; retrying every second");
+                                tracing::warn!(error = %e, "capture device unavailable; looking for it again every 250 ms");
                                 missing_logged = true;
                             }
                             hub.set_state(VideoState { signal: Signal::NoDevice, source_size: None, generation });
-                            std::thread::sleep(Duration::from_secs(1));
+                            hub.set_device(None);
+                            std::thread::sleep(REOPEN_EVERY);
                             continue;
                         }
                     };
+                    if let Ok(c) = dev.querycap() {
+                        seen = Some(Identity::from(&c));
+                    }
                     if let Some(i) = self.input {
                         if let Err(e) = dev.set_input(i) {
                             tracing::warn!(error = %e, input = i, "could not select input");
@@ -317,13 +584,22 @@ impl FrameSource for V4l2Capture {
                         tracing::debug!(error = %e, "no source-change events on this node");
                     }
                     let session = Session { dev: &dev, hub: &hub, stop: &stop_thread };
-                    match session.stream(generation, self.format, &mut sequence) {
+                    match session.stream(generation, &self, &mut sequence) {
                         Ok(SessionEnd::Stop) => break,
-                        Ok(SessionEnd::Restart) => {}
+                        Ok(SessionEnd::Restart) => last_failure.clear(),
                         Err(e) => {
-                            tracing::warn!(error = %e, "capture failed; reopening");
+                            // The same failure again (a pipeline that cannot be configured)
+                            // is logged once, not every half second.
+                            let text = format!("{e:?}");
+                            if text == last_failure {
+                                tracing::debug!(error = %text, "capture failed again; reopening");
+                            } else {
+                                tracing::warn!(error = %e, "capture failed; reopening");
+                                last_failure = text;
+                            }
                             hub.set_state(VideoState { signal: Signal::NoDevice, source_size: None, generation });
-                            std::thread::sleep(Duration::from_millis(500));
+                            hub.set_device(None);
+                            std::thread::sleep(REOPEN_EVERY * 2);
                         }
                     }
                 }
@@ -336,6 +612,45 @@ impl FrameSource for V4l2Capture {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn size_is_the_configured_one_when_offered_else_the_largest() {
+        let offered = [(640, 480), (1920, 1080), (1280, 720)];
+        assert_eq!(choose_size(Some((1280, 720)), &offered, (640, 480)), (1280, 720));
+        assert_eq!(choose_size(None, &offered, (640, 480)), (1920, 1080));
+        assert_eq!(choose_size(Some((3840, 2160)), &offered, (640, 480)), (1920, 1080), "not offered: the largest");
+        assert_eq!(choose_size(None, &[], (800, 600)), (800, 600), "nothing enumerated: the node's current size");
+    }
+
+    #[test]
+    fn interval_is_the_nearest_to_the_configured_rate_else_the_fastest() {
+        let offered = [(1, 30), (1, 60), (1, 5), (0, 0)];
+        assert_eq!(choose_interval(None, &offered), Some((1, 60)));
+        assert_eq!(choose_interval(Some(30), &offered), Some((1, 30)));
+        assert_eq!(choose_interval(Some(25), &offered), Some((1, 30)));
+        assert_eq!(choose_interval(Some(1), &offered), Some((1, 5)));
+        // UVC reports 100 ns units as n/10_000_000.
+        assert_eq!(choose_interval(None, &[(333_333, 10_000_000), (166_666, 10_000_000)]), Some((166_666, 10_000_000)));
+        assert_eq!(choose_interval(None, &[]), None);
+        assert_eq!(choose_interval(None, &[(0, 0)]), None, "a zero interval is no choice");
+    }
+
+    #[test]
+    fn a_slow_stream_gets_five_intervals_before_it_counts_as_stalled() {
+        assert_eq!(stall_limit(None), STALL_AFTER);
+        assert_eq!(stall_limit(Some((1, 30))), STALL_AFTER);
+        assert_eq!(stall_limit(Some((1, 1))), Duration::from_secs(5));
+        assert_eq!(stall_limit(Some((1, 0))), STALL_AFTER);
+    }
+
+    #[test]
+    fn a_missing_node_without_a_device_seen_is_an_open_error() {
+        let err = open_device(Path::new("/nonexistent/video9"), None).unwrap_err();
+        assert!(matches!(err, V4l2Error::Open { .. }), "{err}");
+        // Seen before: every /dev/video* is tried; none here is that device.
+        let seen = Identity { driver: "uvcvideo".into(), card: "no such dongle".into(), bus_info: "usb-x-1".into() };
+        assert!(open_device(Path::new("/nonexistent/video9"), Some(&seen)).is_err());
+    }
 
     #[test]
     fn format_choice_prefers_config_then_the_node_then_our_order() {

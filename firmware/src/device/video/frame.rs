@@ -287,6 +287,7 @@ impl PixelQueue {
 pub(super) struct Shared {
     decoder: Mutex<&'static str>,
     decoder_notes: Mutex<Vec<String>>,
+    device: Mutex<Option<CaptureDevice>>,
     newest: Mutex<Option<Captured>>,
     /// When the pictures of the last [`FPS_WINDOW`] were captured (for `status`'s rate).
     recent: Mutex<VecDeque<Instant>>,
@@ -367,6 +368,30 @@ pub enum Signal {
     NoDevice,
 }
 
+/// The capture device a source has open and what it negotiated (`status.video.device`,
+/// `doctor`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CaptureDevice {
+    /// The node, e.g. `/dev/video0`.
+    pub node: String,
+    /// Its driver (`uvcvideo`, `unicam`, `vimc`...).
+    pub driver: String,
+    /// The driver's name for the device (a dongle's product string for UVC).
+    pub card: String,
+    /// The pixel format captured (`MJPG`, `YUYV`, `UYVY`...).
+    pub format: String,
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// The frame rate negotiated with the device, when it takes one.
+    pub fps: Option<f32>,
+    /// For media-controller capture: the configured pipeline, source first.
+    pub pipeline: Option<String>,
+    /// Pictures dropped as corrupt since the device was opened.
+    pub corrupt_frames: u64,
+}
+
 /// The source's state, published next to frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct VideoState {
@@ -443,6 +468,19 @@ impl FrameHub {
     /// Records why decoders ahead of the one in use were skipped (for `status`).
     pub fn set_decoder_notes(&self, notes: Vec<String>) {
         *self.shared.decoder_notes.lock_plain() = notes;
+    }
+
+    /// Records the capture device and what was negotiated with it (`None`: none open).
+    pub fn set_device(&self, device: Option<CaptureDevice>) {
+        *self.shared.device.lock_plain() = device;
+    }
+
+    /// Counts a captured picture that was dropped as corrupt (a truncated or garbled JPEG,
+    /// a buffer the driver flagged).
+    pub fn count_corrupt(&self) {
+        if let Some(d) = self.shared.device.lock_plain().as_mut() {
+            d.corrupt_frames += 1;
+        }
     }
 
     /// Records how the current capture is compressed (`None`: raw pictures). Sources say
@@ -605,6 +643,11 @@ impl FrameReader {
     /// Why decoders tried before the one in use were skipped, in the order tried.
     pub fn decoder_notes(&self) -> Vec<String> {
         self.shared.decoder_notes.lock_plain().clone()
+    }
+
+    /// The capture device in use and what was negotiated with it.
+    pub fn device(&self) -> Option<CaptureDevice> {
+        self.shared.device.lock_plain().clone()
     }
 
     /// Waits for the next state change (signal, size, generation); `false` when the source

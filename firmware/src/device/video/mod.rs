@@ -24,6 +24,7 @@ pub mod v4l2;
 pub mod viewers;
 
 pub use frame::{
-    Captured, Compression, EncodedFrame, Frame, FrameHub, FrameReader, FrameSource, NoVideo, PixelFormat, Signal,
-    SourceGuard, TapMessage, TapReceiver, VideoError, VideoState, PENDING_AUS, PENDING_BYTES, PIXEL_DEMAND_WINDOW,
+    CaptureDevice, Captured, Compression, EncodedFrame, Frame, FrameHub, FrameReader, FrameSource, NoVideo,
+    PixelFormat, Signal, SourceGuard, TapMessage, TapReceiver, VideoError, VideoState, PENDING_AUS, PENDING_BYTES,
+    PIXEL_DEMAND_WINDOW,
 };

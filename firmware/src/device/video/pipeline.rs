@@ -110,8 +110,8 @@ pub enum PipelineError {
     NoSignal {
         /// The source entity's name.
         source_name: String,
-        /// What the bridge reported.
-        status: DvTimingsStatus,
+        /// What the bridge reported (boxed: timings are large, errors stay small).
+        status: Box<DvTimingsStatus>,
     },
     /// A subdevice on the path has no device node (it cannot be configured from userspace).
     #[error("{0} has no subdevice node")]
@@ -316,7 +316,7 @@ pub fn configure(
     let (source, _) = end(path[0].source)?;
     let signal = pads.source_signal(source)?;
     if let SourceSignal::NoSignal(status) = signal {
-        return Err(PipelineError::NoSignal { source_name: name(source), status });
+        return Err(PipelineError::NoSignal { source_name: name(source), status: Box::new(status) });
     }
     let mut hops = Vec::with_capacity(path.len());
     for (i, link) in path.iter().enumerate() {
@@ -469,10 +469,17 @@ mod tests {
 
     /// A graph built by name: entities with (sink pads, source pads), links by
     /// ("entity", pad) pairs. Pad ids are entity id * 100 + index.
-    fn graph(entities: &[(&str, u32, u32, u32)], links: &[((&str, u32), (&str, u32), u32)]) -> Topology {
+    /// ("entity", pad index).
+    type End<'a> = (&'a str, u32);
+    /// An entity: name, function, sink pads, source pads.
+    type EntitySpec<'a> = (&'a str, u32, u32, u32);
+    /// (entity id, pad index).
+    type PadRef = (u32, u32);
+
+    fn graph(entities: &[EntitySpec], links: &[(End, End, u32)]) -> Topology {
         let mut t = Topology::default();
         for (i, &(name, function, sinks, sources)) in entities.iter().enumerate() {
-            let id = i as u32 + 1;
+            let id = u32::try_from(i).unwrap() + 1;
             t.entities.push(Entity { id, name: name.into(), function });
             for index in 0..sinks + sources {
                 let flags = if index < sinks { MEDIA_PAD_FL_SINK } else { MEDIA_PAD_FL_SOURCE };
@@ -482,7 +489,7 @@ mod tests {
         let pad = |t: &Topology, (n, i): (&str, u32)| t.entity_named(n).unwrap().id * 100 + i;
         for (k, &(from, to, flags)) in links.iter().enumerate() {
             let (source, sink) = (pad(&t, from), pad(&t, to));
-            t.links.push(Link { id: 1000 + k as u32, source, sink, flags });
+            t.links.push(Link { id: 1000 + u32::try_from(k).unwrap(), source, sink, flags });
         }
         t
     }
@@ -525,7 +532,7 @@ mod tests {
         /// entity → its source pad follows its sink pad's size, with this code if set.
         propagate: HashMap<u32, Option<u32>>,
         signal: HashMap<u32, SourceSignal>,
-        links: Vec<((u32, u32), (u32, u32), bool)>,
+        links: Vec<(PadRef, PadRef, bool)>,
         sets: Vec<(u32, u32, MbusFormat)>,
     }
 

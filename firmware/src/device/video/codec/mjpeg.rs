@@ -109,15 +109,16 @@ fn check_frame_header(marker: u8, segment: &[u8]) -> Result<(), MjpegError> {
     Ok(())
 }
 
-/// Where the frame's SOS marker is, and whether a DHT segment precedes it. The frame
-/// header must come before it, once, and be one [`check_frame_header`] allows.
-fn scan_markers(jpeg: &[u8]) -> Result<(usize, bool), MjpegError> {
+/// Where the frame's SOS marker is, whether a DHT segment precedes it, and the frame
+/// header's (width, height). The frame header must come before it, once, and be one
+/// [`check_frame_header`] allows.
+fn scan_markers(jpeg: &[u8]) -> Result<(usize, bool, (u32, u32)), MjpegError> {
     if jpeg.get(..2) != Some(&[0xFF, 0xD8]) {
         return Err(MjpegError::Truncated);
     }
     let mut i = 2;
     let mut has_dht = false;
-    let mut has_sof = false;
+    let mut sof_size = None;
     while i + 4 <= jpeg.len() {
         if jpeg[i] != 0xFF {
             return Err(MjpegError::Truncated);
@@ -128,21 +129,23 @@ fn scan_markers(jpeg: &[u8]) -> Result<(usize, bool), MjpegError> {
             continue;
         }
         if marker == 0xDA {
-            if !has_sof {
+            let Some(size) = sof_size else {
                 return Err(MjpegError::Unsupported("no frame header before the scan"));
-            }
-            return Ok((i, has_dht));
+            };
+            return Ok((i, has_dht, size));
         }
         has_dht |= marker == 0xC4;
         let len = usize::from(u16::from_be_bytes([jpeg[i + 2], jpeg[i + 3]]));
         // SOF0..SOF15 but DHT (C4), JPG (C8) and DAC (CC).
         if (0xC0..=0xCF).contains(&marker) && !matches!(marker, 0xC4 | 0xC8 | 0xCC) {
-            if has_sof {
+            if sof_size.is_some() {
                 return Err(MjpegError::Unsupported("two frame headers"));
             }
             let segment = jpeg.get(i + 4..i + 2 + len.max(2)).ok_or(MjpegError::Truncated)?;
             check_frame_header(marker, segment)?;
-            has_sof = true;
+            // check_frame_header saw precision, height, width and the components.
+            let be = |k: usize| u32::from(u16::from_be_bytes([segment[k], segment[k + 1]]));
+            sof_size = Some((be(3), be(1)));
         }
         i += 2 + len;
     }
@@ -151,7 +154,7 @@ fn scan_markers(jpeg: &[u8]) -> Result<(usize, bool), MjpegError> {
 
 /// The frame, with the standard Huffman tables inserted before SOS when it has none.
 pub fn with_huffman_tables(jpeg: &[u8]) -> Result<Cow<'_, [u8]>, MjpegError> {
-    let (sos, has_dht) = scan_markers(jpeg)?;
+    let (sos, has_dht, _) = scan_markers(jpeg)?;
     if has_dht {
         return Ok(Cow::Borrowed(jpeg));
     }
@@ -160,6 +163,22 @@ pub fn with_huffman_tables(jpeg: &[u8]) -> Result<Cow<'_, [u8]>, MjpegError> {
     out.extend_from_slice(&STANDARD_DHT);
     out.extend_from_slice(&jpeg[sos..]);
     Ok(Cow::Owned(out))
+}
+
+/// Whether a captured frame is whole: SOI, a frame header we decode announcing `size`, a
+/// scan, and EOI at the end (trailing zero padding allowed: some dongles fill the buffer).
+/// Cheap (no pixels, no copy): run on every captured frame, so a dongle's truncated or
+/// garbled JPEGs are dropped before viewers or screenshots see them.
+pub fn check_capture_frame(jpeg: &[u8], size: (u32, u32)) -> Result<(), MjpegError> {
+    let (_, _, got) = scan_markers(jpeg)?;
+    if got != size {
+        return Err(MjpegError::Size { got, want: size });
+    }
+    let end = jpeg.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    if end < 4 || jpeg[end - 2..end] != [0xFF, 0xD9] {
+        return Err(MjpegError::Truncated);
+    }
+    Ok(())
 }
 
 /// The picture size in a frame's header (SOF), read without decoding any pixels.
@@ -233,6 +252,22 @@ mod tests {
             }
             i += 2 + len;
         }
+    }
+
+    #[test]
+    fn whole_capture_frames_pass_and_cut_or_garbled_ones_do_not() {
+        assert!(check_capture_frame(FIXTURE, (64, 48)).is_ok());
+        let mut padded = FIXTURE.to_vec();
+        padded.extend_from_slice(&[0; 100]);
+        assert!(check_capture_frame(&padded, (64, 48)).is_ok(), "zero padding after EOI is a whole frame");
+        assert!(matches!(check_capture_frame(FIXTURE, (1920, 1080)), Err(MjpegError::Size { got: (64, 48), .. })));
+        let cut = &FIXTURE[..FIXTURE.len() - 200];
+        assert!(matches!(check_capture_frame(cut, (64, 48)), Err(MjpegError::Truncated)), "no EOI");
+        let mut garbage = FIXTURE.to_vec();
+        garbage[2..40].fill(0x5A);
+        assert!(check_capture_frame(&garbage, (64, 48)).is_err(), "markers overwritten");
+        assert!(check_capture_frame(&[], (64, 48)).is_err());
+        assert!(check_capture_frame(&[0xFF, 0xD8, 0xFF, 0xD9], (64, 48)).is_err(), "no frame header");
     }
 
     #[test]

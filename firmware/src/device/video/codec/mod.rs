@@ -35,4 +35,4 @@ pub enum CodecChoice {
 
 pub use h264::{AccessUnit, EncoderError, EncoderSettings, SoftwareH264};
 pub use h264_decode::{DecoderError, SoftwareH264Decoder};
-pub use mjpeg::{decode_mjpeg, mjpeg_size, with_huffman_tables, MjpegError, STANDARD_DHT};
+pub use mjpeg::{check_capture_frame, decode_mjpeg, mjpeg_size, with_huffman_tables, MjpegError, STANDARD_DHT};
