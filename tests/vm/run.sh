@@ -10,9 +10,12 @@
 #                            trixie's kernel: our request-API H.264 decoder drives a real
 #                            stream; the controls visl traced must match ffmpeg's trace_headers
 #                            (tests/vm/visl_compare.py)
+#   tests/vm/run.sh csi      vimc (built like visl) on trixie's kernel: the daemon walks a
+#                            media graph of sensors, debayers and a scaler, enables the path's
+#                            links, sets every pad's format (read back here) and captures
 #   tests/vm/run.sh image    flash.sh build --board rpi4, then boot the image under
 #                            qemu-system-aarch64 and check it from outside (tests/vm/image.sh)
-#   tests/vm/run.sh all      hid, video, m2m, stateless and image
+#   tests/vm/run.sh all      hid, video, m2m, stateless, csi and image
 #
 # Fetches what it needs (Debian packages: qemu-system-x86, busybox-static, kmod, cpio, the
 # kernel image) and caches the kernel under $TETHER_VM_CACHE (default ~/.cache/tether-vm).
@@ -21,11 +24,11 @@ set -euo pipefail
 
 suite=${1:-all}
 case "$suite" in
-    hid|video|m2m|stateless) suites=("$suite") ;;
+    hid|video|m2m|stateless|csi) suites=("$suite") ;;
     # The image suite builds and boots the appliance image (tests/vm/image.sh).
-    all) suites=(hid video m2m stateless) ;;
+    all) suites=(hid video m2m stateless csi) ;;
     image) exec "$(dirname "$0")/image.sh" ;;
-    *) echo "usage: tests/vm/run.sh [hid|video|m2m|stateless|image|all]" >&2; exit 2 ;;
+    *) echo "usage: tests/vm/run.sh [hid|video|m2m|stateless|csi|image|all]" >&2; exit 2 ;;
 esac
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -101,12 +104,14 @@ if [[ " ${suites[*]} " == *" m2m "* ]] && [ ! -f "$extra/vicodec.ko" ]; then
     cp "$src/m2m/v4l2-mem2mem.ko" "$src/$srcpkg/drivers/media/test-drivers/vicodec/vicodec.ko" "$extra/"
 fi
 
-# --- trixie's kernel and visl (stateless suite) ------------------------------------------
-if [[ " ${suites[*]} " == *" stateless "* ]]; then
-    say "trixie kernel and visl (image/kbuild.sh; cached after the first run)"
-    tdir=$("$root/image/kbuild.sh" amd64 visl)
+# --- trixie's kernel with visl and vimc (stateless and csi suites) -------------------------
+if [[ " ${suites[*]} " == *" stateless "* || " ${suites[*]} " == *" csi "* ]]; then
+    say "trixie kernel, visl and vimc (image/kbuild.sh; cached after the first run)"
+    tdir=$("$root/image/kbuild.sh" amd64 lab)
     tkver=${tdir##*/amd64-}
-    say "kernel $tkver with visl ready"
+    say "kernel $tkver with visl and vimc ready"
+fi
+if [[ " ${suites[*]} " == *" stateless "* ]]; then
     # The stream: 320x240 High (CABAC, B-frames, weighted prediction, 3 references), then
     # 176x144 Constrained Baseline: a resolution change mid-stream.
     ffmpeg -v error -f lavfi -i testsrc=size=320x240:rate=10 -frames:v 12 -c:v libx264 -profile:v high \
@@ -158,9 +163,12 @@ if [ -n "${tdir:-}" ]; then
     [ -f "$tdir/extra/v4l2-mem2mem.ko" ] && echo "$tdir/extra/v4l2-mem2mem.ko" >> "$work/stateless.list"
     MODROOT="$tdir/root" MODVER="$tkver" modules_for v4l2-mem2mem >> "$work/stateless.list" 2>/dev/null || true
     echo "$tdir/extra/visl.ko" >> "$work/stateless.list"
+    MODROOT="$tdir/root" MODVER="$tkver" modules_for videodev videobuf2-v4l2 videobuf2-vmalloc videobuf2-dma-contig \
+        v4l2-tpg mc > "$work/csi.list"
+    echo "$tdir/extra/vimc.ko" >> "$work/csi.list"
 fi
 # Each suite's modules in a directory of their own (two kernels' modules share names).
-for s in hid video m2m stateless; do
+for s in hid video m2m stateless csi; do
     [ -f "$work/$s.list" ] || continue
     : > "$ir/modules.$s"
     mkdir -p "$ir/lib/modules/$s"
@@ -208,11 +216,13 @@ for s in "${suites[@]}"; do
     say "booting ($accel) for suite $s"
     log="$work/$s.log"
     vmlinux="$kdir/vmlinux"
-    [ "$s" = stateless ] && vmlinux="$tdir/vmlinux"
+    case "$s" in stateless|csi) vmlinux="$tdir/vmlinux" ;; esac
     timeout 240 qemu-system-x86_64 -M pc -accel "$accel" -cpu max -m 512M -smp 2 -nodefaults -no-user-config \
         -display none -serial stdio -no-reboot -kernel "$vmlinux" -initrd "$work/initrd.gz" \
         -append "console=ttyS0 quiet panic=-1 tether.suite=$s" > "$log" 2>&1 || true
     grep -E '^(vm|vmcheck):|VMCHECK' "$log" || true
+    # The whole console, for a look after the run.
+    cp "$log" "$cache/$s-last.log"
     compared=true
     if [ "$s" = stateless ] && grep -q '^VMCHECK PASS' "$log"; then
         tr -d '\r' < "$log" | sed -n '/^VISL TRACE BEGIN/,/^VISL TRACE END/p' > "$work/visl-trace.txt"
@@ -223,7 +233,7 @@ for s in "${suites[@]}"; do
     if grep -q '^VMCHECK PASS' "$log" && $compared; then
         say "suite $s: PASS"
     else
-        say "suite $s: FAIL; last lines of the console:"
+        say "suite $s: FAIL; last lines of the console (all of it: $cache/$s-last.log):"
         tail -n 40 "$log"
         status=1
     fi

@@ -18,7 +18,7 @@ use tether_tests::harness::RawClient;
 
 use super::log;
 
-const SOCKET: &str = "/run/tether-video.sock";
+pub const SOCKET: &str = "/run/tether-video.sock";
 /// vivid as run.sh loads it: one HDMI input (input 1; input 0 is a webcam) and one HDMI
 /// output.
 const VIVID_PARAMS: [&str; 6] =
@@ -195,12 +195,14 @@ impl Feeder {
 
 /// `tether serve --video v4l2` on `cap`; `format: None` leaves the choice to the daemon.
 fn start_daemon(cap: &Path, format: Option<&str>) -> anyhow::Result<Child> {
-    let _ = std::fs::remove_file(SOCKET);
     let format = format.map(|f| format!("format = \"{f}\"\n")).unwrap_or_default();
-    std::fs::write(
-        "/run/tether-video.toml",
-        format!("hid = \"sim\"\nvideo = \"v4l2\"\n[capture]\ndevice = \"{}\"\ninput = 1\n{format}", cap.display()),
-    )?;
+    start_daemon_with(&format!("device = \"{}\"\ninput = 1\n{format}", cap.display()))
+}
+
+/// `tether serve --video v4l2` with `capture` as its `[capture]` table's lines.
+pub fn start_daemon_with(capture: &str) -> anyhow::Result<Child> {
+    let _ = std::fs::remove_file(SOCKET);
+    std::fs::write("/run/tether-video.toml", format!("hid = \"sim\"\nvideo = \"v4l2\"\n[capture]\n{capture}"))?;
     let child = Command::new("/tether")
         .args([
             "serve",
@@ -225,7 +227,7 @@ fn start_daemon(cap: &Path, format: Option<&str>) -> anyhow::Result<Child> {
     Ok(child)
 }
 
-async fn wait_video(c: &mut RawClient, id: &mut u64, want: &str, after_generation: u64) -> anyhow::Result<Value> {
+pub async fn wait_video(c: &mut RawClient, id: &mut u64, want: &str, after_generation: u64) -> anyhow::Result<Value> {
     let start = Instant::now();
     loop {
         *id += 1;

@@ -21,6 +21,7 @@ use tether::device::hid::gadget::interface_of;
 use tether::device::hid::{HidInterface, HidReport, Keymap, Layout};
 use tether_tests::harness::RawClient;
 
+mod csi;
 mod m2m;
 mod stateless;
 mod video;
@@ -384,7 +385,7 @@ async fn run() -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     let suite = std::env::args().nth(1).unwrap_or_else(|| "hid".into());
-    if !["hid", "video", "m2m", "stateless"].contains(&suite.as_str()) {
+    if !["hid", "video", "m2m", "stateless", "csi"].contains(&suite.as_str()) {
         println!("VMCHECK FAIL: suite {suite:?} is not built");
         return ExitCode::FAILURE;
     }
@@ -399,6 +400,7 @@ fn main() -> ExitCode {
         "video" => rt.block_on(video::run()),
         "m2m" => rt.block_on(m2m::run()),
         "stateless" => rt.block_on(stateless::run()),
+        "csi" => rt.block_on(csi::run()),
         _ => rt.block_on(run()),
     };
     match result {
@@ -407,6 +409,15 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
+            // The kernel's side of a failure (link validation, driver warnings) is in its
+            // log; the console runs `quiet`.
+            if let Ok(out) = Command::new("dmesg").output() {
+                let text = String::from_utf8_lossy(&out.stdout);
+                let lines: Vec<&str> = text.lines().collect();
+                for l in &lines[lines.len().saturating_sub(40)..] {
+                    println!("dmesg: {l}");
+                }
+            }
             println!("VMCHECK FAIL: {e:#}");
             ExitCode::FAILURE
         }

@@ -302,7 +302,7 @@ impl Session<'_> {
                 }
             }
             let timings = b.as_ref().map(|_| (p.width, p.height));
-            tracing::info!(pipeline = %p, links_changed = ?p.links_changed, "media pipeline configured");
+            tracing::info!(pipeline = %p, links_changed = ?p.links_changed, side_nodes = ?p.side_nodes, "media pipeline configured");
             let found = (p.fourcc, (p.width, p.height), timings);
             bridge = b;
             pipeline = Some(p);

@@ -16,8 +16,11 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use super::v4l2::raw::MEDIA_INTF_T_V4L_VIDEO;
 use super::v4l2::topology::{char_device_path, Link, Topology};
-use super::v4l2::{mbus, DvTimingsStatus, FourCc, MbusFormat, MediaDevice, Subdev, V4l2Error};
+use super::v4l2::{
+    mbus, BufType, DvTimingsStatus, FourCc, MbusFormat, MediaDevice, PixFormat, Subdev, V4l2Device, V4l2Error,
+};
 
 /// Media bus codes in our order of preference: YUV 4:2:2 (half the bandwidth of RGB, what
 /// the TC358743 sends best), then RGB, then Bayer (sensors; a debayer turns them to RGB).
@@ -44,6 +47,19 @@ pub fn fourcc_for_code(code: u32) -> Option<FourCc> {
         mbus::YUYV8_1X16 | mbus::YUYV8_2X8 => Some(FourCc::YUYV),
         mbus::RGB888_1X24 => Some(FourCc::RGB24),
         _ => None,
+    }
+}
+
+/// The pixel format a video node stores a media bus code as, Bayer included (for nodes on
+/// a side branch of the pipeline, which the kernel validates too).
+fn node_fourcc_for_code(code: u32) -> Option<FourCc> {
+    match code {
+        mbus::SBGGR8_1X8 => Some(FourCc::new(b"BA81")),
+        mbus::SGBRG8_1X8 => Some(FourCc::new(b"GBRG")),
+        mbus::SGRBG8_1X8 => Some(FourCc::new(b"GRBA")),
+        mbus::SRGGB8_1X8 => Some(FourCc::new(b"RGGB")),
+        mbus::BGR888_1X24 => Some(FourCc::new(b"BGR3")),
+        other => fourcc_for_code(other),
     }
 }
 
@@ -144,6 +160,8 @@ pub trait PadAccess {
     fn setup_link(&mut self, source: (u32, u32), sink: (u32, u32), enabled: bool) -> Result<(), PipelineError>;
     /// Queries (and applies) the source's DV timings.
     fn source_signal(&mut self, entity: u32) -> Result<SourceSignal, PipelineError>;
+    /// Sets the format of the video node behind `entity` (a side branch's capture node).
+    fn set_node_format(&mut self, entity: u32, fourcc: FourCc, width: u32, height: u32) -> Result<(), PipelineError>;
 }
 
 /// One configured hop: the format on the wire from `source` to `sink`.
@@ -176,6 +194,9 @@ pub struct Pipeline {
     pub height: u32,
     /// Links switched on or off to get here, as "A:1 → B:0 on/off".
     pub links_changed: Vec<String>,
+    /// Video nodes on side branches given the format their fixed links carry, as
+    /// "Raw Capture 0 RGGB 800x600".
+    pub side_nodes: Vec<String>,
 }
 
 impl fmt::Display for Pipeline {
@@ -358,6 +379,23 @@ pub fn configure(
         }
         hops.push(Hop { source: (name(a), a_pad), sink: (name(b), b_pad), format: out });
     }
+    // Side branches: an enabled link from a pad of the path to another video node puts
+    // that node in the pipeline too (the kernel walks every enabled link at STREAMON and
+    // validates each: vimc's sensor also feeds its raw capture node through a fixed link),
+    // so it gets the format its link carries.
+    let mut side_nodes = Vec::new();
+    for (link, hop) in path.iter().zip(&hops) {
+        for side in t.links.iter().filter(|l| l.source == link.source && l.id != link.id && l.is_enabled()) {
+            let (node, _) = end(side.sink)?;
+            if node == capture || t.entity(node).is_none_or(|e| e.function != super::v4l2::topology::ENT_F_IO_V4L) {
+                continue;
+            }
+            let f = hop.format;
+            let Some(fourcc) = node_fourcc_for_code(f.code) else { continue };
+            pads.set_node_format(node, fourcc, f.width, f.height)?;
+            side_nodes.push(format!("{} {fourcc} {}x{}", name(node), f.width, f.height));
+        }
+    }
     let last = hops.last().map(|h| h.format).ok_or(PipelineError::NotInGraph)?;
     // `accepted` guaranteed a mapping for the last hop's code.
     let fourcc = fourcc_for_code(last.code).ok_or(PipelineError::NotInGraph)?;
@@ -370,6 +408,7 @@ pub fn configure(
         width: last.width,
         height: last.height,
         links_changed,
+        side_nodes,
     })
 }
 
@@ -437,6 +476,30 @@ impl PadAccess for MediaPads<'_> {
             Ok(status) => Ok(SourceSignal::NoSignal(status)),
             // ENOTTY/EINVAL: a sensor, no timings.
             Err(V4l2Error::Ioctl { .. }) => Ok(SourceSignal::NoTimings),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn set_node_format(&mut self, entity: u32, fourcc: FourCc, width: u32, height: u32) -> Result<(), PipelineError> {
+        let name = || self.topology.entity(entity).map(|e| e.name.clone()).unwrap_or_default();
+        let node = self
+            .topology
+            .interfaces
+            .iter()
+            .find(|i| i.entity == Some(entity) && i.kind == MEDIA_INTF_T_V4L_VIDEO)
+            .map(|i| i.devnode)
+            .ok_or_else(|| PipelineError::NoSubdevNode(name()))?;
+        let path = char_device_path(&self.sysroot, node).ok_or_else(|| PipelineError::NoSubdevNode(name()))?;
+        let dev = V4l2Device::open(&path)?;
+        let kind = BufType::capture_for(dev.querycap()?.device_caps)
+            .ok_or_else(|| V4l2Error::Invalid(format!("{} is not a capture node", path.display())))?;
+        match dev.set_format(kind, &PixFormat::new(width, height, fourcc)) {
+            Ok(_) => Ok(()),
+            // Streaming for someone else: its format is that stream's business.
+            Err(V4l2Error::Ioctl { source: nix::errno::Errno::EBUSY, .. }) => {
+                tracing::info!(node = %path.display(), "a side branch's node is busy; its format left as it is");
+                Ok(())
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -534,6 +597,7 @@ mod tests {
         signal: HashMap<u32, SourceSignal>,
         links: Vec<(PadRef, PadRef, bool)>,
         sets: Vec<(u32, u32, MbusFormat)>,
+        nodes: Vec<(u32, FourCc, u32, u32)>,
     }
 
     impl PadAccess for FakePads {
@@ -572,6 +636,10 @@ mod tests {
         }
         fn source_signal(&mut self, e: u32) -> Result<SourceSignal, PipelineError> {
             Ok(self.signal.get(&e).copied().unwrap_or(SourceSignal::NoTimings))
+        }
+        fn set_node_format(&mut self, e: u32, f: FourCc, w: u32, h: u32) -> Result<(), PipelineError> {
+            self.nodes.push((e, f, w, h));
+            Ok(())
         }
     }
 
@@ -617,6 +685,10 @@ mod tests {
         let id = |n: &str| t.entity_named(n).unwrap().id;
         assert!(pads.sets.iter().any(|s| (s.0, s.1, s.2.code) == (id("Debayer A"), 0, mbus::SRGGB8_1X8)));
         assert!(pads.sets.iter().any(|s| (s.0, s.1, s.2.code) == (id("Scaler"), 0, mbus::RGB888_1X24)));
+        // Sensor A's fixed link to its raw node puts that node in the pipeline: it gets the
+        // Bayer format the link carries (the kernel refuses STREAMON otherwise).
+        assert_eq!(pads.nodes, vec![(id("Raw Capture 0"), FourCc::new(b"RGGB"), 640, 480)]);
+        assert_eq!(p.side_nodes, ["Raw Capture 0 RGGB 640x480"]);
     }
 
     #[test]

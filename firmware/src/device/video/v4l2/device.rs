@@ -29,7 +29,7 @@ pub enum V4l2Error {
         source: std::io::Error,
     },
     /// An ioctl failed.
-    #[error("VIDIOC_{name} failed")]
+    #[error("VIDIOC_{name} failed: {source}")]
     Ioctl {
         /// The ioctl's name without the prefix.
         name: &'static str,
