@@ -6,8 +6,10 @@
 #
 #   image/kbuild.sh amd64 lab         the lab: prints the dir holding vmlinux (trixie's amd64
 #                                     kernel), root/ (its modules, depmod'ed) and extra/: visl.ko
-#                                     (+ v4l2-mem2mem.ko when the kernel lacks it) and vimc.ko,
-#                                     virtual media pipelines trixie does not build
+#                                     (+ v4l2-mem2mem.ko when the kernel lacks it), vimc.ko
+#                                     (virtual media pipelines trixie does not build) and
+#                                     dummy_hcd.ko with isochronous IN emulation
+#                                     (tests/vm/kernel/dummy_hcd-iso.patch: UVC gadgets stream)
 #                                     (`amd64 visl` is the old name of the same)
 #   image/kbuild.sh arm64 csi KVER    the image: prints the dir holding tc358743.ko and
 #                                     bcm2835-unicam.ko for trixie's arm64 kernel KVER
@@ -139,6 +141,28 @@ if [ "$arch" = amd64 ]; then
         chroot "$root" make -s -C "/usr/src/linux-headers-$kver" M=/build/vimc CONFIG_VIDEO_VIMC=m modules >&2
         mkdir -p "$out/extra"
         cp "$b/vimc/vimc.ko" "$out/extra/"
+        rm -rf "$b"
+    fi
+    # dummy_hcd with tests/vm/kernel/dummy_hcd-iso.patch, rebuilt when the patch changes.
+    patch_file="$(cd "$(dirname "$0")/.." && pwd)/tests/vm/kernel/dummy_hcd-iso.patch"
+    want_stamp=$(sha256sum "$patch_file" | cut -d' ' -f1)
+    if [ ! -f "$out/extra/dummy_hcd.ko" ] || [ "$(cat "$out/extra/dummy_hcd.stamp" 2>/dev/null)" != "$want_stamp" ]; then
+        command -v patch >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patch >/dev/null; }
+        say "building dummy_hcd with isochronous IN (tests/vm/kernel/dummy_hcd-iso.patch) for $kver"
+        b="$root/build"
+        rm -rf "$b" && mkdir -p "$b/dummy"
+        source_files "$b" drivers/usb/gadget/udc/dummy_hcd.c
+        # The host applies it (the build root has no patch); a patch that no longer applies to
+        # trixie's source fails here, loudly.
+        patch -d "$b/linux-source-6.12" -p1 --no-backup-if-mismatch --forward -s < "$patch_file" ||
+            { say "tests/vm/kernel/dummy_hcd-iso.patch does not apply to this linux-source-6.12"; exit 1; }
+        cp "$b/linux-source-6.12/drivers/usb/gadget/udc/dummy_hcd.c" "$b/dummy/"
+        echo 'obj-m += dummy_hcd.o' > "$b/dummy/Makefile"
+        chroot "$root" make -s -C "/usr/src/linux-headers-$kver" M=/build/dummy modules >&2
+        chroot "$root" strip --strip-debug /build/dummy/dummy_hcd.ko
+        mkdir -p "$out/extra"
+        cp "$b/dummy/dummy_hcd.ko" "$out/extra/"
+        echo "$want_stamp" > "$out/extra/dummy_hcd.stamp"
         rm -rf "$b"
     fi
     echo "$out"

@@ -13,9 +13,13 @@
 #   tests/vm/run.sh csi      vimc (built like visl) on trixie's kernel: the daemon walks a
 #                            media graph of sensors, debayers and a scaler, enables the path's
 #                            links, sets every pad's format (read back here) and captures
+#   tests/vm/run.sh uvc      a UVC gadget (usb_f_uvc) on dummy_hcd with isochronous IN
+#                            (tests/vm/kernel/dummy_hcd-iso.patch) fed by our frame source,
+#                            captured through the same VM's uvcvideo like an HDMI dongle:
+#                            negotiation, JPEG equality, corrupt frames, stall, replug, YUYV
 #   tests/vm/run.sh image    flash.sh build --board rpi4, then boot the image under
 #                            qemu-system-aarch64 and check it from outside (tests/vm/image.sh)
-#   tests/vm/run.sh all      hid, video, m2m, stateless, csi and image
+#   tests/vm/run.sh all      hid, video, m2m, stateless, csi, uvc and image
 #
 # Fetches what it needs (Debian packages: qemu-system-x86, busybox-static, kmod, cpio, the
 # kernel image) and caches the kernel under $TETHER_VM_CACHE (default ~/.cache/tether-vm).
@@ -24,11 +28,11 @@ set -euo pipefail
 
 suite=${1:-all}
 case "$suite" in
-    hid|video|m2m|stateless|csi) suites=("$suite") ;;
+    hid|video|m2m|stateless|csi|uvc) suites=("$suite") ;;
     # The image suite builds and boots the appliance image (tests/vm/image.sh).
-    all) suites=(hid video m2m stateless csi) ;;
+    all) suites=(hid video m2m stateless csi uvc) ;;
     image) exec "$(dirname "$0")/image.sh" ;;
-    *) echo "usage: tests/vm/run.sh [hid|video|m2m|stateless|csi|image|all]" >&2; exit 2 ;;
+    *) echo "usage: tests/vm/run.sh [hid|video|m2m|stateless|csi|uvc|image|all]" >&2; exit 2 ;;
 esac
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -104,12 +108,22 @@ if [[ " ${suites[*]} " == *" m2m "* ]] && [ ! -f "$extra/vicodec.ko" ]; then
     cp "$src/m2m/v4l2-mem2mem.ko" "$src/$srcpkg/drivers/media/test-drivers/vicodec/vicodec.ko" "$extra/"
 fi
 
-# --- trixie's kernel with visl and vimc (stateless and csi suites) -------------------------
-if [[ " ${suites[*]} " == *" stateless "* || " ${suites[*]} " == *" csi "* ]]; then
-    say "trixie kernel, visl and vimc (image/kbuild.sh; cached after the first run)"
+# --- trixie's kernel with visl, vimc and dummy_hcd with iso (stateless, csi, uvc) ---------
+if [[ " ${suites[*]} " =~ " "(stateless|csi|uvc)" " ]]; then
+    say "trixie kernel, visl, vimc and dummy_hcd with iso (image/kbuild.sh; cached after the first run)"
     tdir=$("$root/image/kbuild.sh" amd64 lab)
     tkver=${tdir##*/amd64-}
-    say "kernel $tkver with visl and vimc ready"
+    say "kernel $tkver with the lab's modules ready"
+fi
+if [[ " ${suites[*]} " == *" uvc "* ]]; then
+    # The dongle's known pictures: ffmpeg's test pattern (a counter in it), 30 of each size,
+    # 4:2:0 like many dongles (ffmpeg writes its 4:4:4 with every component sampled 1x2,
+    # which the daemon refuses before its decoder sees it).
+    for size in 1920x1080 1280x720; do
+        d="$work/uvc/${size#*x}"
+        mkdir -p "$d"
+        ffmpeg -v error -f lavfi -i "testsrc=size=$size:rate=30" -frames:v 30 -c:v mjpeg -pix_fmt yuvj420p -q:v 5 "$d/%03d.jpg"
+    done
 fi
 if [[ " ${suites[*]} " == *" stateless "* ]]; then
     # The stream: 320x240 High (CABAC, B-frames, weighted prediction, 3 references), then
@@ -143,6 +157,7 @@ done | sort -u | while read -r lib; do
     mkdir -p "$ir$(dirname "$lib")" && cp -L "$lib" "$ir$lib"
 done
 [ -f "$work/stream.h264" ] && cp "$work/stream.h264" "$ir/"
+[ -d "$work/uvc" ] && cp -r "$work/uvc" "$ir/"
 # modules.<suite>: one "file.ko [params]" per line, dependencies first.
 modules_for() {
     local d=${MODROOT:-$kdir/root} v=${MODVER:-$kver}
@@ -166,9 +181,13 @@ if [ -n "${tdir:-}" ]; then
     MODROOT="$tdir/root" MODVER="$tkver" modules_for videodev videobuf2-v4l2 videobuf2-vmalloc videobuf2-dma-contig \
         v4l2-tpg mc > "$work/csi.list"
     echo "$tdir/extra/vimc.ko" >> "$work/csi.list"
+    # The stock dummy_hcd has no isochronous transfers: ours replaces it.
+    MODROOT="$tdir/root" MODVER="$tkver" modules_for configfs libcomposite usb_f_uvc uvcvideo dummy_hcd \
+        | grep -v '/dummy_hcd\.ko' > "$work/uvc.list"
+    echo "$tdir/extra/dummy_hcd.ko" >> "$work/uvc.list"
 fi
 # Each suite's modules in a directory of their own (two kernels' modules share names).
-for s in hid video m2m stateless csi; do
+for s in hid video m2m stateless csi uvc; do
     [ -f "$work/$s.list" ] || continue
     : > "$ir/modules.$s"
     mkdir -p "$ir/lib/modules/$s"
@@ -216,8 +235,11 @@ for s in "${suites[@]}"; do
     say "booting ($accel) for suite $s"
     log="$work/$s.log"
     vmlinux="$kdir/vmlinux"
-    case "$s" in stateless|csi) vmlinux="$tdir/vmlinux" ;; esac
-    timeout 240 qemu-system-x86_64 -M pc -accel "$accel" -cpu max -m 512M -smp 2 -nodefaults -no-user-config \
+    case "$s" in stateless|csi|uvc) vmlinux="$tdir/vmlinux" ;; esac
+    # The uvc suite runs seven cases with three daemons; the others are shorter.
+    limit=240
+    [ "$s" = uvc ] && limit=480
+    timeout "$limit" qemu-system-x86_64 -M pc -accel "$accel" -cpu max -m 512M -smp 2 -nodefaults -no-user-config \
         -display none -serial stdio -no-reboot -kernel "$vmlinux" -initrd "$work/initrd.gz" \
         -append "console=ttyS0 quiet panic=-1 tether.suite=$s" > "$log" 2>&1 || true
     grep -E '^(vm|vmcheck):|VMCHECK' "$log" || true

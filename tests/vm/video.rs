@@ -248,9 +248,10 @@ pub async fn wait_video(c: &mut RawClient, id: &mut u64, want: &str, after_gener
 }
 
 /// A screenshot equals our own conversion of the bytes we wrote, cropped the same way.
-async fn check_screenshot(c: &mut RawClient, id: &mut u64, expected_full: &[u8], w: usize) -> anyhow::Result<()> {
+pub async fn check_screenshot(c: &mut RawClient, id: &mut u64, expected_full: &[u8], w: usize) -> anyhow::Result<()> {
     *id += 1;
-    let shot = c.ok(*id, "screenshot", json!({})).await?;
+    // Unscaled: 4096 is the largest edge a screenshot may have.
+    let shot = c.ok(*id, "screenshot", json!({"max_edge": 4096})).await?;
     let png_bytes = base64::engine::general_purpose::STANDARD.decode(shot["data"].as_str().context("data")?)?;
     let mut reader = png::Decoder::new(std::io::Cursor::new(png_bytes)).read_info()?;
     let mut img = vec![0; reader.output_buffer_size().context("png size")?];

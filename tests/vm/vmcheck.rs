@@ -24,6 +24,7 @@ use tether_tests::harness::RawClient;
 mod csi;
 mod m2m;
 mod stateless;
+mod uvc;
 mod video;
 
 const TETHER: &str = "/tether";
@@ -385,7 +386,7 @@ async fn run() -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     let suite = std::env::args().nth(1).unwrap_or_else(|| "hid".into());
-    if !["hid", "video", "m2m", "stateless", "csi"].contains(&suite.as_str()) {
+    if !["hid", "video", "m2m", "stateless", "csi", "uvc"].contains(&suite.as_str()) {
         println!("VMCHECK FAIL: suite {suite:?} is not built");
         return ExitCode::FAILURE;
     }
@@ -401,6 +402,7 @@ fn main() -> ExitCode {
         "m2m" => rt.block_on(m2m::run()),
         "stateless" => rt.block_on(stateless::run()),
         "csi" => rt.block_on(csi::run()),
+        "uvc" => rt.block_on(uvc::run()),
         _ => rt.block_on(run()),
     };
     match result {
@@ -413,9 +415,23 @@ fn main() -> ExitCode {
             // log; the console runs `quiet`.
             if let Ok(out) = Command::new("dmesg").output() {
                 let text = String::from_utf8_lossy(&out.stdout);
-                let lines: Vec<&str> = text.lines().collect();
-                for l in &lines[lines.len().saturating_sub(40)..] {
-                    println!("dmesg: {l}");
+                // Repeats (a driver complaining per request) folded into a count.
+                let mut folded: Vec<(String, usize)> = Vec::new();
+                for l in text.lines() {
+                    let message = l.split_once("] ").map_or(l, |(_, m)| m);
+                    match folded.last_mut() {
+                        Some((last, n)) if last.split_once("] ").map_or(last.as_str(), |(_, m)| m) == message => {
+                            *n += 1
+                        }
+                        _ => folded.push((l.to_string(), 1)),
+                    }
+                }
+                for (l, n) in &folded[folded.len().saturating_sub(60)..] {
+                    if *n > 1 {
+                        println!("dmesg: {l} (x{n})");
+                    } else {
+                        println!("dmesg: {l}");
+                    }
                 }
             }
             println!("VMCHECK FAIL: {e:#}");

@@ -550,7 +550,6 @@ impl FrameSource for V4l2Capture {
                 // The device last streamed, so a replug under another node finds it again.
                 let mut seen: Option<Identity> = None;
                 while !stop_thread.load(Ordering::Relaxed) {
-                    generation += 1;
                     let dev = match open_device(&self.path, seen.as_ref()) {
                         Ok(d) => {
                             missing_logged = false;
@@ -558,19 +557,23 @@ impl FrameSource for V4l2Capture {
                         }
                         Err(e) => {
                             // Once at warn (no dongle plugged can last days: the journal is
-                            // small), then at debug until it comes back.
+                            // small), then at debug until it comes back. The state is said
+                            // once per absence: readers wake on changes, not on retries.
                             if missing_logged {
                                 tracing::debug!(error = %e, "capture device unavailable; retrying");
                             } else {
                                 tracing::warn!(error = %e, "capture device unavailable; looking for it again every 250 ms");
                                 missing_logged = true;
+                                generation += 1;
+                                hub.set_state(VideoState { signal: Signal::NoDevice, source_size: None, generation });
+                                hub.set_device(None);
                             }
-                            hub.set_state(VideoState { signal: Signal::NoDevice, source_size: None, generation });
-                            hub.set_device(None);
                             std::thread::sleep(REOPEN_EVERY);
                             continue;
                         }
                     };
+                    // Each session is a generation of its own.
+                    generation += 1;
                     if let Ok(c) = dev.querycap() {
                         seen = Some(Identity::from(&c));
                     }

@@ -1042,6 +1042,17 @@ impl V4l2Device {
 
     /// `VIDIOC_DQEVENT`: the next pending event, if any.
     pub fn next_event(&self) -> Result<Option<Event>, V4l2Error> {
+        Ok(self.next_event_data()?.map(|(kind, d)| match kind {
+            // SOURCE_CHANGE's payload is `src_change { __u32 changes }`, its first four bytes.
+            EVENT_SOURCE_CHANGE => Event::SourceChange { changes: u32::from_ne_bytes([d[0], d[1], d[2], d[3]]) },
+            EVENT_EOS => Event::Eos,
+            other => Event::Other(other),
+        }))
+    }
+
+    /// `VIDIOC_DQEVENT` with the event's type and raw 64-byte payload, for events this
+    /// layer does not interpret (a UVC gadget's `UVC_EVENT_*` carry USB requests).
+    pub fn next_event_data(&self) -> Result<Option<(u32, [u8; 64])>, V4l2Error> {
         let mut e = v4l2_event::default();
         // SAFETY: `e` is a valid, owned v4l2_event; the kernel writes within its size.
         match unsafe { ioctl::dqevent(self.raw(), &mut e) } {
@@ -1049,16 +1060,8 @@ impl V4l2Device {
             Err(Errno::ENOENT) => return Ok(None), // nothing pending
             Err(err) => return Err(ioctl_err("DQEVENT")(err)),
         }
-        Ok(Some(match e.type_ {
-            EVENT_SOURCE_CHANGE => {
-                // SAFETY: for SOURCE_CHANGE the union holds `src_change { __u32 changes }`,
-                // its first four bytes; `data` views the same bytes.
-                let d = unsafe { e.u.data };
-                Event::SourceChange { changes: u32::from_ne_bytes([d[0], d[1], d[2], d[3]]) }
-            }
-            EVENT_EOS => Event::Eos,
-            other => Event::Other(other),
-        }))
+        // SAFETY: every variant of the payload union is plain bytes; `data` views all 64.
+        Ok(Some((e.type_, unsafe { e.u.data })))
     }
 
     /// Every control of the node: (id, name, minimum, maximum), via `VIDIOC_QUERYCTRL`.
@@ -1119,6 +1122,21 @@ impl V4l2Device {
             }
             Err(e) => Err(ioctl_err("poll")(e)),
         }
+    }
+}
+
+impl std::os::fd::AsFd for V4l2Device {
+    /// The node's fd, borrowed (for `poll` on a driver-specific mix of events).
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.fd)
+    }
+}
+
+impl std::os::fd::AsRawFd for V4l2Device {
+    /// The node's fd, for driver-specific ioctls this layer does not wrap (e.g. a UVC
+    /// gadget's `UVCIOC_SEND_RESPONSE`). The device keeps owning it.
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
     }
 }
 
