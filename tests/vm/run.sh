@@ -16,7 +16,9 @@
 #   tests/vm/run.sh uvc      a UVC gadget (usb_f_uvc) on dummy_hcd with isochronous IN
 #                            (tests/vm/kernel/dummy_hcd-iso.patch) fed by our frame source,
 #                            captured through the same VM's uvcvideo like an HDMI dongle:
-#                            negotiation, JPEG equality, corrupt frames, stall, replug, YUYV
+#                            negotiation, JPEG equality, a live viewer getting the JPEGs,
+#                            corrupt frames, stall, replug, YUYV, a changed resolution
+#                            (TETHER_VM_BENCH=1: also the uvcvideo-vs-replay bench)
 #   tests/vm/run.sh image    flash.sh build --board rpi4, then boot the image under
 #                            qemu-system-aarch64 and check it from outside (tests/vm/image.sh)
 #   tests/vm/run.sh all      hid, video, m2m, stateless, csi, uvc and image
@@ -214,6 +216,8 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 mount -t tmpfs run /run
+# Loopback, for the daemon's HTTPS port (the uvc suite's viewer); no other network.
+ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
 suite=$(sed -n 's/.*tether\.suite=\([a-z0-9]*\).*/\1/p' /proc/cmdline)
 while read -r m args; do insmod "/lib/modules/$suite/$m" $args || echo "insmod $m failed"; done < "/modules.$suite"
 [ -d /sys/kernel/config ] && mount -t configfs none /sys/kernel/config
@@ -241,8 +245,8 @@ for s in "${suites[@]}"; do
     [ "$s" = uvc ] && limit=480
     timeout "$limit" qemu-system-x86_64 -M pc -accel "$accel" -cpu max -m 512M -smp 2 -nodefaults -no-user-config \
         -display none -serial stdio -no-reboot -kernel "$vmlinux" -initrd "$work/initrd.gz" \
-        -append "console=ttyS0 quiet panic=-1 tether.suite=$s" > "$log" 2>&1 || true
-    grep -E '^(vm|vmcheck):|VMCHECK' "$log" || true
+        -append "console=ttyS0 quiet panic=-1 tether.suite=$s${TETHER_VM_BENCH:+ tether.bench=1}" > "$log" 2>&1 || true
+    grep -E '^(vm|vmcheck):|VMCHECK|^BENCH' "$log" || true
     # The whole console, for a look after the run.
     cp "$log" "$cache/$s-last.log"
     compared=true

@@ -304,13 +304,16 @@ impl Source {
             if let Err(e) = self.session(&name) {
                 log(format!("frame source: {e:#}"));
             }
-            // The node goes away with the unbind; opening it again first would hold it up.
-            let start = Instant::now();
-            while Path::new(&format!("/sys/class/video4linux/{name}/function_name")).exists()
-                && start.elapsed() < Duration::from_secs(10)
-                && !self.stop.load(Ordering::Relaxed)
-            {
-                std::thread::sleep(Duration::from_millis(10));
+            // The unbind that sent DISCONNECT waits for this close; reading UDC waits for
+            // the unbind in turn (configfs holds the gadget's lock through it), so what is
+            // read is after it: empty until the next bind, whose node is then a new one.
+            // (Waiting for the old node to vanish instead races with a quick rebind that
+            // brings a node of the same name back.)
+            while !self.stop.load(Ordering::Relaxed) {
+                match fs::read_to_string(format!("{G}/UDC")) {
+                    Ok(udc) if !udc.trim().is_empty() => break,
+                    _ => std::thread::sleep(Duration::from_millis(10)),
+                }
             }
         }
     }
@@ -541,6 +544,82 @@ fn streaming_interface() -> Option<(String, String)> {
     None
 }
 
+/// What a live viewer received.
+struct Watched {
+    /// Binary messages (pictures) received.
+    pictures: u64,
+    /// The stream's message format from its `ready` message.
+    protocol: String,
+    /// The last picture's payload (the JPEG itself when passed through).
+    last: Vec<u8>,
+    /// Seconds watched.
+    seconds: f64,
+}
+
+/// A live viewer like the console's: `video_open` on the socket, then `/api/video` over
+/// HTTPS pinned to the daemon's CA, acknowledging every picture, for `seconds`.
+async fn watch(c: &mut RawClient, id: &mut u64, seconds: f64) -> anyhow::Result<Watched> {
+    use futures_util::{SinkExt as _, StreamExt as _};
+    use tether::client::https::{Credentials, HttpsClient, Target};
+    use tokio_tungstenite::tungstenite::Message;
+    let st = status(c, id).await?;
+    let port = st["https"]["port"].as_u64().context("https port")?;
+    let pin = tether::server::tls::Fingerprint::parse(st["https"]["fingerprint"].as_str().unwrap_or_default())
+        .context("CA fingerprint")?;
+    let (target, _, _) = Target::parse(&format!("https://127.0.0.1:{port}"))?;
+    let client = HttpsClient::new(target, pin, Credentials { token: None, task_token: None })?;
+    *id += 1;
+    let ticket = c.ok(*id, "video_open", json!({})).await?["ticket"].as_str().context("ticket")?.to_string();
+    let mut ws = client.websocket("/api/video").await?;
+    ws.send(Message::text(json!({"ticket": ticket}).to_string())).await?;
+    let mut w = Watched { pictures: 0, protocol: String::new(), last: Vec::new(), seconds };
+    let start = Instant::now();
+    while start.elapsed().as_secs_f64() < seconds {
+        let left = Duration::from_secs_f64(seconds) - start.elapsed().min(Duration::from_secs_f64(seconds));
+        let Ok(next) = tokio::time::timeout(left.max(Duration::from_millis(1)), ws.next()).await else { break };
+        match next.context("the video socket closed")?? {
+            Message::Text(t) => {
+                let v: Value = serde_json::from_str(&t)?;
+                if v["type"] == "ready" {
+                    w.protocol = v["protocol"].as_str().unwrap_or_default().to_string();
+                }
+            }
+            Message::Binary(b) => {
+                ensure!(b.len() > 24, "a picture message of {} bytes", b.len());
+                let word = |k: usize| u32::from_be_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
+                let ack = json!({"type": "ack", "generation": word(4), "sequence": word(8)});
+                ws.send(Message::text(ack.to_string())).await?;
+                w.pictures += 1;
+                w.last = b[24..].to_vec();
+            }
+            _ => {}
+        }
+    }
+    w.seconds = start.elapsed().as_secs_f64();
+    let _ = ws.close(None).await;
+    Ok(w)
+}
+
+/// utime + stime of `pid` in seconds.
+fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let fields: Vec<&str> = stat.rsplit_once(')').context("stat")?.1.split_whitespace().collect();
+    let ticks = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+    // SAFETY: sysconf has no preconditions; it only reads a constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Ok(ticks / hz)
+}
+
+/// The daemon's CPU and the pictures one viewer got per second over `seconds`.
+async fn measure(c: &mut RawClient, id: &mut u64, pid: u32, seconds: f64) -> anyhow::Result<(f64, f64)> {
+    watch(c, id, 2.0).await?; // warmed up: the viewer path, the first pictures
+    let cpu0 = cpu_seconds(pid)?;
+    let t0 = Instant::now();
+    let w = watch(c, id, seconds).await?;
+    let cpu = (cpu_seconds(pid)? - cpu0) / t0.elapsed().as_secs_f64() * 100.0;
+    Ok((cpu, w.pictures as f64 / w.seconds))
+}
+
 async fn status(c: &mut RawClient, id: &mut u64) -> anyhow::Result<Value> {
     *id += 1;
     c.ok(*id, "status", json!({})).await
@@ -626,6 +705,16 @@ pub async fn run() -> anyhow::Result<()> {
     check_held(&mut c, &mut id, &src, (1920, 1080), 3).await?;
     check_held(&mut c, &mut id, &src, (1920, 1080), 17).await?;
     ensure!(src.jpegs[&(1920, 1080)][3] != src.jpegs[&(1920, 1080)][17], "the fixtures are one picture");
+    // A live viewer gets the dongle's own JPEGs, byte for byte (passthrough: nothing
+    // decoded or encoded for it).
+    let w = watch(&mut c, &mut id, 3.0).await?;
+    ensure!(w.protocol == "jpeg/1", "viewer stream is {:?}", w.protocol);
+    ensure!(w.pictures >= 10, "the viewer got {} pictures in {:.1} s", w.pictures, w.seconds);
+    ensure!(w.last == src.jpegs[&(1920, 1080)][17], "the viewer's last picture is not the JPEG sent");
+    log(format!(
+        "viewer: {} pictures in {:.1} s over /api/video, jpeg/1, the JPEG sent byte for byte",
+        w.pictures, w.seconds
+    ));
     *src.feed.lock().unwrap() = Feed::Play;
 
     // 3. Corrupt JPEGs: dropped and counted, the stream goes on.
@@ -713,6 +802,59 @@ pub async fn run() -> anyhow::Result<()> {
     ));
     daemon.kill()?;
     daemon.wait()?;
+
+    // The bench (TETHER_VM_BENCH=1 tests/vm/run.sh uvc): MJPEG 1080p30 through uvcvideo to
+    // one viewer against the replay path with the same JPEGs, measured the same way here.
+    if fs::read_to_string("/proc/cmdline")?.contains("tether.bench=1") {
+        gadget_down(&hd)?;
+        gadget_up(&DONGLE)?;
+        *src.feed.lock().unwrap() = Feed::Play;
+        let node = wait_host_node()?;
+        let seconds = 20.0;
+        let mut daemon = start_daemon_with(&format!("device = \"{}\"\n", node.display()))?;
+        let mut c = RawClient::connect(Path::new(SOCKET)).await?;
+        wait_video(&mut c, &mut id, "locked", 0).await?;
+        let (cpu, fps) = measure(&mut c, &mut id, daemon.id(), seconds).await?;
+        println!("BENCH uvc: MJPEG 1080p30 gadget → dummy_hcd → uvcvideo → daemon → 1 viewer: daemon CPU {cpu:.1}% of a core, viewer {fps:.1} pictures/s");
+        daemon.kill()?;
+        daemon.wait()?;
+        let mjpeg: Vec<u8> = src.jpegs[&(1920, 1080)].concat();
+        fs::write("/run/testsrc-1080p.mjpeg", mjpeg)?;
+        let _ = fs::remove_file(SOCKET);
+        fs::write(
+            "/run/tether-replay.toml",
+            "hid = \"sim\"\nvideo = \"replay\"\n[replay]\npath = \"/run/testsrc-1080p.mjpeg\"\nfps = 30\n",
+        )?;
+        let mut daemon = std::process::Command::new("/tether")
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--config",
+                "/run/tether-replay.toml",
+                "--socket",
+                SOCKET,
+                "--data-dir",
+                "/run/tether-replay",
+            ])
+            .env("RUST_LOG", "warn")
+            .spawn()?;
+        let start = Instant::now();
+        while !Path::new(SOCKET).exists() {
+            ensure!(start.elapsed() < Duration::from_secs(20), "replay daemon socket did not appear");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut c = RawClient::connect(Path::new(SOCKET)).await?;
+        wait_video(&mut c, &mut id, "locked", 0).await?;
+        let (cpu, fps) = measure(&mut c, &mut id, daemon.id(), seconds).await?;
+        println!("BENCH uvc: MJPEG 1080p30 replay (the same 30 JPEGs) → daemon → 1 viewer: daemon CPU {cpu:.1}% of a core, viewer {fps:.1} pictures/s");
+        daemon.kill()?;
+        daemon.wait()?;
+        src.stop.store(true, Ordering::Relaxed);
+        gadget_down(&DONGLE)?;
+        feeder.join().map_err(|_| anyhow::anyhow!("frame source panicked"))?;
+        return Ok(());
+    }
 
     src.stop.store(true, Ordering::Relaxed);
     gadget_down(&hd)?;

@@ -271,6 +271,37 @@ impl HttpsClient {
         })
     }
 
+    /// Opens a WebSocket on `path` (`/api/video`, `/api/ws`) over TLS pinned to the CA,
+    /// with the browser `Origin` of the appliance itself (the server refuses others) and
+    /// the client's credentials.
+    pub async fn websocket(
+        &self,
+        path: &str,
+    ) -> Result<
+        tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
+        HttpsClientError,
+    > {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+        let tls = self.tls().await?;
+        let base = self.target.base_url();
+        let url = format!("wss://{}{path}", base.trim_start_matches("https://"));
+        let mut request = url.into_client_request().map_err(|e| HttpsClientError::Protocol(e.to_string()))?;
+        let header =
+            |v: &str| hyper::header::HeaderValue::from_str(v).map_err(|e| HttpsClientError::Protocol(e.to_string()));
+        let headers = request.headers_mut();
+        headers.insert(hyper::header::ORIGIN, header(&base)?);
+        if let Some(t) = &self.credentials.token {
+            headers.insert(hyper::header::AUTHORIZATION, header(&format!("Bearer {t}"))?);
+        }
+        if let Some(t) = &self.credentials.task_token {
+            headers.insert("tether-task-token", header(t)?);
+        }
+        let (socket, _) = tokio_tungstenite::client_async(request, tls)
+            .await
+            .map_err(|e| HttpsClientError::Protocol(format!("WebSocket {path}: {e}")))?;
+        Ok(socket)
+    }
+
     /// Opens a kept-alive HTTP/1.1 connection (TCP, then TLS pinned to the CA).
     pub async fn connect(&self) -> Result<KeptAlive, HttpsClientError> {
         let tls = self.tls().await?;

@@ -174,8 +174,15 @@ impl ServerNames {
         names
     }
 
+    /// Adds a DNS name; one that is not a valid host name (a machine whose hostname was
+    /// never set reports `(none)`) is left out: one bad name in the certificate makes
+    /// every client refuse it, including for the good names.
     fn add_dns(&mut self, name: &str) {
-        if !name.is_empty() && !self.dns.iter().any(|n| n == name) {
+        if !is_dns_name(name) {
+            tracing::warn!(name, "not a valid DNS name; left out of the HTTPS certificate");
+            return;
+        }
+        if !self.dns.iter().any(|n| n == name) {
             self.dns.push(name.to_string());
         }
     }
@@ -352,6 +359,19 @@ fn ca_params(key: &KeyPair, record: &CaRecord) -> CertificateParams {
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     params.name_constraints = Some(ca_constraints(record));
     params
+}
+
+/// A host name a certificate may carry: dot-separated labels of letters, digits and
+/// hyphens (not at a label's ends), 1..=63 bytes each, at most 253 in all.
+fn is_dns_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            (1..=63).contains(&label.len())
+                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
 }
 
 /// What the CA may vouch for: `.local`, `localhost`, the names in `record`, and
@@ -698,6 +718,11 @@ mod tests {
     fn the_machine_names_include_local_and_loopback() {
         let n = names();
         assert_eq!(n.dns, ["localhost", "phonebox", "phonebox.local", "lab.example"]);
+        // A machine whose hostname was never set says "(none)": left out, not a
+        // certificate every client refuses.
+        let unset = ServerNames::of_machine("(none)", &[], &["bad_name".into(), "ok-name.example".into()]);
+        assert_eq!(unset.dns, ["localhost", "ok-name.example"]);
+        assert!(is_dns_name("a-1.b") && !is_dns_name("-a") && !is_dns_name("a..b") && !is_dns_name(&"x".repeat(64)));
         assert!(n.ips.contains(&IpAddr::from([127, 0, 0, 1])));
         assert!(n.ips.contains(&IpAddr::from([192, 168, 1, 20])));
     }
