@@ -126,7 +126,8 @@ pub struct BoardCodec {
     pub encoder: String,
 }
 
-/// `[support]`: one sentence per capability, starting `yes`, `no: why` or `after …: what`.
+/// `[support]`: one sentence per capability, starting `yes`, `no: why`, `after …: what`
+/// or `untried: what` (built and proven in the lab, not yet on the board itself).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BoardSupport {
@@ -221,8 +222,10 @@ impl Board {
             return Err("image.boot is u-boot-rockchip: image.uboot_target must name the u-boot build".into());
         }
         for (what, text) in self.support.rows() {
-            if !(text.starts_with("yes") || text.starts_with("no: ") || text.starts_with("after ")) {
-                return Err(format!("support for {what}: start with \"yes\", \"no: \" or \"after \"; got {text:?}"));
+            if !["yes", "no: ", "after ", "untried: "].iter().any(|p| text.starts_with(p)) {
+                return Err(format!(
+                    "support for {what}: start with \"yes\", \"no: \", \"after \" or \"untried: \"; got {text:?}"
+                ));
             }
         }
         Ok(())

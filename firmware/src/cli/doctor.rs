@@ -101,6 +101,9 @@ pub fn run_doctor(
     for node in &inventory.video_nodes {
         println!("  video:  {} {} ({})", node.path.display(), node.name, node.role);
     }
+    for line in capture_lines(&daemon["status"]["video"]) {
+        println!("{line}");
+    }
     for (what, statement) in decoders.as_object().into_iter().flatten() {
         println!("  decode: {what:<6} {}", statement.as_str().unwrap_or("?"));
     }
@@ -149,6 +152,34 @@ pub fn run_doctor(
         _ => println!("  https:  no certificate yet (`tether serve` makes one at its first start)"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the running daemon captures from (its `status.video`): the node, its driver and
+/// card, the negotiated format, and for media-controller capture the pipeline as it was
+/// configured. Nothing when the daemon is not reachable or does not use V4L2.
+fn capture_lines(video: &serde_json::Value) -> Vec<String> {
+    if video["backend"] != "v4l2" {
+        return Vec::new();
+    }
+    let d = &video["device"];
+    let signal = video["signal"].as_str().unwrap_or("?");
+    let Some(node) = d["node"].as_str() else {
+        return vec![format!("  capture: no device open (signal {signal}); `tether serve` keeps looking for it")];
+    };
+    let fps = d["fps"].as_f64().map(|f| format!("@{f:.0} fps")).unwrap_or_default();
+    let mut lines = vec![format!(
+        "  capture: {node} {} {:?}: {} {}x{}{fps} (signal {signal}, {} corrupt frames dropped)",
+        d["driver"].as_str().unwrap_or("?"),
+        d["card"].as_str().unwrap_or("?"),
+        d["format"].as_str().unwrap_or("?"),
+        d["width"],
+        d["height"],
+        d["corrupt_frames"].as_u64().unwrap_or(0),
+    )];
+    if let Some(p) = d["pipeline"].as_str() {
+        lines.push(format!("           pipeline: {p}"));
+    }
+    lines
 }
 
 /// The configuration `tether serve` reads by default (its defaults when there is none).
@@ -249,4 +280,36 @@ fn ocr_report(settings: &tether::config::OcrSettings) -> serde_json::Value {
         format!("UNAVAILABLE: {}{fix}", info.problem.as_deref().unwrap_or("unknown"))
     };
     json!({"enabled": true, "available": info.available, "info": info, "missing_packages": packages, "statement": statement})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_capture_device_and_its_pipeline_are_named() {
+        let video = json!({
+            "backend": "v4l2", "signal": "locked",
+            "device": {"node": "/dev/video0", "driver": "unicam", "card": "unicam", "format": "UYVY",
+                       "width": 1920, "height": 1080, "fps": null, "corrupt_frames": 0,
+                       "pipeline": "tc358743 10-000f:0 [UYVY8_1X16 1920x1080] → unicam:0, unicam:1 [UYVY8_1X16 1920x1080] → unicam-image (UYVY 1920x1080)"}
+        });
+        let lines = capture_lines(&video);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[0].contains("/dev/video0 unicam") && lines[0].contains("UYVY 1920x1080 (signal locked"),
+            "{lines:?}"
+        );
+        assert!(lines[1].contains("pipeline: tc358743 10-000f:0 [UYVY8_1X16"), "{lines:?}");
+        let uvc = json!({"backend": "v4l2", "signal": "locked", "device": {"node": "/dev/video1", "driver": "uvcvideo",
+            "card": "USB Video", "format": "MJPG", "width": 1920, "height": 1080, "fps": 30.0, "corrupt_frames": 3, "pipeline": null}});
+        assert_eq!(
+            capture_lines(&uvc),
+            ["  capture: /dev/video1 uvcvideo \"USB Video\": MJPG 1920x1080@30 fps (signal locked, 3 corrupt frames dropped)"]
+        );
+        let missing = json!({"backend": "v4l2", "signal": "no_device", "device": null});
+        assert!(capture_lines(&missing)[0].contains("no device open (signal no_device)"));
+        assert!(capture_lines(&json!({"backend": "sim"})).is_empty());
+        assert!(capture_lines(&serde_json::Value::Null).is_empty(), "daemon not reachable");
+    }
 }
