@@ -754,7 +754,16 @@ pub async fn run() -> anyhow::Result<()> {
     ensure!(host_node().is_none(), "uvcvideo's node is still there after the unbind");
     let rebound = Instant::now();
     set_udc(Some(UDC))?;
-    let back = wait_video(&mut c, &mut id, "locked", generation(&gone)).await?;
+    // Polled closely: the time measured is the daemon's, not this loop's.
+    let back = loop {
+        let st = status(&mut c, &mut id).await?;
+        if st["video"]["signal"] == "locked" && generation(&st) > generation(&gone) && st["video"]["frame_id"].is_u64()
+        {
+            break st;
+        }
+        ensure!(rebound.elapsed() < Duration::from_secs(30), "no capture 30 s after the rebind: {}", st["video"]);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let took = rebound.elapsed();
     ensure!(took <= Duration::from_secs(2), "capture back {took:?} after the rebind (limit 2 s)");
     log(format!(
