@@ -221,6 +221,7 @@ pub async fn run() -> anyhow::Result<()> {
         if st["video"]["signal"] == "no_device" && start.elapsed() > Duration::from_secs(2) {
             break;
         }
+        ensure!(start.elapsed() < Duration::from_secs(30), "never no_device with an unknown source: {}", st["video"]);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     log("source = \"Sensor C\": not locked, daemon answering");

@@ -655,8 +655,9 @@ fn load_jpegs(dir: &str) -> anyhow::Result<Vec<Vec<u8>>> {
 /// JPEG decoded.
 async fn check_held(c: &mut RawClient, id: &mut u64, src: &Source, size: (u32, u32), k: usize) -> anyhow::Result<()> {
     *src.feed.lock().unwrap() = Feed::Hold(k);
-    // Frames already queued (4 buffers) drain first.
-    frames(c, id, 6).await?;
+    // Pictures queued before the hold drain first: 4 gadget buffers, the one uvcvideo is
+    // filling and its 4 the daemon has not dequeued yet, at most.
+    frames(c, id, 10).await?;
     let jpeg = &src.jpegs[&size][k];
     let expected = decode_mjpeg(jpeg, size)?;
     check_screenshot(c, id, &expected, size.0 as usize).await.with_context(|| format!("picture {k}"))

@@ -130,34 +130,42 @@ impl From<&Capability> for Identity {
 
 /// Opens the configured node, or — once a device has been seen there — the capture node
 /// of that same device wherever it is now (a dongle plugged back can come up as another
-/// /dev/videoN, and the old number may then belong to something else).
+/// /dev/videoN, and the old number may then belong to something else). When that device
+/// is nowhere, a capture node at the configured path is taken (another dongle, or the same
+/// one on another USB port): the configuration names a node, not a device.
 fn open_device(path: &Path, seen: Option<&Identity>) -> Result<V4l2Device, V4l2Error> {
-    let is_it = |d: &V4l2Device| {
-        d.querycap().is_ok_and(|c| {
-            seen.is_none_or(|id| Identity::from(&c) == *id) && BufType::capture_for(c.device_caps).is_some()
-        })
-    };
+    let capture = |c: &Capability| BufType::capture_for(c.device_caps).is_some();
     let first = V4l2Device::open(path);
-    match (&first, seen) {
-        (Ok(d), _) if is_it(d) => return first,
-        (_, None) => return first,
-        _ => {}
+    let first_cap = first.as_ref().ok().and_then(|d| d.querycap().ok());
+    let Some(seen) = seen else { return first };
+    if first_cap.as_ref().is_some_and(|c| capture(c) && Identity::from(c) == *seen) {
+        return first;
     }
-    let mut nodes: Vec<PathBuf> =
-        std::fs::read_dir("/dev").map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
-    nodes.retain(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("video")));
+    // Only nodes whose sysfs name is the device's card are opened (while a dongle is
+    // away this runs four times a second).
+    let mut nodes: Vec<String> = std::fs::read_dir("/sys/class/video4linux")
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    nodes.retain(|n| {
+        n.starts_with("video")
+            && std::fs::read_to_string(format!("/sys/class/video4linux/{n}/name")).is_ok_and(|v| v.trim() == seen.card)
+    });
     nodes.sort();
-    for node in nodes.iter().filter(|n| n.as_path() != path) {
-        if let Ok(d) = V4l2Device::open(node) {
-            if is_it(&d) {
+    for node in nodes.iter().map(|n| Path::new("/dev").join(n)).filter(|n| n.as_path() != path) {
+        if let Ok(d) = V4l2Device::open(&node) {
+            if d.querycap().is_ok_and(|c| capture(&c) && Identity::from(&c) == *seen) {
                 tracing::info!(configured = %path.display(), found = %node.display(), "the capture device came back under another node");
                 return Ok(d);
             }
         }
     }
-    match first {
-        Ok(_) => Err(V4l2Error::Invalid(format!("{} is now another device", path.display()))),
-        Err(e) => Err(e),
+    match (first, first_cap) {
+        (Ok(d), Some(c)) if capture(&c) => {
+            tracing::info!(path = %path.display(), driver = %c.driver, card = %c.card, "another capture device at the configured node; using it");
+            Ok(d)
+        }
+        (Ok(_), _) => Err(V4l2Error::Invalid(format!("{} is not a capture node now", path.display()))),
+        (Err(e), _) => Err(e),
     }
 }
 
@@ -165,6 +173,8 @@ struct Session<'a> {
     dev: &'a V4l2Device,
     hub: &'a FrameHub,
     stop: &'a AtomicBool,
+    /// A stall was logged at warn and no frame came since (later ones go to debug).
+    stall_logged: &'a std::cell::Cell<bool>,
 }
 
 /// One captured buffer, ready to publish.
@@ -290,19 +300,32 @@ impl Session<'_> {
         // Where the signal's DV timings are watched (the node or the bridge's subdevice), and
         // the size they locked.
         let mut bridge = None;
+        let mut bridge_events = false;
         let mut pipeline = None;
         let (fourcc, size, timings_size) = if is_mc_centric(cap.device_caps) {
             let (p, b) = match self.configure_pipeline(generation, want.source.as_deref(), &offered)? {
                 Ok(found) => found,
                 Err(end) => return Ok(end),
             };
+            // Events from the bridge's node only when it takes the subscription (a
+            // subdevice without events answers DQEVENT with ENOTTY); the timings are
+            // re-checked every second either way.
             if let Some(b) = &b {
-                if let Err(e) = b.device().subscribe(EVENT_SOURCE_CHANGE, 0) {
-                    tracing::debug!(error = %e, "no source-change events from the bridge");
+                match b.device().subscribe(EVENT_SOURCE_CHANGE, 0) {
+                    Ok(()) => bridge_events = true,
+                    Err(e) => {
+                        tracing::info!(error = %e, "no source-change events from the bridge; checking its timings every second")
+                    }
                 }
             }
-            let timings = b.as_ref().map(|_| (p.width, p.height));
+            // The bridge's own size: what its timings say (later hops may scale or crop).
+            let timings = b.as_ref().map(|_| p.source_size);
             tracing::info!(pipeline = %p, links_changed = ?p.links_changed, side_nodes = ?p.side_nodes, "media pipeline configured");
+            if want.format.is_some() || want.size.is_some() || want.fps.is_some() {
+                tracing::info!(
+                    "capture.format, size and fps do not apply to media-controller capture: the pipeline decides"
+                );
+            }
             let found = (p.fourcc, (p.width, p.height), timings);
             bridge = b;
             pipeline = Some(p);
@@ -401,14 +424,23 @@ impl Session<'_> {
             // A first frame may take longer than a running stream's gap (sensor start-up).
             let limit = if locked { stall_after } else { stall_after * 2 };
             if last_frame.elapsed() > limit {
-                tracing::warn!(
-                    seconds = last_frame.elapsed().as_secs_f32(),
-                    "no frames from the capture device; restarting the stream"
-                );
+                // At warn once, then at debug until frames come back (a dongle without a
+                // source may send nothing for hours).
+                let seconds = last_frame.elapsed().as_secs_f32();
+                if self.stall_logged.replace(true) {
+                    tracing::debug!(seconds, "still no frames; restarting the stream");
+                } else {
+                    tracing::warn!(seconds, "no frames from the capture device; restarting the stream");
+                }
                 self.hub.set_state(VideoState { signal: Signal::NoSignal, source_size: None, generation });
                 break SessionEnd::Restart;
             }
-            let (frame_ready, event_ready) = self.dev.wait(200)?;
+            let ready = self.dev.readiness(200)?;
+            let (frame_ready, event_ready) = (ready.frame, ready.event);
+            if ready.error && !frame_ready && !event_ready {
+                // It stays set: polling again would spin until the stall limit.
+                return Err(V4l2Error::Invalid("the capture queue reported an error (POLLERR)".into()));
+            }
             let mut restart = false;
             if event_ready {
                 while let Some(ev) = self.dev.next_event()? {
@@ -419,7 +451,7 @@ impl Session<'_> {
                 }
             }
             // The bridge's events arrive on its own node (its DQEVENT does not block).
-            if let Some(b) = &bridge {
+            if let Some(b) = bridge.as_ref().filter(|_| bridge_events) {
                 while let Some(ev) = b.device().next_event()? {
                     if let Event::SourceChange { changes } = ev {
                         tracing::info!(changes, "source change at the bridge");
@@ -487,6 +519,7 @@ impl Session<'_> {
             let Some(picture) = picture else { continue };
             if !locked {
                 locked = true;
+                self.stall_logged.set(false);
                 self.hub.set_state(VideoState {
                     signal: Signal::Locked,
                     source_size: Some((fmt.width, fmt.height)),
@@ -549,6 +582,7 @@ impl FrameSource for V4l2Capture {
                 let mut last_failure = String::new();
                 // The device last streamed, so a replug under another node finds it again.
                 let mut seen: Option<Identity> = None;
+                let stall_logged = std::cell::Cell::new(false);
                 while !stop_thread.load(Ordering::Relaxed) {
                     let dev = match open_device(&self.path, seen.as_ref()) {
                         Ok(d) => {
@@ -586,7 +620,7 @@ impl FrameSource for V4l2Capture {
                     if let Err(e) = dev.subscribe(EVENT_SOURCE_CHANGE, self.input.unwrap_or(0)) {
                         tracing::debug!(error = %e, "no source-change events on this node");
                     }
-                    let session = Session { dev: &dev, hub: &hub, stop: &stop_thread };
+                    let session = Session { dev: &dev, hub: &hub, stop: &stop_thread, stall_logged: &stall_logged };
                     match session.stream(generation, &self, &mut sequence) {
                         Ok(SessionEnd::Stop) => break,
                         Ok(SessionEnd::Restart) => last_failure.clear(),
@@ -599,9 +633,11 @@ impl FrameSource for V4l2Capture {
                             } else {
                                 tracing::warn!(error = %e, "capture failed; reopening");
                                 last_failure = text;
+                                // The state changes (readers wake on it) once per kind of
+                                // failure, not on every retry.
+                                hub.set_state(VideoState { signal: Signal::NoDevice, source_size: None, generation });
+                                hub.set_device(None);
                             }
-                            hub.set_state(VideoState { signal: Signal::NoDevice, source_size: None, generation });
-                            hub.set_device(None);
                             std::thread::sleep(REOPEN_EVERY * 2);
                         }
                     }

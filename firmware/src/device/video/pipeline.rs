@@ -184,6 +184,8 @@ pub struct Pipeline {
     pub source_name: String,
     /// Whether the source has DV timings (a bridge) or not (a sensor).
     pub has_timings: bool,
+    /// The source's picture size (its timings' when it has them).
+    pub source_size: (u32, u32),
     /// The hops from the source to the capture node.
     pub hops: Vec<Hop>,
     /// The capture node's pixel format.
@@ -241,15 +243,31 @@ pub fn plan_path(t: &Topology, capture: u32, want_source: Option<&str>) -> Resul
     }
 }
 
+/// `MEDIA_ENT_F_CONN_*`: a connector (an HDMI or composite jack some bridges put before
+/// themselves). Not a source we configure: the walk ends at the entity it feeds.
+fn is_connector(function: u32) -> bool {
+    function & 0xffff_0000 == 0x0003_0000
+}
+
+/// Whether a data link comes from a connector entity.
+fn from_connector(t: &Topology, link: &Link) -> bool {
+    t.pad(link.source).and_then(|p| t.entity(p.entity)).is_some_and(|e| is_connector(e.function))
+}
+
 /// Depth-first from `entity` upstream; pushes the links it took (capture side first).
 fn walk(t: &Topology, entity: u32, want: Option<&str>, path: &mut Vec<Link>, visited: &mut Vec<u32>) -> bool {
-    let sinks: Vec<_> = t.pads_of(entity).into_iter().filter(|p| p.is_sink()).collect();
+    // Sink pads fed by something we configure (a connector's link does not count).
+    let sinks: Vec<_> = t
+        .pads_of(entity)
+        .into_iter()
+        .filter(|p| p.is_sink() && t.links_into(p.id).iter().any(|l| !from_connector(t, l)))
+        .collect();
     if sinks.is_empty() {
         // A source: the end, if it is the one wanted.
         return want.is_none_or(|w| t.entity(entity).is_some_and(|e| e.name == w)) && !path.is_empty();
     }
     for sink in sinks {
-        let mut links = t.links_into(sink.id);
+        let mut links: Vec<Link> = t.links_into(sink.id).into_iter().filter(|l| !from_connector(t, l)).collect();
         // Enabled first; stable, so the graph's order otherwise.
         links.sort_by_key(|l| !l.is_enabled());
         for link in links {
@@ -396,6 +414,7 @@ pub fn configure(
             side_nodes.push(format!("{} {fourcc} {}x{}", name(node), f.width, f.height));
         }
     }
+    let first = hops.first().map(|h| h.format).ok_or(PipelineError::NotInGraph)?;
     let last = hops.last().map(|h| h.format).ok_or(PipelineError::NotInGraph)?;
     // `accepted` guaranteed a mapping for the last hop's code.
     let fourcc = fourcc_for_code(last.code).ok_or(PipelineError::NotInGraph)?;
@@ -403,6 +422,7 @@ pub fn configure(
         source,
         source_name: name(source),
         has_timings: matches!(signal, SourceSignal::Locked(..)),
+        source_size: (first.width, first.height),
         hops,
         fourcc,
         width: last.width,
@@ -794,6 +814,23 @@ mod tests {
         pads.codes.insert((2, 0), vec![mbus::SRGGB8_1X8]);
         let err = configure(&t, 3, None, &[FourCc::UYVY], &mut pads).unwrap_err();
         assert!(matches!(err, PipelineError::NoCommonFormat { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_connector_before_the_bridge_is_not_the_source() {
+        // adv76xx-style: an HDMI connector entity feeds the bridge's sink pad.
+        let t = graph(
+            &[
+                ("HDMI in", 0x0003_0001, 0, 1),
+                ("adv7611 1-004c", ENT_F_VID_IF_BRIDGE, 1, 1),
+                ("capture", ENT_F_IO_V4L, 1, 0),
+            ],
+            &[(("HDMI in", 0), ("adv7611 1-004c", 0), FIXED), (("adv7611 1-004c", 1), ("capture", 0), FIXED)],
+        );
+        let path = plan_path(&t, 3, None).unwrap();
+        assert_eq!(path.len(), 1, "the bridge is the source: {path:?}");
+        assert_eq!(t.pad(path[0].source).unwrap().entity, 2);
+        assert!(plan_path(&t, 3, Some("adv7611 1-004c")).is_ok());
     }
 
     #[test]

@@ -165,8 +165,11 @@ pub fn with_huffman_tables(jpeg: &[u8]) -> Result<Cow<'_, [u8]>, MjpegError> {
     Ok(Cow::Owned(out))
 }
 
+/// How far before a captured frame's end its EOI may be (padding after it).
+const TRAILER_SLACK: usize = 1024;
+
 /// Whether a captured frame is whole: SOI, a frame header we decode announcing `size`, a
-/// scan, and EOI at the end (trailing zero padding allowed: some dongles fill the buffer).
+/// scan, and EOI within its last KiB (some dongles pad the buffer after it).
 /// Cheap (no pixels, no copy): run on every captured frame, so a dongle's truncated or
 /// garbled JPEGs are dropped before viewers or screenshots see them.
 pub fn check_capture_frame(jpeg: &[u8], size: (u32, u32)) -> Result<(), MjpegError> {
@@ -174,8 +177,9 @@ pub fn check_capture_frame(jpeg: &[u8], size: (u32, u32)) -> Result<(), MjpegErr
     if got != size {
         return Err(MjpegError::Size { got, want: size });
     }
-    let end = jpeg.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-    if end < 4 || jpeg[end - 2..end] != [0xFF, 0xD9] {
+    // EOI near the end: some devices pad the buffer after it (zeros, or fill bytes).
+    let tail = &jpeg[jpeg.len().saturating_sub(TRAILER_SLACK)..];
+    if !tail.windows(2).any(|w| w == [0xFF, 0xD9]) {
         return Err(MjpegError::Truncated);
     }
     Ok(())
@@ -259,7 +263,8 @@ mod tests {
         assert!(check_capture_frame(FIXTURE, (64, 48)).is_ok());
         let mut padded = FIXTURE.to_vec();
         padded.extend_from_slice(&[0; 100]);
-        assert!(check_capture_frame(&padded, (64, 48)).is_ok(), "zero padding after EOI is a whole frame");
+        padded.extend_from_slice(&[0xFF; 100]);
+        assert!(check_capture_frame(&padded, (64, 48)).is_ok(), "padding after EOI is a whole frame");
         assert!(matches!(check_capture_frame(FIXTURE, (1920, 1080)), Err(MjpegError::Size { got: (64, 48), .. })));
         let cut = &FIXTURE[..FIXTURE.len() - 200];
         assert!(matches!(check_capture_frame(cut, (64, 48)), Err(MjpegError::Truncated)), "no EOI");

@@ -1110,19 +1110,42 @@ impl V4l2Device {
 
     /// Waits up to `timeout_ms` for a frame (POLLIN/POLLOUT) or an event (POLLPRI).
     pub fn wait(&self, timeout_ms: i32) -> Result<(bool, bool), V4l2Error> {
+        let r = self.readiness(timeout_ms)?;
+        Ok((r.frame, r.event))
+    }
+
+    /// Like [`V4l2Device::wait`], and says whether the queue reported an error (POLLERR:
+    /// a streaming queue the driver gave up on, e.g. after `vb2_queue_error`; it stays
+    /// set, so polling again returns at once).
+    pub fn readiness(&self, timeout_ms: i32) -> Result<Readiness, V4l2Error> {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
         use std::os::fd::AsFd;
         let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN | PollFlags::POLLOUT | PollFlags::POLLPRI)];
         let timeout = PollTimeout::try_from(timeout_ms.max(0)).unwrap_or(PollTimeout::NONE);
         match poll(&mut fds, timeout) {
-            Ok(0) | Err(Errno::EINTR) => Ok((false, false)),
+            Ok(0) | Err(Errno::EINTR) => Ok(Readiness::default()),
             Ok(_) => {
                 let r = fds[0].revents().unwrap_or(PollFlags::empty());
-                Ok((r.intersects(PollFlags::POLLIN | PollFlags::POLLOUT), r.contains(PollFlags::POLLPRI)))
+                Ok(Readiness {
+                    frame: r.intersects(PollFlags::POLLIN | PollFlags::POLLOUT),
+                    event: r.contains(PollFlags::POLLPRI),
+                    error: r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP),
+                })
             }
             Err(e) => Err(ioctl_err("poll")(e)),
         }
     }
+}
+
+/// What [`V4l2Device::readiness`] found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Readiness {
+    /// A buffer can be dequeued.
+    pub frame: bool,
+    /// An event is pending.
+    pub event: bool,
+    /// The queue reported an error (or the device hung up).
+    pub error: bool,
 }
 
 impl std::os::fd::AsFd for V4l2Device {

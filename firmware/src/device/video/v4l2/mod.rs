@@ -14,7 +14,7 @@ pub mod topology;
 
 pub use device::{
     BufType, BufferPlanes, Capability, CompoundControl, Dequeued, DvTimings, DvTimingsStatus, Event, ExtControl,
-    ExtControlInfo, FormatDesc, FourCc, MappedBuffer, Payload, PixFormat, Rect, V4l2Device, V4l2Error,
+    ExtControlInfo, FormatDesc, FourCc, MappedBuffer, Payload, PixFormat, Readiness, Rect, V4l2Device, V4l2Error,
     BUF_CAP_SUPPORTS_M2M_HOLD_CAPTURE_BUF, BUF_CAP_SUPPORTS_REQUESTS, CAP_VIDEO_CAPTURE, CAP_VIDEO_CAPTURE_MPLANE,
     CAP_VIDEO_M2M, CAP_VIDEO_M2M_MPLANE, CAP_VIDEO_OUTPUT, CAP_VIDEO_OUTPUT_MPLANE, EVENT_EOS, EVENT_SOURCE_CHANGE,
     SEL_TGT_COMPOSE, SEL_TGT_CROP,
