@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
 use base64::Engine as _;
-use serde_json::{json, Value};
+use serde_json::json;
 use tether::device::video::v4l2::topology::{char_device_path, Topology};
 use tether::device::video::v4l2::{mbus, MbusFormat, MediaDevice, Subdev, V4l2Device};
 use tether_tests::harness::RawClient;
 
 use super::log;
-use super::video::{start_daemon_with, wait_video, SOCKET};
+use super::video::{start_daemon_with, wait_frames, wait_video, SOCKET};
 
 /// vimc's "Test Pattern" menu (v4l2-tpg's pattern list).
 const PATTERN_RED: i32 = 7;
@@ -109,24 +109,6 @@ async fn check_colour(c: &mut RawClient, id: &mut u64, rgb: [u8; 3], what: &str)
     Ok(())
 }
 
-/// Frames keep arriving: the newest frame id grows by at least `n`.
-async fn check_frames(c: &mut RawClient, id: &mut u64, n: u64) -> anyhow::Result<Value> {
-    *id += 1;
-    let first = c.ok(*id, "status", json!({})).await?["video"]["frame_id"].as_u64().unwrap_or(0);
-    let start = Instant::now();
-    loop {
-        *id += 1;
-        let st = c.ok(*id, "status", json!({})).await?;
-        let now = st["video"]["frame_id"].as_u64().unwrap_or(0);
-        if now >= first + n {
-            log(format!("{} frames in {:.1} s", now - first, start.elapsed().as_secs_f32()));
-            return Ok(st);
-        }
-        ensure!(start.elapsed() < Duration::from_secs(20), "frames stopped at {now} (from {first}): {}", st["video"]);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Reads a pad's active format from its subdevice node, independently of the daemon.
 fn pad(t: &Topology, name: &str, index: u32) -> anyhow::Result<MbusFormat> {
     Ok(subdev(t, name)?.format(index)?)
@@ -171,7 +153,7 @@ pub async fn run() -> anyhow::Result<()> {
         );
     }
     log("pad formats read back from the subdevice nodes: Sensor A:0, Debayer A:0/1, Scaler:0/1 as configured");
-    check_frames(&mut c, &mut id, 10).await?;
+    wait_frames(&mut c, &mut id, 10).await?;
     check_colour(&mut c, &mut id, [255, 0, 0], "Sensor A (100% Red)").await?;
     daemon.kill()?;
     daemon.wait()?;
@@ -194,7 +176,7 @@ pub async fn run() -> anyhow::Result<()> {
         "links not switched to Sensor B's branch"
     );
     log("source = \"Sensor B\": Debayer A → Scaler disabled, Debayer B → Scaler enabled (read back from the graph)");
-    check_frames(&mut c, &mut id, 10).await?;
+    wait_frames(&mut c, &mut id, 10).await?;
     check_colour(&mut c, &mut id, [0, 0, 255], "Sensor B (100% Blue)").await?;
     daemon.kill()?;
     daemon.wait()?;

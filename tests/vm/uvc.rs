@@ -23,7 +23,9 @@ use tether::device::video::v4l2::{BufType, BufferPlanes, Dequeued, FourCc, PixFo
 use tether_tests::harness::RawClient;
 
 use super::log;
-use super::video::{check_screenshot, sim_frame, start_daemon_with, wait_video, SOCKET};
+use super::video::{
+    check_screenshot, sim_frame, start_daemon_config, start_daemon_with, wait_frames, wait_video, SOCKET,
+};
 
 const G: &str = "/sys/kernel/config/usb_gadget/uvc";
 const UDC: &str = "dummy_udc.0";
@@ -625,20 +627,6 @@ async fn status(c: &mut RawClient, id: &mut u64) -> anyhow::Result<Value> {
     c.ok(*id, "status", json!({})).await
 }
 
-/// Waits until `n` more frames were captured; returns the status then.
-async fn frames(c: &mut RawClient, id: &mut u64, n: u64) -> anyhow::Result<Value> {
-    let first = status(c, id).await?["video"]["frame_id"].as_u64().unwrap_or(0);
-    let start = Instant::now();
-    loop {
-        let st = status(c, id).await?;
-        if st["video"]["frame_id"].as_u64().unwrap_or(0) >= first + n {
-            return Ok(st);
-        }
-        ensure!(start.elapsed() < Duration::from_secs(30), "fewer than {n} frames in 30 s: {}", st["video"]);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 fn generation(st: &Value) -> u64 {
     st["video"]["generation"].as_u64().unwrap_or(0)
 }
@@ -657,7 +645,7 @@ async fn check_held(c: &mut RawClient, id: &mut u64, src: &Source, size: (u32, u
     *src.feed.lock().unwrap() = Feed::Hold(k);
     // Pictures queued before the hold drain first: 4 gadget buffers, the one uvcvideo is
     // filling and its 4 the daemon has not dequeued yet, at most.
-    frames(c, id, 10).await?;
+    wait_frames(c, id, 10).await?;
     let jpeg = &src.jpegs[&size][k];
     let expected = decode_mjpeg(jpeg, size)?;
     check_screenshot(c, id, &expected, size.0 as usize).await.with_context(|| format!("picture {k}"))
@@ -699,7 +687,7 @@ pub async fn run() -> anyhow::Result<()> {
     let (alt, ep) = streaming_interface().context("no uvcvideo streaming interface in sysfs")?;
     ensure!(alt == "1" && ep == "Isoc", "streaming on alt {alt}, endpoint {ep}");
     log(format!("negotiated {} {}x{}@{} on isochronous alt {alt}", d["format"], d["width"], d["height"], d["fps"]));
-    let st = frames(&mut c, &mut id, 30).await?;
+    let st = wait_frames(&mut c, &mut id, 30).await?;
     log(format!("30 frames through uvcvideo (status fps {})", st["video"]["fps"]));
 
     // 2. Content: two held pictures, each equal to its JPEG decoded; the sequence moves on.
@@ -733,7 +721,7 @@ pub async fn run() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     ensure!(src.corrupt_sent.load(Ordering::Relaxed) - sent_before == 6, "the source sent other than 6");
-    let st = frames(&mut c, &mut id, 10).await?;
+    let st = wait_frames(&mut c, &mut id, 10).await?;
     ensure!(st["video"]["signal"] == "locked", "{}", st["video"]);
     check_held(&mut c, &mut id, &src, (1920, 1080), 5).await?;
     *src.feed.lock().unwrap() = Feed::Play;
@@ -784,7 +772,7 @@ pub async fn run() -> anyhow::Result<()> {
     let st = wait_video(&mut c, &mut id, "locked", 0).await?;
     let d = &st["video"]["device"];
     ensure!(d["format"] == "YUYV" && d["width"] == 640 && d["fps"] == 10.0, "{d}");
-    frames(&mut c, &mut id, 5).await?;
+    wait_frames(&mut c, &mut id, 5).await?;
     check_screenshot(&mut c, &mut id, &yuyv_expected, 640).await?;
     log("YUYV 640x480@10: screenshot equals the frame sent");
     daemon.kill()?;
@@ -830,30 +818,9 @@ pub async fn run() -> anyhow::Result<()> {
         daemon.wait()?;
         let mjpeg: Vec<u8> = src.jpegs[&(1920, 1080)].concat();
         fs::write("/run/testsrc-1080p.mjpeg", mjpeg)?;
-        let _ = fs::remove_file(SOCKET);
-        fs::write(
-            "/run/tether-replay.toml",
+        let mut daemon = start_daemon_config(
             "hid = \"sim\"\nvideo = \"replay\"\n[replay]\npath = \"/run/testsrc-1080p.mjpeg\"\nfps = 30\n",
         )?;
-        let mut daemon = std::process::Command::new("/tether")
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--config",
-                "/run/tether-replay.toml",
-                "--socket",
-                SOCKET,
-                "--data-dir",
-                "/run/tether-replay",
-            ])
-            .env("RUST_LOG", "warn")
-            .spawn()?;
-        let start = Instant::now();
-        while !Path::new(SOCKET).exists() {
-            ensure!(start.elapsed() < Duration::from_secs(20), "replay daemon socket did not appear");
-            std::thread::sleep(Duration::from_millis(50));
-        }
         let mut c = RawClient::connect(Path::new(SOCKET)).await?;
         wait_video(&mut c, &mut id, "locked", 0).await?;
         let (cpu, fps) = measure(&mut c, &mut id, daemon.id(), seconds).await?;

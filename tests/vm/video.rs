@@ -201,8 +201,14 @@ fn start_daemon(cap: &Path, format: Option<&str>) -> anyhow::Result<Child> {
 
 /// `tether serve --video v4l2` with `capture` as its `[capture]` table's lines.
 pub fn start_daemon_with(capture: &str) -> anyhow::Result<Child> {
+    start_daemon_config(&format!("hid = \"sim\"\nvideo = \"v4l2\"\n[capture]\n{capture}"))
+}
+
+/// `tether serve` with `config` as its whole configuration file; returns once its socket
+/// is there.
+pub fn start_daemon_config(config: &str) -> anyhow::Result<Child> {
     let _ = std::fs::remove_file(SOCKET);
-    std::fs::write("/run/tether-video.toml", format!("hid = \"sim\"\nvideo = \"v4l2\"\n[capture]\n{capture}"))?;
+    std::fs::write("/run/tether-video.toml", config)?;
     let child = Command::new("/tether")
         .args([
             "serve",
@@ -225,6 +231,25 @@ pub fn start_daemon_with(capture: &str) -> anyhow::Result<Child> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Ok(child)
+}
+
+/// Waits until `n` more pictures were captured (the newest frame id grew by `n`); returns
+/// the status then.
+pub async fn wait_frames(c: &mut RawClient, id: &mut u64, n: u64) -> anyhow::Result<Value> {
+    *id += 1;
+    let first = c.ok(*id, "status", json!({})).await?["video"]["frame_id"].as_u64().unwrap_or(0);
+    let start = Instant::now();
+    loop {
+        *id += 1;
+        let st = c.ok(*id, "status", json!({})).await?;
+        let now = st["video"]["frame_id"].as_u64().unwrap_or(0);
+        if now >= first + n {
+            log(format!("{} frames in {:.1} s", now - first, start.elapsed().as_secs_f32()));
+            return Ok(st);
+        }
+        ensure!(start.elapsed() < Duration::from_secs(30), "frames stopped at {now} (from {first}): {}", st["video"]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 pub async fn wait_video(c: &mut RawClient, id: &mut u64, want: &str, after_generation: u64) -> anyhow::Result<Value> {
